@@ -1,0 +1,11 @@
+//! The connection layer: sockets we own, a deadline on every round-trip, a watchdog that can
+//! sever any of them, and a pool that stays bounded when sockets go half-open.
+
+pub(crate) mod client;
+pub(crate) mod options;
+pub(crate) mod pool;
+pub(crate) mod socket;
+pub(crate) mod tls;
+pub(crate) mod watchdog;
+
+pub use client::{Connection, Notification};

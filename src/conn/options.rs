@@ -1,0 +1,161 @@
+//! Connection settings: the parsed connection string plus the deadlines and socket options
+//! that postpone adds on top of it.
+//!
+//! URLs (`postgres://user@host:port/db?...`) and key=value strings (`host=... dbname=...`) are
+//! parsed by `tokio_postgres::Config`. Settings written in the string (`connect_timeout`,
+//! `keepalives*`, `tcp_user_timeout`) are honoured unless the builder overrides them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_postgres::config::Host;
+
+use super::tls::TlsSettings;
+use crate::error::{Error, ErrorKind, Result};
+
+/// Default deadline for every round-trip.
+pub(crate) const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default deadline for a TCP connect plus the TLS and startup handshakes.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Everything needed to open one connection.
+#[derive(Debug)]
+pub(crate) struct ConnectOptions {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) io_timeout: Duration,
+    pub(crate) tcp_user_timeout: Duration,
+    pub(crate) keepalive: bool,
+    pub(crate) keepalive_idle: Duration,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) keepalive_retries: u32,
+    pub(crate) tls: TlsSettings,
+    /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
+    /// platform without it), so later connections do not ask again.
+    check_interval: AtomicBool,
+}
+
+impl ConnectOptions {
+    /// Parses a URL or key=value connection string.
+    pub(crate) fn parse(url: &str) -> Result<ConnectOptions> {
+        let (url, tls) = TlsSettings::extract(url)?;
+        let mut config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
+        if config.get_hosts().is_empty() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "invalid database url: it names no host (write one, e.g. postgres://postgres@127.0.0.1:5432/postgres)",
+            ));
+        }
+        let ports = config.get_ports().len();
+        if ports > 1 && ports != config.get_hosts().len() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "invalid database url: give one port, or one port per host",
+            ));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("postpone");
+        }
+        Ok(ConnectOptions {
+            connect_timeout: config
+                .get_connect_timeout()
+                .copied()
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            tcp_user_timeout: config
+                .get_tcp_user_timeout()
+                .copied()
+                .unwrap_or(Duration::from_secs(30)),
+            keepalive: config.get_keepalives(),
+            // libpq's default of 2 hours is far too long to notice anything: probe after 30 s.
+            keepalive_idle: if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+                Duration::from_secs(30)
+            } else {
+                config.get_keepalives_idle()
+            },
+            keepalive_interval: config
+                .get_keepalives_interval()
+                .unwrap_or(Duration::from_secs(10)),
+            keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
+            tls,
+            config,
+            check_interval: AtomicBool::new(true),
+        })
+    }
+
+    /// `user@host:port/dbname`, without the password, for messages and logs.
+    pub(crate) fn describe(&self) -> String {
+        let c = &self.config;
+        let hosts: Vec<String> = c
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let port = match c.get_ports() {
+                    [] => 5432,
+                    [p] => *p,
+                    ps => ps[i],
+                };
+                match h {
+                    Host::Tcp(name) => format!("{name}:{port}"),
+                    Host::Unix(dir) => format!("{}:{port}", dir.display()),
+                }
+            })
+            .collect();
+        format!(
+            "{}@{}/{}",
+            c.get_user().unwrap_or(""),
+            hosts.join(","),
+            c.get_dbname().unwrap_or("")
+        )
+    }
+
+    pub(crate) fn wants_check_interval(&self) -> bool {
+        self.check_interval.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn disable_check_interval(&self) {
+        self.check_interval.store(false, Ordering::Relaxed);
+    }
+
+    /// The `client_connection_check_interval` we ask for: the server then notices within about
+    /// one `io_timeout` that a client it was serving has vanished, and frees its locks.
+    pub(crate) fn check_interval_ms(&self) -> u128 {
+        self.io_timeout
+            .clamp(Duration::from_secs(1), Duration::from_secs(60))
+            .as_millis()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls_and_key_value_strings() {
+        let o = ConnectOptions::parse("postgres://me:secret@db.example:6543/app").unwrap();
+        assert_eq!(o.describe(), "me@db.example:6543/app");
+        assert_eq!(o.connect_timeout, DEFAULT_CONNECT_TIMEOUT);
+        let o =
+            ConnectOptions::parse("host=a,b port=1,2 user=u dbname=d connect_timeout=3").unwrap();
+        assert_eq!(o.describe(), "u@a:1,b:2/d");
+        assert_eq!(o.connect_timeout, Duration::from_secs(3));
+        assert_eq!(o.config.get_application_name(), Some("postpone"));
+    }
+
+    #[test]
+    fn rejects_malformed_strings_with_a_config_error() {
+        for bad in [
+            "postgres://host:notaport/db",
+            "nonsense without equals",
+            "postgres://",
+            "host=a,b,c port=1,2",
+        ] {
+            let e = ConnectOptions::parse(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Config, "{bad}: {e}");
+            assert!(e.to_string().starts_with("invalid database url"), "{e}");
+        }
+    }
+}

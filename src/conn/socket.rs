@@ -1,0 +1,348 @@
+//! Sockets we create ourselves, so that the watchdog can always reach them.
+//!
+//! Owns: turning the hosts of a connection string into targets (resolving names on a helper
+//! thread under the connect deadline, since `getaddrinfo` has no timeout of its own), creating
+//! each socket with socket2 (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT, close-on-exec), taking the
+//! watchdog's sever handle *before* the connect starts, and the non-blocking connect itself
+//! inside the connection's runtime so that both the deadline and a sever end it.
+//!
+//! Fails with `Connect` (refused, unreachable, no such socket file), `Timeout` (the
+//! `connect_timeout` fired) or `Shutdown` (the watchdog severed the attempt).
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::mpsc;
+use std::task::{Context, Poll};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::runtime::Runtime;
+use tokio_postgres::config::Host;
+
+use super::options::ConnectOptions;
+use super::watchdog::{Registration, SeverReason, Watchdog};
+use crate::error::{fmt_duration, Error, ErrorKind, Result};
+
+/// Where one connection attempt goes.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Tcp {
+        addr: SocketAddr,
+        /// The host name as written in the connection string (for TLS and messages).
+        host: String,
+    },
+    Unix {
+        path: PathBuf,
+    },
+}
+
+impl Target {
+    /// The host name to verify a TLS certificate against (None for Unix sockets).
+    pub(crate) fn host_name(&self) -> Option<&str> {
+        match self {
+            Target::Tcp { host, .. } => Some(host),
+            Target::Unix { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Tcp { addr, host } if host == &addr.ip().to_string() => write!(f, "{addr}"),
+            Target::Tcp { addr, host } => write!(f, "{host} ({addr})"),
+            Target::Unix { path } => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Every target of the connection string, in order: each host, each of its addresses.
+pub(crate) fn resolve(opts: &ConnectOptions, deadline: Instant) -> Result<Vec<Target>> {
+    let config = &opts.config;
+    let hosts = config.get_hosts();
+    let ports = config.get_ports();
+    let hostaddrs = config.get_hostaddrs();
+    let mut targets = Vec::new();
+    let mut last_err = None;
+    for (i, host) in hosts.iter().enumerate() {
+        let port = match ports.len() {
+            0 => 5432,
+            1 => ports[0],
+            _ => ports[i],
+        };
+        match host {
+            Host::Unix(dir) => targets.push(Target::Unix {
+                path: dir.join(format!(".s.PGSQL.{port}")),
+            }),
+            Host::Tcp(name) => {
+                if let Some(ip) = hostaddrs.get(i) {
+                    targets.push(Target::Tcp {
+                        addr: SocketAddr::new(*ip, port),
+                        host: name.clone(),
+                    });
+                    continue;
+                }
+                match lookup(name, port, deadline) {
+                    Ok(addrs) => targets.extend(addrs.into_iter().map(|addr| Target::Tcp {
+                        addr,
+                        host: name.clone(),
+                    })),
+                    Err(e) => last_err = Some(e),
+                }
+            }
+        }
+    }
+    if targets.is_empty() {
+        return Err(last_err.unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Config,
+                "database url names no host to connect to",
+            )
+        }));
+    }
+    Ok(targets)
+}
+
+/// Resolves a host name without blocking past `deadline` (getaddrinfo has no timeout: it runs
+/// on a short-lived thread that is left to finish on its own if the deadline passes).
+fn lookup(name: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>> {
+    if let Ok(ip) = name.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let (tx, rx) = mpsc::channel();
+    let owned = name.to_owned();
+    thread::Builder::new()
+        .name("postpone-dns".into())
+        .spawn(move || {
+            let _ = tx.send(
+                (owned.as_str(), port)
+                    .to_socket_addrs()
+                    .map(|a| a.collect()),
+            );
+        })
+        .map_err(|e| Error::with_source(ErrorKind::Other, "spawning a dns thread", e))?;
+    let wait = deadline.saturating_duration_since(Instant::now());
+    match rx.recv_timeout(wait) {
+        Ok(Ok(addrs)) => {
+            let addrs: Vec<SocketAddr> = addrs;
+            if addrs.is_empty() {
+                Err(Error::new(
+                    ErrorKind::Connect,
+                    format!("resolving {name}: no addresses"),
+                ))
+            } else {
+                Ok(addrs)
+            }
+        }
+        Ok(Err(e)) => Err(Error::with_source(
+            ErrorKind::Connect,
+            format!("resolving {name}"),
+            e,
+        )),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("resolving {name}: no answer within connect_timeout"),
+        )),
+    }
+}
+
+/// A connected stream of either family.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Creates the socket for `target`, registers its sever handle, and connects it before
+/// `deadline`. The returned registration must live as long as the stream.
+pub(crate) fn connect(
+    rt: &Runtime,
+    opts: &ConnectOptions,
+    target: &Target,
+    watchdog: &Watchdog,
+    group: u64,
+    deadline: Instant,
+) -> Result<(Stream, Registration)> {
+    let what = format!("connecting to {target}");
+    let fail = |e: io::Error| Error::with_source(ErrorKind::Connect, what.clone(), e);
+    match target {
+        Target::Tcp { addr, .. } => {
+            let socket = Socket::new(
+                Domain::for_address(*addr),
+                Type::STREAM,
+                Some(Protocol::TCP),
+            )
+            .map_err(fail)?;
+            configure_tcp(&socket, opts).map_err(fail)?;
+            let handle = socket.try_clone().map_err(fail)?;
+            let reg = watchdog.register(group, target.to_string(), handle);
+            socket.set_nonblocking(true).map_err(fail)?;
+            let tcp = {
+                let _enter = rt.enter();
+                tokio::net::TcpSocket::from_std_stream(socket.into())
+            };
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rt.block_on(async { tokio::time::timeout(wait, tcp.connect(*addr)).await }) {
+                Ok(Ok(stream)) => {
+                    check_not_severed(&reg, &what)?;
+                    Ok((Stream::Tcp(stream), reg))
+                }
+                Ok(Err(e)) => {
+                    check_not_severed(&reg, &what)?;
+                    Err(fail(e))
+                }
+                Err(_) => {
+                    reg.sever();
+                    Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{what}: no answer within {} connect_timeout",
+                            fmt_duration(opts.connect_timeout)
+                        ),
+                    ))
+                }
+            }
+        }
+        Target::Unix { path } => {
+            let socket = Socket::new(Domain::UNIX, Type::STREAM, None).map_err(fail)?;
+            let handle = socket.try_clone().map_err(fail)?;
+            let reg = watchdog.register(group, target.to_string(), handle);
+            socket.set_nonblocking(true).map_err(fail)?;
+            let addr = SockAddr::unix(path).map_err(fail)?;
+            let pending = match socket.connect(&addr) {
+                Ok(()) => false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+                Err(e) => return Err(fail(e)),
+            };
+            let std_stream: std::os::unix::net::UnixStream = socket.into();
+            let stream = {
+                let _enter = rt.enter();
+                tokio::net::UnixStream::from_std(std_stream).map_err(fail)?
+            };
+            if pending {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                match rt.block_on(async { tokio::time::timeout(wait, stream.writable()).await }) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(fail(e)),
+                    Err(_) => {
+                        reg.sever();
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "{what}: no answer within {} connect_timeout",
+                                fmt_duration(opts.connect_timeout)
+                            ),
+                        ));
+                    }
+                }
+                if let Some(e) = stream.take_error().map_err(fail)? {
+                    return Err(fail(e));
+                }
+            }
+            check_not_severed(&reg, &what)?;
+            Ok((Stream::Unix(stream), reg))
+        }
+    }
+}
+
+fn check_not_severed(reg: &Registration, what: &str) -> Result<()> {
+    match reg.severed() {
+        SeverReason::None => Ok(()),
+        SeverReason::Shutdown => Err(Error::new(
+            ErrorKind::Shutdown,
+            format!("{what}: connection severed by shutdown"),
+        )),
+        _ => Err(Error::new(
+            ErrorKind::Closed,
+            format!("{what}: connection severed"),
+        )),
+    }
+}
+
+fn configure_tcp(socket: &Socket, opts: &ConnectOptions) -> io::Result<()> {
+    socket.set_tcp_nodelay(true)?;
+    if opts.keepalive {
+        socket.set_keepalive(true)?;
+        let ka = TcpKeepalive::new()
+            .with_time(opts.keepalive_idle)
+            .with_interval(opts.keepalive_interval);
+        #[cfg(not(any(target_os = "openbsd", target_os = "windows")))]
+        let ka = ka.with_retries(opts.keepalive_retries);
+        socket.set_tcp_keepalive(&ka)?;
+    }
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    socket.set_tcp_user_timeout(Some(opts.tcp_user_timeout))?;
+    Ok(())
+}
+
+/// The deadline given to one target: the whole `connect_timeout`, as libpq does per host,
+/// but never past `overall` (which bounds a shutdown).
+pub(crate) fn attempt_deadline(connect_timeout: Duration, overall: Option<Instant>) -> Instant {
+    let own = Instant::now() + connect_timeout;
+    match overall {
+        Some(o) if o < own => o,
+        _ => own,
+    }
+}

@@ -1,0 +1,315 @@
+//! The one error type of the library.
+//!
+//! Every fallible call returns [`Error`], an opaque value with a [`kind`](Error::kind) to match
+//! on and a message that reads as a sentence: what was being done, then what went wrong, then,
+//! where there is one, what to do about it (`claiming jobs: connection closed after 10s
+//! io_timeout`, `schema not installed: run \`postpone migrate\``). A timeout always names the
+//! deadline that fired.
+//!
+//! Task code does not return this type: tasks return [`TaskError`](crate::TaskError), which
+//! says what should happen to the job.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+/// A specialised `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What kind of failure an [`Error`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A connection string, URL or option is malformed or out of range.
+    Config,
+    /// The server could not be reached, refused the connection, or rejected the startup.
+    Connect,
+    /// A deadline fired (`connect_timeout`, `io_timeout` or `pool_timeout`); the message names it.
+    Timeout,
+    /// The connection was closed, reset or severed while it was in use.
+    Closed,
+    /// The server answered with an error.
+    Database,
+    /// A TLS negotiation or certificate check failed.
+    Tls,
+    /// The postpone schema is not installed in this database.
+    SchemaMissing,
+    /// The postpone schema in this database is older than this library.
+    SchemaOutdated,
+    /// A job with the same queueing lock is already waiting (`todo`); nothing was inserted.
+    AlreadyEnqueued,
+    /// An argument given to the library is not acceptable (empty task name, arguments that
+    /// do not serialize, an invalid option value).
+    InvalidInput,
+    /// The job (or worker) named does not exist.
+    NotFound,
+    /// The job is not in a state that allows the operation (retrying a running job, say).
+    InvalidState,
+    /// The worker or application is shutting down.
+    Shutdown,
+    /// Anything else: an internal failure that should be reported as a bug.
+    Other,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            ErrorKind::Config => "invalid configuration",
+            ErrorKind::Connect => "connection failed",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Closed => "connection closed",
+            ErrorKind::Database => "database error",
+            ErrorKind::Tls => "tls error",
+            ErrorKind::SchemaMissing => "schema not installed",
+            ErrorKind::SchemaOutdated => "schema outdated",
+            ErrorKind::AlreadyEnqueued => "already enqueued",
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::InvalidState => "invalid state",
+            ErrorKind::Shutdown => "shutting down",
+            ErrorKind::Other => "internal error",
+        };
+        f.write_str(s)
+    }
+}
+
+/// The error type of every fallible call in postpone.
+///
+/// Its `Display` is a complete sentence, context first and cause last; [`kind`](Error::kind)
+/// and the `is_*` predicates tell the cases apart without parsing text.
+///
+/// ```
+/// # fn main() {
+/// let err = postpone::App::connect("postgres://host:notaport/db").unwrap_err();
+/// assert_eq!(err.kind(), postpone::ErrorKind::Config);
+/// assert!(err.to_string().starts_with("invalid database url"));
+/// # }
+/// ```
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync>>,
+    sqlstate: Option<String>,
+    constraint: Option<String>,
+}
+
+impl Error {
+    /// Creates an error of the given kind with a message.
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                source: None,
+                sqlstate: None,
+                constraint: None,
+            }),
+        }
+    }
+
+    /// Creates an error that keeps `source` as its cause; its text is appended to `message`.
+    pub(crate) fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Error {
+        let source = source.into();
+        let mut message = message.into();
+        let cause = source.to_string();
+        if !cause.is_empty() {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&cause);
+        }
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                message,
+                source: Some(source),
+                sqlstate: None,
+                constraint: None,
+            }),
+        }
+    }
+
+    /// A deadline fired: `what` names the operation, `name` the deadline.
+    pub(crate) fn timeout(what: &str, name: &str, after: Duration) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!("{what}: no answer within {} {name}", fmt_duration(after)),
+        )
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidInput, message)
+    }
+
+    /// Prepends what was being done: `ctx: message`.
+    pub(crate) fn context(mut self, ctx: impl fmt::Display) -> Error {
+        self.inner.message = format!("{ctx}: {}", self.inner.message);
+        self
+    }
+
+    pub(crate) fn set_sqlstate(mut self, code: &str) -> Error {
+        self.inner.sqlstate = Some(code.to_owned());
+        self
+    }
+
+    /// An error answered by the server, with its SQLSTATE, detail and hint.
+    pub(crate) fn from_db(what: &str, db: &tokio_postgres::error::DbError) -> Error {
+        let mut msg = format!("{what}: {}: {}", db.severity(), db.message());
+        if let Some(d) = db.detail() {
+            msg.push_str(&format!(" ({d})"));
+        }
+        if let Some(h) = db.hint() {
+            msg.push_str(&format!(" (hint: {h})"));
+        }
+        let code = db.code().code();
+        msg.push_str(&format!(" [SQLSTATE {code}]"));
+        let kind = if code == "42P01" && db.message().contains("postpone_") {
+            ErrorKind::SchemaMissing
+        } else {
+            ErrorKind::Database
+        };
+        let mut e = Error::new(kind, msg).set_sqlstate(code);
+        e.inner.constraint = db.constraint().map(str::to_owned);
+        e
+    }
+
+    /// Converts an error of a `postgres` client we do not own (a caller's transaction).
+    pub(crate) fn from_client(what: &str, e: tokio_postgres::Error) -> Error {
+        if let Some(db) = e.as_db_error() {
+            return Error::from_db(what, db);
+        }
+        let kind = if e.is_closed() {
+            ErrorKind::Closed
+        } else {
+            ErrorKind::Database
+        };
+        Error::with_source(kind, what.to_owned(), e)
+    }
+
+    pub(crate) fn set_kind(mut self, kind: ErrorKind) -> Error {
+        self.inner.kind = kind;
+        self
+    }
+
+    /// The constraint a server error names, if any.
+    pub(crate) fn constraint(&self) -> Option<&str> {
+        self.inner.constraint.as_deref()
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The SQLSTATE code when the server answered with an error (`"23505"`, ...).
+    pub fn sqlstate(&self) -> Option<&str> {
+        self.inner.sqlstate.as_deref()
+    }
+
+    /// True when a deadline fired.
+    pub fn is_timeout(&self) -> bool {
+        self.inner.kind == ErrorKind::Timeout
+    }
+
+    /// True when the connection was lost (closed, reset, severed) or a deadline fired on it:
+    /// the operation may succeed again on a fresh connection.
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            ErrorKind::Timeout | ErrorKind::Closed | ErrorKind::Connect
+        )
+    }
+
+    /// True for the typed queueing-lock conflict of a defer.
+    pub fn is_already_enqueued(&self) -> bool {
+        self.inner.kind == ErrorKind::AlreadyEnqueued
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if let Some(code) = &self.inner.sqlstate {
+            d.field("sqlstate", code);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|s| &**s as &(dyn StdError + 'static))
+    }
+}
+
+/// Formats a duration the way error messages and logs show it: `10s`, `250ms`, `1.5s`.
+pub(crate) fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        format!("{}µs", d.as_micros())
+    } else if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_comes_first_then_cause() {
+        let e = Error::with_source(
+            ErrorKind::Connect,
+            "connecting to 127.0.0.1:1",
+            std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        )
+        .context("claiming jobs");
+        assert_eq!(e.kind(), ErrorKind::Connect);
+        assert!(e
+            .to_string()
+            .starts_with("claiming jobs: connecting to 127.0.0.1:1: "));
+        assert!(e.source().is_some());
+        assert!(e.is_connection_lost());
+    }
+
+    #[test]
+    fn timeout_names_the_deadline() {
+        let e = Error::timeout("claiming jobs", "io_timeout", Duration::from_secs(10));
+        assert!(e.is_timeout());
+        assert_eq!(
+            e.to_string(),
+            "claiming jobs: no answer within 10s io_timeout"
+        );
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(fmt_duration(Duration::from_secs(3)), "3s");
+        assert_eq!(fmt_duration(Duration::from_micros(20)), "20µs");
+    }
+}

@@ -1,0 +1,21 @@
+//! postpone: a PostgreSQL-backed background job queue for synchronous Rust programs.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+// Temporary while the worker that uses the rest of the store lands.
+#![allow(dead_code)]
+
+mod app;
+mod conn;
+mod error;
+mod job;
+mod retry;
+mod schema;
+mod store;
+mod task;
+
+pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
+pub use conn::{Connection, Notification};
+pub use error::{Error, ErrorKind, Result};
+pub use job::{Job, JobId, JobStatus};
+pub use retry::RetryStrategy;
+pub use task::{TaskError, TaskOptions, Tasks};

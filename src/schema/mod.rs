@@ -1,0 +1,140 @@
+//! The database schema: numbered SQL migrations embedded in the binary.
+//!
+//! `migrate` applies the missing ones in a single transaction under an advisory lock, so any
+//! number of processes may run it at once: one applies, the others wait and find nothing to
+//! do. Applied versions are recorded in `postpone_migrations`.
+//!
+//! `check` reads the recorded version: no table means the schema is not installed, a lower
+//! version means it is older than this library (both are errors that say to run
+//! `postpone migrate`); a higher version is accepted with a warning (a newer library migrated
+//! first; migrations only add).
+
+use std::time::Duration;
+
+use crate::conn::Connection;
+use crate::error::{Error, ErrorKind, Result};
+
+/// A migration: its version, a short name, and its SQL.
+pub(crate) struct Migration {
+    pub(crate) version: i32,
+    pub(crate) name: &'static str,
+    pub(crate) sql: &'static str,
+}
+
+/// Every migration, in order.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "init",
+    sql: include_str!("0001_init.sql"),
+}];
+
+/// The schema version this library needs.
+pub(crate) const LATEST: i32 = 1;
+
+/// Key of the advisory lock that serialises migrations (any constant works; this one spells
+/// "postpone" in ASCII).
+const MIGRATE_LOCK: i64 = 0x706f_7374_706f_6e65;
+
+/// Migrations may run long on big tables: they get at least this deadline per round-trip.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Applies every missing migration; returns the versions applied by this call.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<i32>> {
+    let previous = conn.io_timeout();
+    conn.set_io_timeout(previous.max(MIGRATE_TIMEOUT));
+    let res = migrate_inner(conn);
+    conn.set_io_timeout(previous);
+    if res.is_err() && conn.in_transaction() {
+        // Roll back if the link still works; otherwise the server rolls back when it sees
+        // the connection go.
+        if conn.rollback().is_err() {
+            conn.sever();
+        }
+    }
+    res.map_err(|e| e.context("migrating the schema"))
+}
+
+fn migrate_inner(conn: &mut Connection) -> Result<Vec<i32>> {
+    conn.begin()?;
+    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    conn.batch_execute(
+        "CREATE TABLE IF NOT EXISTS postpone_migrations (
+             version    integer     PRIMARY KEY,
+             name       text        NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )?;
+    let applied: Vec<i32> = conn
+        .query("SELECT version FROM postpone_migrations", &[])?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut done = Vec::new();
+    for m in MIGRATIONS {
+        if applied.contains(&m.version) {
+            continue;
+        }
+        conn.batch_execute(m.sql).map_err(|e| {
+            e.context(format_args!(
+                "applying migration {} ({})",
+                m.version, m.name
+            ))
+        })?;
+        conn.execute(
+            "INSERT INTO postpone_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )?;
+        log::info!("applied migration {} ({})", m.version, m.name);
+        done.push(m.version);
+    }
+    conn.commit()?;
+    Ok(done)
+}
+
+/// The schema version installed, or `None` when postpone is not installed.
+pub(crate) fn installed_version(conn: &mut Connection) -> Result<Option<i32>> {
+    match conn.query_one("SELECT max(version) FROM postpone_migrations", &[]) {
+        Ok(row) => Ok(row.get::<_, Option<i32>>(0)),
+        Err(e) if e.sqlstate() == Some("42P01") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Fails unless the schema is installed and at least as new as this library.
+pub(crate) fn check(conn: &mut Connection) -> Result<i32> {
+    match installed_version(conn).map_err(|e| e.context("checking the schema version"))? {
+        None => Err(Error::new(
+            ErrorKind::SchemaMissing,
+            "schema not installed: run `postpone migrate` (or `App::migrate`)",
+        )),
+        Some(v) if v < LATEST => Err(Error::new(
+            ErrorKind::SchemaOutdated,
+            format!(
+                "schema is older than this library (version {v}, need {LATEST}): run `postpone migrate` (or `App::migrate`)"
+            ),
+        )),
+        Some(v) => {
+            if v > LATEST {
+                log::warn!(
+                    "schema version {v} is newer than this library ({LATEST}); continuing, \
+                     but upgrade postpone"
+                );
+            }
+            Ok(v)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_in_order_and_latest_is_last() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version, i as i32 + 1, "{}", m.name);
+            assert!(!m.sql.trim().is_empty());
+        }
+        assert_eq!(MIGRATIONS.last().unwrap().version, LATEST);
+    }
+}
