@@ -170,8 +170,17 @@ impl Connection {
                 config.options(options);
             }
             let result = match opts.tls.connector(target)? {
-                None => handshake(&rt, &reg, &config, stream, tokio_postgres::NoTls, deadline),
-                Some(tls) => handshake(&rt, &reg, &config, stream, tls, deadline),
+                None => {
+                    // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
+                    // does not use TLS either): do not even ask the server for it.
+                    config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                    handshake(&rt, &reg, &config, stream, tokio_postgres::NoTls, deadline)
+                }
+                Some(tls) => {
+                    let watch = tls.watch();
+                    handshake(&rt, &reg, &config, stream, tls, deadline)
+                        .map_err(|e| watch.explain(e))
+                }
             };
             match result {
                 Ok((client, notifications)) => {
@@ -216,7 +225,7 @@ impl Connection {
                         Error::new(
                             ErrorKind::Timeout,
                             format!(
-                                "connecting to {target}: startup handshake got no answer within {} connect_timeout",
+                                "connecting to {target}: {e} got no answer within {} connect_timeout",
                                 fmt_duration(opts.connect_timeout)
                             ),
                         )
