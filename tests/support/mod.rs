@@ -8,7 +8,10 @@
 pub mod db;
 pub mod proxy;
 
+// A test file may use neither re-export.
+#[allow(unused_imports)]
 pub use db::*;
+#[allow(unused_imports)]
 pub use proxy::*;
 
 use std::collections::HashSet;
