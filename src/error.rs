@@ -256,7 +256,9 @@ impl StdError for Error {
 /// Formats a duration the way error messages and logs show it: `10s`, `250ms`, `1.5s`.
 pub(crate) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms == 0 {
+    if d.is_zero() {
+        "0s".to_owned()
+    } else if ms == 0 {
         format!("{}µs", d.as_micros())
     } else if ms < 1000 {
         format!("{ms}ms")

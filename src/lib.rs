@@ -1,4 +1,4 @@
-//! postpone: a PostgreSQL-backed background job queue for synchronous Rust programs.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

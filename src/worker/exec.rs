@@ -287,12 +287,16 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         }
         Decision::Retry(d, msg) => {
             stats.retried.fetch_add(1, Ordering::Relaxed);
+            let when = if d.is_zero() {
+                "now".to_owned()
+            } else {
+                format!("in {}", crate::error::fmt_duration(d))
+            };
             log::warn!(
-                "job {} ({}) attempt {} failed, retrying in {}: {msg}",
+                "job {} ({}) attempt {} failed, retrying {when}: {msg}",
                 job.id,
                 job.task,
-                job.attempts(),
-                crate::error::fmt_duration(d)
+                job.attempts()
             );
             ("retry", K::Retried, d, Some(msg))
         }
