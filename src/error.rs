@@ -137,14 +137,6 @@ impl Error {
         }
     }
 
-    /// A deadline fired: `what` names the operation, `name` the deadline.
-    pub(crate) fn timeout(what: &str, name: &str, after: Duration) -> Error {
-        Error::new(
-            ErrorKind::Timeout,
-            format!("{what}: no answer within {} {name}", fmt_duration(after)),
-        )
-    }
-
     pub(crate) fn invalid(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::InvalidInput, message)
     }
@@ -264,7 +256,9 @@ impl StdError for Error {
 /// Formats a duration the way error messages and logs show it: `10s`, `250ms`, `1.5s`.
 pub(crate) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms == 0 {
+    if d.is_zero() {
+        "0s".to_owned()
+    } else if ms == 0 {
         format!("{}µs", d.as_micros())
     } else if ms < 1000 {
         format!("{ms}ms")
@@ -297,7 +291,13 @@ mod tests {
 
     #[test]
     fn timeout_names_the_deadline() {
-        let e = Error::timeout("claiming jobs", "io_timeout", Duration::from_secs(10));
+        let e = Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "claiming jobs: no answer within {} io_timeout",
+                fmt_duration(Duration::from_secs(10))
+            ),
+        );
         assert!(e.is_timeout());
         assert_eq!(
             e.to_string(),

@@ -1,8 +1,6 @@
-//! postpone: a PostgreSQL-backed background job queue for synchronous Rust programs.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-// Temporary while the worker that uses the rest of the store lands.
-#![allow(dead_code)]
 
 mod app;
 mod conn;
@@ -12,6 +10,7 @@ mod retry;
 mod schema;
 mod store;
 mod task;
+mod worker;
 
 pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
 pub use conn::{Connection, Notification};
@@ -19,3 +18,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use job::{Job, JobId, JobStatus};
 pub use retry::RetryStrategy;
 pub use task::{TaskError, TaskOptions, Tasks};
+pub use worker::{
+    DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
+    WorkerHandle, WorkerStats,
+};

@@ -34,7 +34,8 @@ RETURNING id";
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
 /// Builds the claim for a worker: takes up to `$2` due jobs for worker `$1`, highest priority
-/// first then oldest, skipping rows other claimers hold, and never a job whose lock has a
+/// first then oldest (the ids are collected into an array so that the update reaches them by
+/// primary key, whatever the generic plan guesses of `LIMIT $2`), skipping rows other claimers hold, and never a job whose lock has a
 /// running job or an older pending one. `$3` (queues) and `$4` (task names) are present only
 /// when the worker filters on them. Nothing is claimed if the worker's row is gone (it was
 /// declared dead): it must register again first.
@@ -42,32 +43,29 @@ pub(crate) fn job_claim_sql(filter_queues: bool, filter_tasks: bool) -> String {
     let mut filters = String::new();
     let mut n = 3;
     if filter_queues {
-        filters.push_str(&format!("\n       AND j.queue = ANY(${n}::text[])"));
+        filters.push_str(&format!("\n          AND j.queue = ANY(${n}::text[])"));
         n += 1;
     }
     if filter_tasks {
-        filters.push_str(&format!("\n       AND j.task = ANY(${n}::text[])"));
+        filters.push_str(&format!("\n          AND j.task = ANY(${n}::text[])"));
     }
     format!(
         "
-WITH candidates AS (
-    SELECT j.id
-      FROM postpone_jobs j
-     WHERE j.status = 'todo'
-       AND j.scheduled_at <= now(){filters}
-       AND (j.lock IS NULL OR NOT EXISTS (
-            SELECT 1 FROM postpone_jobs e
-             WHERE e.lock = j.lock
-               AND e.status IN ('todo', 'doing')
-               AND (e.status = 'doing' OR e.id < j.id)))
-     ORDER BY j.priority DESC, j.id
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED
-)
 UPDATE postpone_jobs j
    SET status = 'doing', worker_id = $1, attempts = j.attempts + 1, started_at = now()
-  FROM candidates c
- WHERE j.id = c.id
+ WHERE j.id = ANY(ARRAY(
+       SELECT j.id
+         FROM postpone_jobs j
+        WHERE j.status = 'todo'
+          AND j.scheduled_at <= now(){filters}
+          AND (j.lock IS NULL OR NOT EXISTS (
+               SELECT 1 FROM postpone_jobs e
+                WHERE e.lock = j.lock
+                  AND e.status IN ('todo', 'doing')
+                  AND (e.status = 'doing' OR e.id < j.id)))
+        ORDER BY j.priority DESC, j.id
+        LIMIT $2
+          FOR UPDATE SKIP LOCKED))
    AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = $1)
 RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort_requested"
     )
@@ -183,10 +181,6 @@ SELECT count(*), (SELECT count(pg_notify('postpone', 'job:' || q.queue))
 pub(crate) const JOB_ABORTS_POLL: &str =
     "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";
 
-/// Wakes listening workers for the given queues.
-pub(crate) const QUEUE_NOTIFY: &str =
-    "SELECT pg_notify('postpone', 'job:' || q) FROM unnest($1::text[]) AS q";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +194,6 @@ mod tests {
         assert!(tasks_only.contains("j.task = ANY($3::text[])"));
         assert!(!tasks_only.contains("j.queue = ANY"));
         let none = job_claim_sql(false, false);
-        assert!(!none.contains("ANY("));
+        assert!(!none.contains("queue = ANY") && !none.contains("task = ANY"));
     }
 }

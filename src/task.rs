@@ -73,6 +73,10 @@ impl TaskError {
         }
     }
 
+    pub(crate) fn with_action(action: TaskAction, message: String) -> TaskError {
+        TaskError { action, message }
+    }
+
     /// The message recorded on the job.
     pub fn message(&self) -> &str {
         &self.message

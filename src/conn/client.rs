@@ -454,15 +454,19 @@ impl Connection {
         Ok(stmt)
     }
 
-    /// Runs any future of the client under this connection's deadline (for callers that need
-    /// more than the methods above, e.g. a transaction of several statements).
-    pub(crate) fn run_with<T, F, Fut>(&mut self, what: &str, timeout: Duration, f: F) -> Result<T>
+    /// Like [`query`](Self::query), naming the operation in errors and logs.
+    pub(crate) fn query_named<T>(
+        &mut self,
+        what: &str,
+        statement: &T,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>>
     where
-        F: FnOnce(&Client) -> Fut,
-        Fut: Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+        T: ?Sized + ToStatement,
     {
-        let fut = f(&self.client);
-        self.inner.run(what, timeout, fut)
+        let t = self.inner.io_timeout;
+        self.inner
+            .run(what, t, self.client.query(statement, params))
     }
 
     /// Severs the socket now (used when the connection is abandoned mid-transaction).

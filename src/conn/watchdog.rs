@@ -182,11 +182,6 @@ impl Watchdog {
         self.sever_where(|e| e.group == group)
     }
 
-    /// Severs every socket registered with this watchdog.
-    pub(crate) fn sever_all(&self) -> usize {
-        self.sever_where(|_| true)
-    }
-
     fn sever_where(&self, pred: impl Fn(&Entry) -> bool) -> usize {
         let targets: Vec<Arc<Entry>> = lock(&self.shared.entries)
             .values()

@@ -1,0 +1,178 @@
+//! The beat thread: the worker's pulse, and its care for other workers.
+//!
+//! Every tick (a quarter second) it raises the abort flag of jobs past their task timeout;
+//! every second it polls abort requests for its running jobs (the backstop for a missed
+//! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
+//! refreshes its heartbeat and rescues the jobs of workers whose heartbeat is older than
+//! `stalled_after`.
+//!
+//! If its own row is gone (another worker presumed it dead while its link was down), it
+//! registers again under the same id; its requeued jobs may then run twice (at-least-once).
+//! Database errors are logged and retried on a fresh connection; duties that need the
+//! database wait for it, the timeouts do not.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use super::backoff::Backoff;
+use super::Shared;
+use crate::conn::Connection;
+use crate::error::Result;
+use crate::job::{JobId, ABORT_REQUESTED, ABORT_TIMEOUT};
+use crate::store;
+
+const TICK: Duration = Duration::from_millis(250);
+const ABORT_POLL: Duration = Duration::from_secs(1);
+
+pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard: &Receiver<()>) {
+    let mut conn = Some(conn);
+    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut retry_at = Instant::now();
+    let mut next_beat = Instant::now() + shared.opts.heartbeat_interval;
+    // Look for stalled workers soon after start, then at every heartbeat.
+    let mut next_rescue = Instant::now() + Duration::from_millis(500);
+    let mut next_abort_poll = Instant::now() + ABORT_POLL;
+    loop {
+        if super::sleep_or_stop(stop, TICK) {
+            return;
+        }
+        raise_timeouts(shared);
+        let now = Instant::now();
+        if now < retry_at {
+            continue;
+        }
+        let due_beat = now >= next_beat;
+        let due_rescue = now >= next_rescue;
+        let due_abort = now >= next_abort_poll && !shared.running().is_empty();
+        if !(due_beat || due_rescue || due_abort) {
+            continue;
+        }
+        if conn.is_none() {
+            match shared.connect() {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    shared.log_db_error("connecting for the heartbeat", &e, backoff.failures() + 1);
+                    retry_at = Instant::now() + backoff.next_wait();
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        let result = (|| -> Result<()> {
+            if due_beat {
+                heartbeat(shared, c)?;
+                next_beat = Instant::now() + shared.opts.heartbeat_interval;
+            }
+            if due_abort {
+                poll_aborts(shared, c)?;
+                next_abort_poll = Instant::now() + ABORT_POLL;
+            }
+            if due_rescue {
+                rescue(shared, c)?;
+                next_rescue = Instant::now() + shared.opts.heartbeat_interval;
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => backoff.reset(),
+            Err(e) => {
+                if shared.stopping() {
+                    return;
+                }
+                shared.log_db_error("heartbeat", &e, backoff.failures() + 1);
+                if c.is_broken() {
+                    conn = None;
+                }
+                retry_at = Instant::now() + backoff.next_wait();
+            }
+        }
+    }
+}
+
+fn raise_timeouts(shared: &Shared) {
+    for (id, job) in shared.running().iter() {
+        if let Some(t) = job.timeout {
+            if job.started.elapsed() >= t && job.abort.get() & ABORT_TIMEOUT == 0 {
+                log::warn!(
+                    "worker {}: job {id} ({}) ran past its {} timeout: should_abort() is now true",
+                    shared.name,
+                    job.task,
+                    crate::error::fmt_duration(t)
+                );
+                job.abort.raise(ABORT_TIMEOUT);
+            }
+        }
+    }
+}
+
+fn heartbeat(shared: &Shared, conn: &mut Connection) -> Result<()> {
+    let id = shared.id();
+    let n = conn.execute_cached("refreshing the heartbeat", store::WORKER_HEARTBEAT, &[&id])?;
+    if n == 0 {
+        let who = &shared.identity;
+        log::warn!(
+            "worker {} (id {id}) was presumed dead by another worker (its heartbeat went stale); registering again: jobs it was running were requeued and may run twice",
+            shared.name
+        );
+        conn.execute_cached(
+            "registering the worker again",
+            store::WORKER_REINSERT,
+            &[
+                &id,
+                &who.name,
+                &who.host,
+                &who.pid,
+                &who.queues,
+                &who.concurrency,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+fn poll_aborts(shared: &Shared, conn: &mut Connection) -> Result<()> {
+    let id = shared.id();
+    let rows = conn.query_cached("polling abort requests", store::JOB_ABORTS_POLL, &[&id])?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let running = shared.running();
+    for r in rows {
+        let job = JobId(r.get(0));
+        if let Some(j) = running.get(&job) {
+            if j.abort.get() & ABORT_REQUESTED == 0 {
+                log::info!(
+                    "worker {}: abort requested for job {job} ({})",
+                    shared.name,
+                    j.task
+                );
+                j.abort.raise(ABORT_REQUESTED);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
+    let stalled_ms = shared.opts.stalled_after.as_millis().min(i64::MAX as u128) as i64;
+    let id = shared.id();
+    let rows = conn.query_cached(
+        "rescuing jobs of stalled workers",
+        store::WORKER_RESCUE,
+        &[&stalled_ms, &id],
+    )?;
+    let row = &rows[0];
+    let dead: i64 = row.get(0);
+    let jobs: Vec<i64> = row.get(1);
+    if dead > 0 || !jobs.is_empty() {
+        log::warn!(
+            "worker {}: removed {dead} stalled worker(s) (no heartbeat for {}) and requeued {} job(s): {:?}",
+            shared.name,
+            crate::error::fmt_duration(shared.opts.stalled_after),
+            jobs.len(),
+            jobs
+        );
+    }
+    Ok(())
+}

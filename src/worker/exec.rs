@@ -1,0 +1,448 @@
+//! Executors: run one job at a time and decide its outcome; never touch the database.
+//!
+//! A task runs under `catch_unwind`: a panic fails the job with the panic's message and the
+//! thread goes on. The outcome goes to the completer through a channel, so the executor is
+//! free for its next job while the previous outcome is being recorded.
+//!
+//! Deciding, in order: a job whose abort was requested ends `aborted`, whatever the task
+//! returned; `Ok` succeeds; an error while the worker is shutting down past its graceful
+//! deadline gives the job back to the queue; otherwise the [`TaskError`] and the task's
+//! retry strategy decide between retry, failed and cancelled.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver, Sender};
+
+use super::{Claimed, DeleteJobs, Outcome, RunningJob, Shared};
+use crate::job::{AbortFlag, Job, JobId, ABORT_REQUESTED, ABORT_SHUTDOWN};
+use crate::retry::jitter_rand;
+use crate::task::{TaskAction, TaskError};
+
+/// What happened to a job, as seen by a [`JobHook`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEventKind {
+    /// The task is about to run.
+    Started,
+    /// The task returned `Ok`.
+    Succeeded,
+    /// The attempt failed and the job will be retried.
+    Retried,
+    /// The job failed for good.
+    Failed,
+    /// The job was cancelled by its task.
+    Cancelled,
+    /// The job was aborted on request.
+    Aborted,
+    /// The worker stopped before the job finished; it goes back to the queue.
+    Interrupted,
+}
+
+/// One event of a job's run, given to a [`JobHook`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct JobEvent<'a> {
+    /// What happened.
+    pub kind: JobEventKind,
+    /// The job.
+    pub job_id: JobId,
+    /// Its task name.
+    pub task: &'a str,
+    /// Its queue.
+    pub queue: &'a str,
+    /// Which attempt (1 on the first run).
+    pub attempt: u32,
+    /// How long the task ran (zero for `Started`).
+    pub duration: Duration,
+    /// The error message, for failed, retried, cancelled and aborted jobs.
+    pub error: Option<&'a str>,
+    /// The name of the worker.
+    pub worker: &'a str,
+}
+
+/// Observes jobs as they start and end, to feed metrics or tracing without forking the
+/// library. Runs on the executor thread, between the task and its next job: keep it fast.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use postpone::{JobEvent, JobEventKind, JobHook};
+///
+/// #[derive(Default)]
+/// struct Counter { failed: AtomicU64 }
+///
+/// impl JobHook for Counter {
+///     fn on_event(&self, event: &JobEvent<'_>) {
+///         if event.kind == JobEventKind::Failed {
+///             self.failed.fetch_add(1, Ordering::Relaxed);
+///         }
+///     }
+/// }
+/// ```
+pub trait JobHook: Send + Sync {
+    /// Called for every event of every job.
+    fn on_event(&self, event: &JobEvent<'_>);
+}
+
+impl<F> JobHook for F
+where
+    F: Fn(&JobEvent<'_>) + Send + Sync,
+{
+    fn on_event(&self, event: &JobEvent<'_>) {
+        self(event)
+    }
+}
+
+/// How many runs beyond its retry strategy a job gets when its runs end with their worker
+/// (a crash or a lost database, then a rescue). Past that it is failed without running.
+const MAX_RESCUES: u32 = 3;
+
+pub(crate) fn run(
+    shared: &Shared,
+    stop: &Receiver<()>,
+    jobs: &Receiver<Claimed>,
+    outcomes: &Sender<Outcome>,
+    wake: &Sender<()>,
+) {
+    let thread_name = std::thread::current()
+        .name()
+        .unwrap_or("postpone-exec")
+        .to_owned();
+    loop {
+        let claimed = select! {
+            recv(stop) -> _ => return,
+            recv(jobs) -> job => match job {
+                Ok(job) => job,
+                Err(_) => return,
+            },
+        };
+        if shared.stopping() {
+            // Claimed but never started: the shutdown gives it back untouched.
+            shared
+                .never_started
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(claimed.id);
+            return;
+        }
+        let outcome = run_one(shared, claimed, &thread_name);
+        let _ = outcomes.send(outcome);
+        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        let _ = wake.try_send(());
+    }
+}
+
+fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
+    let abort = Arc::new(AbortFlag::default());
+    if claimed.abort_requested {
+        abort.raise(ABORT_REQUESTED);
+    }
+    let task = shared.tasks.get(&claimed.task).cloned();
+    let job = Job {
+        id: claimed.id,
+        task: claimed.task,
+        queue: claimed.queue,
+        args: claimed.args,
+        attempts: claimed.attempts,
+        priority: claimed.priority,
+        lock: claimed.lock,
+        abort: abort.clone(),
+        app: shared.app.clone(),
+    };
+    let attempt = job.attempts();
+    let Some(task) = task else {
+        let mut names: Vec<&str> = shared.tasks.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        let msg = format!(
+            "task {:?} is not registered on worker {} (it knows: {})",
+            job.task,
+            shared.name,
+            names.join(", ")
+        );
+        return finish(shared, &job, Duration::ZERO, Decision::Failed(msg));
+    };
+    let allowed = task.options.retry.attempts_allowed();
+    if attempt > allowed + MAX_RESCUES {
+        // Earlier attempts ended with their worker (rescued after a crash, each time): a
+        // job that kills its worker must not loop forever.
+        let msg = format!(
+            "attempt {attempt}: its task {:?} allows {allowed} and earlier attempts kept ending with their worker (rescued {} times); giving up",
+            job.task,
+            attempt - 1
+        );
+        return finish(shared, &job, Duration::ZERO, Decision::Failed(msg));
+    }
+
+    shared.running().insert(
+        job.id,
+        RunningJob {
+            abort: abort.clone(),
+            started: Instant::now(),
+            timeout: task.options.timeout,
+            thread: thread_name.to_owned(),
+            task: job.task.clone(),
+        },
+    );
+    if shared.stopping() {
+        // A shutdown that began before this job was registered may have missed it: make
+        // sure it sees the abort once the graceful deadline has passed.
+        log::debug!("job {} starts while the worker is stopping", job.id);
+    }
+    emit(
+        shared,
+        &job,
+        super::JobEventKind::Started,
+        Duration::ZERO,
+        None,
+    );
+    log::debug!(
+        "worker {}: running job {} ({}, attempt {attempt})",
+        shared.name,
+        job.id,
+        job.task
+    );
+    let started = Instant::now();
+    let result = catch_unwind(AssertUnwindSafe(|| (task.func)(&job)));
+    let took = started.elapsed();
+    shared.running().remove(&job.id);
+
+    let flags = abort.get();
+    let decision = match result {
+        _ if flags & ABORT_REQUESTED != 0 => {
+            let why = match &result {
+                Ok(Err(e)) => format!("aborted on request: {e}"),
+                Err(p) => format!(
+                    "aborted on request; then the task panicked: {}",
+                    panic_text(p)
+                ),
+                Ok(Ok(())) => "aborted on request".to_owned(),
+            };
+            Decision::Aborted(why)
+        }
+        Ok(Ok(())) => Decision::Succeeded,
+        Ok(Err(e)) if flags & ABORT_SHUTDOWN != 0 => Decision::Interrupted(format!(
+            "interrupted by the shutdown of worker {}: {e}",
+            shared.name
+        )),
+        Ok(Err(e)) => decide(&e, attempt, &task.options.retry),
+        Err(p) => {
+            let e = TaskError::with_action(
+                TaskAction::Error,
+                format!("task panicked: {}", panic_text(&p)),
+            );
+            decide(&e, attempt, &task.options.retry)
+        }
+    };
+    finish(shared, &job, took, decision)
+}
+
+/// The verdict on one run.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    Succeeded,
+    Retry(Duration, String),
+    Failed(String),
+    Cancelled(String),
+    Aborted(String),
+    Interrupted(String),
+}
+
+fn decide(e: &TaskError, attempt: u32, strategy: &crate::RetryStrategy) -> Decision {
+    let msg = e.message().to_owned();
+    match e.action {
+        TaskAction::Fail => Decision::Failed(msg),
+        TaskAction::Cancel => Decision::Cancelled(msg),
+        TaskAction::Error => match strategy.next_delay(attempt, jitter_rand()) {
+            Some(d) => Decision::Retry(d, msg),
+            None => Decision::Failed(msg),
+        },
+        TaskAction::RetryIn(d) => {
+            if attempt < strategy.attempts_allowed() {
+                Decision::Retry(d, msg)
+            } else {
+                Decision::Failed(format!(
+                    "{msg} (retry requested, but attempt {attempt} was the last the retry strategy allows)"
+                ))
+            }
+        }
+    }
+}
+
+fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Outcome {
+    use super::JobEventKind as K;
+    let stats = &shared.stats;
+    let delete = shared.opts.delete;
+    let (word, kind, delay, error) = match decision {
+        Decision::Succeeded => {
+            stats.succeeded.fetch_add(1, Ordering::Relaxed);
+            let word = if delete == DeleteJobs::Never {
+                "succeeded"
+            } else {
+                "delete"
+            };
+            (word, K::Succeeded, Duration::ZERO, None)
+        }
+        Decision::Retry(d, msg) => {
+            stats.retried.fetch_add(1, Ordering::Relaxed);
+            let when = if d.is_zero() {
+                "now".to_owned()
+            } else {
+                format!("in {}", crate::error::fmt_duration(d))
+            };
+            log::warn!(
+                "job {} ({}) attempt {} failed, retrying {when}: {msg}",
+                job.id,
+                job.task,
+                job.attempts()
+            );
+            ("retry", K::Retried, d, Some(msg))
+        }
+        Decision::Failed(msg) => {
+            stats.failed.fetch_add(1, Ordering::Relaxed);
+            log::error!(
+                "job {} ({}) failed on attempt {}: {msg}",
+                job.id,
+                job.task,
+                job.attempts()
+            );
+            (
+                final_word(delete, "failed"),
+                K::Failed,
+                Duration::ZERO,
+                Some(msg),
+            )
+        }
+        Decision::Cancelled(msg) => {
+            stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            log::info!("job {} ({}) cancelled by its task: {msg}", job.id, job.task);
+            (
+                final_word(delete, "cancelled"),
+                K::Cancelled,
+                Duration::ZERO,
+                Some(msg),
+            )
+        }
+        Decision::Aborted(msg) => {
+            stats.aborted.fetch_add(1, Ordering::Relaxed);
+            log::info!("job {} ({}) {msg}", job.id, job.task);
+            (
+                final_word(delete, "aborted"),
+                K::Aborted,
+                Duration::ZERO,
+                Some(msg),
+            )
+        }
+        Decision::Interrupted(msg) => {
+            stats.interrupted.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "job {} ({}): {msg}; it goes back to the queue",
+                job.id,
+                job.task
+            );
+            ("release", K::Interrupted, Duration::ZERO, Some(msg))
+        }
+    };
+    emit(shared, job, kind, took, error.as_deref());
+    Outcome {
+        id: job.id,
+        word,
+        delay,
+        error,
+    }
+}
+
+fn final_word(delete: DeleteJobs, word: &'static str) -> &'static str {
+    if delete == DeleteJobs::Always {
+        "delete"
+    } else {
+        word
+    }
+}
+
+fn emit(
+    shared: &Shared,
+    job: &Job,
+    kind: super::JobEventKind,
+    duration: Duration,
+    error: Option<&str>,
+) {
+    if let Some(hook) = &shared.hook {
+        let event = JobEvent {
+            kind,
+            job_id: job.id,
+            task: &job.task,
+            queue: &job.queue,
+            attempt: job.attempts(),
+            duration,
+            error,
+            worker: &shared.name,
+        };
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook.on_event(&event))) {
+            log::error!("job hook panicked (ignored): {}", panic_text(&p));
+        }
+    }
+}
+
+fn panic_text(p: &Box<dyn Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-text panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RetryStrategy;
+
+    #[test]
+    fn errors_retry_while_the_strategy_allows() {
+        let s = RetryStrategy::fixed(Duration::from_secs(2), 3);
+        let e: TaskError = std::io::Error::other("boom").into();
+        assert_eq!(
+            decide(&e, 1, &s),
+            Decision::Retry(Duration::from_secs(2), "boom".into())
+        );
+        assert_eq!(decide(&e, 3, &s), Decision::Failed("boom".into()));
+    }
+
+    #[test]
+    fn explicit_actions_override_the_strategy_within_its_attempts() {
+        let s = RetryStrategy::fixed(Duration::from_secs(2), 3);
+        let e = TaskError::retry_in("later", Duration::from_secs(9));
+        assert_eq!(
+            decide(&e, 2, &s),
+            Decision::Retry(Duration::from_secs(9), "later".into())
+        );
+        assert!(
+            matches!(decide(&e, 3, &s), Decision::Failed(m) if m.contains("last the retry strategy allows"))
+        );
+        assert_eq!(
+            decide(&TaskError::fail("no"), 1, &s),
+            Decision::Failed("no".into())
+        );
+        assert_eq!(
+            decide(&TaskError::cancel("stop"), 1, &s),
+            Decision::Cancelled("stop".into())
+        );
+        let never = RetryStrategy::never();
+        assert!(matches!(
+            decide(&TaskError::retry("x"), 1, &never),
+            Decision::Failed(_)
+        ));
+    }
+
+    #[test]
+    fn panic_payloads_become_text() {
+        let p = catch_unwind(|| panic!("kaput {}", 7)).unwrap_err();
+        assert_eq!(panic_text(&p), "kaput 7");
+        let p = catch_unwind(|| std::panic::panic_any(42u8)).unwrap_err();
+        assert_eq!(panic_text(&p), "a non-text panic payload");
+    }
+}

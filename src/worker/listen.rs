@@ -1,0 +1,105 @@
+//! The listener: a dedicated connection that LISTENs for new jobs and abort requests.
+//!
+//! It wakes the fetcher on `job:<queue>` (for a queue this worker serves) and raises the abort
+//! flag of a running job on `abort:<id>`. Silence proves nothing on a half-open link, so after
+//! every `listen_ping_interval` without a notification it pings under `io_timeout`; a failed
+//! ping or wait drops the connection, and the listener reconnects with backoff. After every
+//! (re)connect it wakes the fetcher once, since notifications may have been missed; the
+//! fetcher's polling covers the gap anyway.
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::backoff::Backoff;
+use super::{sleep_or_stop, Shared};
+use crate::conn::{Connection, Notification};
+use crate::job::{JobId, ABORT_REQUESTED};
+use crate::store;
+
+pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>) {
+    let mut conn: Option<Connection> = None;
+    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    loop {
+        if shared.stopping() {
+            return;
+        }
+        if conn.is_none() {
+            match shared.connect().and_then(|mut c| {
+                c.listen(store::CHANNEL)?;
+                Ok(c)
+            }) {
+                Ok(c) => {
+                    if backoff.failures() > 0 {
+                        log::info!("worker {}: listening again", shared.name);
+                    }
+                    conn = Some(c);
+                    let _ = wake.try_send(());
+                }
+                Err(e) => {
+                    shared.log_db_error("connecting to listen", &e, backoff.failures() + 1);
+                    if sleep_or_stop(stop, backoff.next_wait()) {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        let c = conn.as_mut().expect("connected above");
+        let interrupt = shared.listen_wake.clone();
+        let got = c.wait_notification_or(shared.opts.listen_ping_interval, async move {
+            interrupt.notified().await
+        });
+        let result = match got {
+            Ok(Some(n)) => {
+                handle(shared, &n, wake);
+                // Drain what else arrived without waiting.
+                loop {
+                    match c.wait_notification(std::time::Duration::ZERO) {
+                        Ok(Some(n)) => handle(shared, &n, wake),
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                }
+            }
+            Ok(None) if shared.stopping() => return,
+            Ok(None) => c.ping(c.io_timeout()),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => backoff.reset(),
+            Err(e) => {
+                if shared.stopping() {
+                    return;
+                }
+                shared.log_db_error("listening for jobs", &e, backoff.failures() + 1);
+                conn = None;
+                if sleep_or_stop(stop, backoff.next_wait()) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
+    if let Some(queue) = n.payload.strip_prefix("job:") {
+        let ours = shared
+            .opts
+            .queues
+            .as_ref()
+            .is_none_or(|qs| qs.iter().any(|q| q == queue));
+        if ours {
+            let _ = wake.try_send(());
+        }
+    } else if let Some(id) = n.payload.strip_prefix("abort:") {
+        if let Ok(id) = id.parse::<i64>() {
+            if let Some(job) = shared.running().get(&JobId(id)) {
+                log::info!(
+                    "worker {}: abort requested for job {id} ({})",
+                    shared.name,
+                    job.task
+                );
+                job.abort.raise(ABORT_REQUESTED);
+            }
+        }
+    }
+}
