@@ -1,1 +1,388 @@
-fn main() {}
+//! Throughput and latency figures for postpone, printed (never asserted).
+//!
+//! ```sh
+//! cargo bench --bench throughput                       # everything, defaults below
+//! cargo bench --bench throughput -- --n-work 20000 --concurrency 1,4,16 --repeats 3
+//! cargo bench --bench throughput -- --only work,latency
+//! ```
+//!
+//! On a fresh database (`postpone_bench_<pid>`, created and dropped here) on the server named by
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`; only its host, port and
+//! user are used):
+//! - `defer`: defers one by one (`app.defer`), then in batches of 1,000 (`app.defer_batch`);
+//! - `work`: for each concurrency, `--n-work` no-op jobs deferred beforehand, wall time from
+//!   `spawn()` to the last outcome recorded in the database;
+//! - `latency`: an idle worker with LISTEN/NOTIFY on; time from `defer` returning to the task
+//!   starting, p50/p99 over `--n-latency` jobs deferred one at a time;
+//! - `shutdown`: `shutdown(10 s)` of a worker with 16 idle threads;
+//! - `rss`: peak RSS (VmHWM) of a child process running a 16-thread worker through
+//!   `--n-work` jobs.
+//!
+//! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
+
+struct Args {
+    n_defer: usize,
+    n_work: usize,
+    n_latency: usize,
+    concurrency: Vec<usize>,
+    repeats: usize,
+    only: Vec<String>,
+    prefetch: Option<usize>,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        n_defer: 5000,
+        n_work: 20000,
+        n_latency: 300,
+        concurrency: vec![1, 4, 16],
+        repeats: 3,
+        only: Vec::new(),
+        prefetch: None,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let val = || argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--n-defer" => a.n_defer = val().parse().expect("--n-defer N"),
+            "--n-work" => a.n_work = val().parse().expect("--n-work N"),
+            "--n-latency" => a.n_latency = val().parse().expect("--n-latency N"),
+            "--repeats" => a.repeats = val().parse().expect("--repeats N"),
+            "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
+            "--concurrency" => {
+                a.concurrency = val()
+                    .split(',')
+                    .map(|c| c.trim().parse().expect("--concurrency 1,4,16"))
+                    .collect()
+            }
+            "--only" => a.only = val().split(',').map(str::to_owned).collect(),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+/// host/port/user of DATABASE_URL, as a key=value prefix.
+fn server() -> String {
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let cfg: postgres::Config = url.parse().expect("DATABASE_URL");
+    let host = match cfg.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let user = cfg.get_user().unwrap_or("postgres").to_owned();
+    format!("host={host} port={port} user={user}")
+}
+
+struct BenchDb {
+    name: String,
+    admin: postgres::Client,
+}
+
+impl BenchDb {
+    fn create() -> BenchDb {
+        let name = format!("postpone_bench_{}", std::process::id());
+        let mut admin =
+            postgres::Client::connect(&format!("{} dbname=postgres", server()), postgres::NoTls)
+                .expect("connect to the postgres database");
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+            .unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        BenchDb { name, admin }
+    }
+
+    fn url(&self) -> String {
+        format!("{} dbname={}", server(), self.name)
+    }
+}
+
+impl Drop for BenchDb {
+    fn drop(&mut self) {
+        let _ = self.admin.batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
+
+fn clear(app: &App) {
+    let mut c = app.connection().unwrap();
+    c.batch_execute("TRUNCATE postpone_jobs, postpone_workers")
+        .unwrap();
+    c.batch_execute("VACUUM ANALYZE postpone_jobs").unwrap();
+}
+
+fn defer_n(app: &App, n: usize) {
+    let batch: Vec<NewJob> = (0..1000)
+        .map(|_| NewJob::new("noop", &()).unwrap())
+        .collect();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(1000);
+        app.defer_batch(&batch[..k]).unwrap();
+        left -= k;
+    }
+}
+
+fn noop_tasks() -> Tasks {
+    let mut t = Tasks::new();
+    t.register("noop", |_: &Job| Ok(()));
+    t
+}
+
+struct Results(BTreeMap<String, Vec<f64>>);
+
+impl Results {
+    fn record(&mut self, what: &str, rep: usize, n: usize, secs: f64, unit: &str) {
+        let v = if unit == "jobs_per_s" {
+            n as f64 / secs
+        } else {
+            secs
+        };
+        println!(
+            "{{\"what\": \"{what}\", \"rep\": {rep}, \"n\": {n}, \"s\": {secs:.3}, \"{unit}\": {v:.1}}}"
+        );
+        self.0.entry(what.to_owned()).or_default().push(v);
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn bench_defer(app: &App, a: &Args, r: &mut Results) {
+    for rep in 0..a.repeats {
+        clear(app);
+        let t = Instant::now();
+        for _ in 0..a.n_defer {
+            app.defer("noop", &()).unwrap();
+        }
+        r.record(
+            "defer_one_by_one",
+            rep,
+            a.n_defer,
+            t.elapsed().as_secs_f64(),
+            "jobs_per_s",
+        );
+        clear(app);
+        let n = a.n_defer * 10;
+        let t = Instant::now();
+        defer_n(app, n);
+        r.record(
+            "defer_batch1000",
+            rep,
+            n,
+            t.elapsed().as_secs_f64(),
+            "jobs_per_s",
+        );
+    }
+}
+
+fn bench_work(app: &App, a: &Args, r: &mut Results) {
+    for &c in &a.concurrency {
+        for rep in 0..a.repeats {
+            clear(app);
+            defer_n(app, a.n_work);
+            let t = Instant::now();
+            let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
+            if let Some(p) = a.prefetch {
+                b = b.prefetch(p);
+            }
+            let h = b.spawn().unwrap();
+            while h.stats().recorded < a.n_work as u64 {
+                std::thread::sleep(Duration::from_micros(500));
+                assert!(
+                    t.elapsed() < Duration::from_secs(600),
+                    "stuck: {:?}",
+                    h.stats()
+                );
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let report = h.shutdown(Duration::from_secs(10));
+            assert!(report.is_clean(), "{report}");
+            r.record(&format!("worker_c{c}"), rep, a.n_work, secs, "jobs_per_s");
+        }
+    }
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn bench_latency(app: &App, a: &Args, r: &mut Results) {
+    clear(app);
+    let (tx, rx) = mpsc::channel::<i64>();
+    let tx = std::sync::Mutex::new(tx);
+    let mut t = Tasks::new();
+    t.register("ping", move |job: &Job| -> Result<(), TaskError> {
+        let sent: i64 = job.args()?;
+        let _ = tx.lock().unwrap().send(now_micros() - sent);
+        Ok(())
+    });
+    let h = Worker::builder(app, t)
+        .concurrency(4)
+        .poll_interval(Duration::from_secs(10))
+        .spawn()
+        .unwrap();
+    // Let the worker settle into its idle wait.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut lat = Vec::with_capacity(a.n_latency);
+    for _ in 0..a.n_latency {
+        let sent = now_micros();
+        app.defer("ping", &sent).unwrap();
+        let d = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("job did not start");
+        lat.push(d as f64 / 1000.0);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let report = h.shutdown(Duration::from_secs(10));
+    assert!(report.is_clean(), "{report}");
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{{\"what\": \"latency_defer_to_start_ms\", \"n\": {}, \"p50\": {:.2}, \"p99\": {:.2}, \"max\": {:.2}}}",
+        lat.len(),
+        pct(0.5),
+        pct(0.99),
+        lat[lat.len() - 1]
+    );
+    r.0.entry("latency_p50_ms".into())
+        .or_default()
+        .push(pct(0.5));
+    r.0.entry("latency_p99_ms".into())
+        .or_default()
+        .push(pct(0.99));
+}
+
+fn bench_shutdown(app: &App, a: &Args, r: &mut Results) {
+    for rep in 0..a.repeats {
+        let h = Worker::builder(app, noop_tasks())
+            .concurrency(16)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let report = h.shutdown(Duration::from_secs(10));
+        let secs = t.elapsed().as_secs_f64();
+        assert!(report.is_clean(), "{report}");
+        r.record("shutdown_idle_c16_ms", rep, 1, secs * 1000.0, "ms");
+    }
+}
+
+fn bench_rss(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
+    clear(app);
+    defer_n(app, a.n_work);
+    let out = Command::new(std::env::current_exe().unwrap())
+        .env("POSTPONE_BENCH_CHILD", db.url())
+        .env("POSTPONE_BENCH_N", a.n_work.to_string())
+        .output()
+        .expect("run the child worker");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let kb: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM_kB="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "child said: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    println!(
+        "{{\"what\": \"peak_rss_worker_c16_MiB\", \"n\": {}, \"MiB\": {:.1}}}",
+        a.n_work,
+        kb / 1024.0
+    );
+    r.0.entry("peak_rss_worker_c16_MiB".into())
+        .or_default()
+        .push(kb / 1024.0);
+}
+
+/// The child of `bench_rss`: a worker process with 16 threads working the queue empty.
+fn child(url: &str) {
+    let n: u64 = std::env::var("POSTPONE_BENCH_N").unwrap().parse().unwrap();
+    let app = App::builder(url).pool_size(2).build().unwrap();
+    let h = Worker::builder(&app, noop_tasks())
+        .concurrency(16)
+        .spawn()
+        .unwrap();
+    while h.stats().recorded < n {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let _ = h.shutdown(Duration::from_secs(10));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim();
+    println!("VmHWM_kB={hwm}");
+}
+
+fn main() {
+    if let Ok(url) = std::env::var("POSTPONE_BENCH_CHILD") {
+        child(&url);
+        return;
+    }
+    let a = parse_args();
+    let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
+    let db = BenchDb::create();
+    let app = App::builder(db.url()).pool_size(4).build().unwrap();
+    app.migrate().unwrap();
+    let mut r = Results(BTreeMap::new());
+    if want("defer") {
+        bench_defer(&app, &a, &mut r);
+    }
+    if want("work") {
+        bench_work(&app, &a, &mut r);
+    }
+    if want("latency") {
+        bench_latency(&app, &a, &mut r);
+    }
+    if want("shutdown") {
+        bench_shutdown(&app, &a, &mut r);
+    }
+    if want("rss") {
+        bench_rss(&db, &app, &a, &mut r);
+    }
+    drop(app);
+    println!("SUMMARY (median of runs):");
+    for (k, v) in &r.0 {
+        let runs: Vec<String> = v.iter().map(|x| format!("{x:.1}")).collect();
+        println!(
+            "  {k:<28} median={:>10.1}  runs=[{}]",
+            median(v),
+            runs.join(", ")
+        );
+    }
+}

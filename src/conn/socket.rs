@@ -40,17 +40,6 @@ pub(crate) enum Target {
     },
 }
 
-impl Target {
-    /// The host name to verify a TLS certificate against (None for Unix sockets).
-    #[allow(dead_code)] // for TLS verification
-    pub(crate) fn host_name(&self) -> Option<&str> {
-        match self {
-            Target::Tcp { host, .. } => Some(host),
-            Target::Unix { .. } => None,
-        }
-    }
-}
-
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -207,6 +207,7 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
     let started = Instant::now();
     let result = catch_unwind(AssertUnwindSafe(|| (task.func)(&job)));
     let took = started.elapsed();
+    shared.job_duration.observe(took);
     shared.running().remove(&job.id);
 
     let flags = abort.get();

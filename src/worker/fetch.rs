@@ -8,6 +8,7 @@
 
 use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 use tokio_postgres::Statement;
 
 use super::backoff::Backoff;
@@ -27,14 +28,21 @@ pub(crate) fn run(
     let task_names: Vec<String> = shared.tasks.keys().cloned().collect();
     let mut conn: Option<(Connection, Statement)> = None;
     let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
         if shared.stopping() {
             return;
         }
-        let free = shared
-            .capacity
-            .saturating_sub(shared.in_flight.load(Ordering::Acquire));
-        if free == 0 {
+        let capacity = shared.opts.concurrency + prefetch(shared, claim_latency.get());
+        let free = capacity.saturating_sub(shared.in_flight.load(Ordering::Acquire));
+        // While executors still have jobs waiting, claim only when half the capacity is
+        // free, so that a busy worker claims in batches rather than one job per round-trip.
+        let threshold = if jobs.is_empty() {
+            1
+        } else {
+            (capacity / 2).max(1)
+        };
+        if free < threshold {
             // Executors signal on `wake` when they finish a job.
             select! {
                 recv(stop) -> _ => return,
@@ -57,7 +65,10 @@ pub(crate) fn run(
             }
         }
         let (c, stmt) = conn.as_mut().expect("connected above");
-        match claim(shared, c, stmt, free, &task_names) {
+        let started = Instant::now();
+        let res = claim(shared, c, stmt, free, &task_names);
+        claim_latency.observe(started.elapsed());
+        match res {
             Ok(claimed) => {
                 backoff.reset();
                 let n = claimed.len();
@@ -96,6 +107,59 @@ pub(crate) fn run(
                 }
             }
         }
+    }
+}
+
+/// Most jobs an adaptive prefetch holds beyond the executors' own.
+pub(crate) const MAX_PREFETCH: usize = 64;
+
+/// How many jobs to hold beyond the running ones. Fixed if the builder said so; otherwise
+/// enough to keep every executor busy for two claim round-trips at the current job duration,
+/// at least 1 (so the next claim overlaps the current job) and at most [`MAX_PREFETCH`].
+/// Fast jobs are claimed in large batches; slow jobs are not hoarded away from other workers.
+fn prefetch(shared: &Shared, claim_latency: Duration) -> usize {
+    match shared.opts.prefetch {
+        Some(p) => p,
+        None => adaptive_prefetch(
+            shared.opts.concurrency,
+            shared.job_duration.get(),
+            claim_latency,
+        ),
+    }
+}
+
+/// The adaptive prefetch as a pure function of the concurrency, the average job duration
+/// and the average claim latency.
+pub(crate) fn adaptive_prefetch(concurrency: usize, job: Duration, claim: Duration) -> usize {
+    let job = job.max(Duration::from_micros(1));
+    let per_thread = claim.as_secs_f64() * 2.0 / job.as_secs_f64();
+    let want = (per_thread * concurrency as f64).ceil();
+    if want.is_finite() {
+        (want.min(MAX_PREFETCH as f64) as usize).clamp(1, MAX_PREFETCH)
+    } else {
+        MAX_PREFETCH
+    }
+}
+
+/// An exponentially weighted moving average of durations, shareable between threads
+/// (updates may race; an average that is slightly off is fine here).
+#[derive(Debug)]
+pub(crate) struct Ewma(std::sync::atomic::AtomicU64);
+
+impl Ewma {
+    pub(crate) fn new(initial: Duration) -> Ewma {
+        Ewma(std::sync::atomic::AtomicU64::new(initial.as_nanos() as u64))
+    }
+
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Moves the average an eighth of the way towards `sample`.
+    pub(crate) fn observe(&self, sample: Duration) {
+        let old = self.0.load(Ordering::Relaxed) as i128;
+        let new = old + (sample.as_nanos().min(u64::MAX as u128) as i128 - old) / 8;
+        self.0.store(new.max(0) as u64, Ordering::Relaxed);
     }
 }
 
@@ -138,4 +202,36 @@ fn claim(
     // UPDATE ... RETURNING does not keep the claim's order: restore it.
     claimed.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn fast_jobs_are_claimed_in_large_batches_slow_ones_one_ahead() {
+        // No-op jobs, 1 ms claims: as many as allowed.
+        assert_eq!(
+            adaptive_prefetch(1, Duration::from_micros(5), MS),
+            MAX_PREFETCH
+        );
+        // 1 ms jobs, 1 ms claims, 4 threads: 2 round-trips of work for 4 threads.
+        assert_eq!(adaptive_prefetch(4, MS, MS), 8);
+        // Slow jobs: one ahead, never more.
+        assert_eq!(adaptive_prefetch(16, Duration::from_secs(2), MS), 1);
+        assert_eq!(adaptive_prefetch(1, Duration::ZERO, Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn ewma_moves_an_eighth_of_the_way() {
+        let e = Ewma::new(Duration::from_millis(80));
+        e.observe(Duration::ZERO);
+        assert_eq!(e.get(), Duration::from_millis(70));
+        for _ in 0..200 {
+            e.observe(Duration::from_millis(8));
+        }
+        assert!(e.get() < Duration::from_millis(9), "{:?}", e.get());
+    }
 }

@@ -160,7 +160,10 @@ impl WorkerBuilder {
 
     /// Jobs claimed ahead of free threads, so a thread that finishes finds its next job
     /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
-    /// and given back untouched at shutdown. Defaults to `concurrency`; 0 disables it.
+    /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
+    /// busy for two claim round-trips at the measured job duration (at least 1, at most 64),
+    /// so fast jobs are claimed in large batches and slow ones are not hoarded. A number here
+    /// fixes it; 0 disables it.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.opts.prefetch = Some(jobs);
         self
@@ -340,7 +343,6 @@ impl WorkerBuilder {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
 
-        let capacity = opts.concurrency + opts.prefetch.unwrap_or(opts.concurrency);
         let shared = Arc::new(Shared {
             app,
             tasks: tasks.map,
@@ -349,7 +351,7 @@ impl WorkerBuilder {
             worker_id: AtomicI64::new(id),
             name: name.clone(),
             identity,
-            capacity,
+            job_duration: fetch::Ewma::new(Duration::from_millis(10)),
             stopping: AtomicBool::new(false),
             running: Mutex::new(HashMap::new()),
             in_flight: AtomicUsize::new(0),
@@ -579,8 +581,8 @@ pub(crate) struct Shared {
     pub(crate) worker_id: AtomicI64,
     pub(crate) name: String,
     pub(crate) identity: Identity,
-    /// Most jobs held at once: running plus prefetched.
-    pub(crate) capacity: usize,
+    /// Average run time of a job, for the adaptive prefetch.
+    pub(crate) job_duration: fetch::Ewma,
     pub(crate) stopping: AtomicBool,
     pub(crate) running: Mutex<HashMap<JobId, RunningJob>>,
     /// Jobs claimed and not yet finished by an executor.
