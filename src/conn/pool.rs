@@ -2,9 +2,10 @@
 //!
 //! r2d2 validates a connection on checkout and discards broken ones on return. With the stock
 //! postgres manager both steps can block forever on a half-open socket; here:
-//! - `is_valid` skips the ping for a connection that answered within the last second, and
-//!   otherwise pings under a short deadline that also never runs past the deadline of the
-//!   checkout in progress (so a pool full of half-open sockets is drained in bounded time);
+//! - `is_valid` skips the ping for a connection that answered within the last second and
+//!   whose socket holds no unread input (no reset, no end of stream), and otherwise pings
+//!   under a short deadline that also never runs past the deadline of the checkout in
+//!   progress (so a pool full of half-open sockets is drained in bounded time);
 //! - `has_broken` is true for a severed, closed or timed-out connection, or one left inside a
 //!   transaction; such a connection is dropped, which never blocks.
 
@@ -64,7 +65,9 @@ impl r2d2::ManageConnection for Manager {
             return Err(Error::new(ErrorKind::Closed, "pooled connection is broken"));
         }
         conn.set_io_timeout(self.opts.io_timeout);
-        if conn.idle_for() < FRESH {
+        // Skip the ping only if the socket has nothing unread: an idle socket with input
+        // has been reset, closed by the server, or sent an error (a terminated backend).
+        if conn.idle_for() < FRESH && !conn.has_pending_input() {
             return Ok(());
         }
         let mut wait = PING_CAP.min(self.opts.io_timeout);
