@@ -162,12 +162,15 @@ impl Error {
             msg.push_str(&format!(" (hint: {h})"));
         }
         let code = db.code().code();
-        msg.push_str(&format!(" [SQLSTATE {code}]"));
+        // A table of ours is missing: say what to do, as the App's own schema check does
+        // (calls on the caller's client, like `defer_in`, do not go through that check).
         let kind = if code == "42P01" && db.message().contains("postpone_") {
+            msg.push_str(" (schema not installed: run `postpone migrate`)");
             ErrorKind::SchemaMissing
         } else {
             ErrorKind::Database
         };
+        msg.push_str(&format!(" [SQLSTATE {code}]"));
         let mut e = Error::new(kind, msg).set_sqlstate(code);
         e.inner.constraint = db.constraint().map(str::to_owned);
         e
