@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -55,6 +55,8 @@ pub(crate) struct AppInner {
     group: u64,
     pool: Pool,
     pool_timeout: Duration,
+    /// Bumped by every `sever_all`, so that checkouts waiting for a connection give up too.
+    severs: AtomicU64,
     schema_ok: AtomicBool,
     defaults: HashMap<String, (Option<String>, Option<i32>)>,
 }
@@ -200,6 +202,7 @@ impl AppBuilder {
                 group,
                 pool,
                 pool_timeout,
+                severs: AtomicU64::new(0),
                 schema_ok: AtomicBool::new(false),
                 defaults: self.defaults,
             }),
@@ -256,7 +259,12 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        pool::checkout(&self.inner.pool, self.inner.pool_timeout).map(PooledConnection)
+        pool::checkout(
+            &self.inner.pool,
+            self.inner.pool_timeout,
+            &self.inner.severs,
+        )
+        .map(PooledConnection)
     }
 
     /// Checks the schema version once per App.
@@ -340,9 +348,13 @@ impl App {
     }
 
     /// Severs every socket of this App's pool at once: every blocked round-trip returns an
-    /// error within milliseconds and its connection is discarded. Returns how many sockets
-    /// were severed. (Workers have their own sockets; stop them with their handle.)
+    /// error within milliseconds and its connection is discarded, and so does every call
+    /// waiting for a pooled connection (a connect in progress included). Returns how many
+    /// sockets were severed. (Workers have their own sockets; stop them with their handle.)
     pub fn sever_all(&self) -> usize {
+        // First, so that a checkout waiting for a connection (its connect about to be
+        // severed) gives up instead of waiting for r2d2's retry.
+        self.inner.severs.fetch_add(1, Ordering::AcqRel);
         self.inner.watchdog.sever_group(self.inner.group)
     }
 

@@ -111,7 +111,9 @@ impl Error {
         }
     }
 
-    /// Creates an error that keeps `source` as its cause; its text is appended to `message`.
+    /// Creates an error that keeps `source` as its cause; the text of the cause and of its own
+    /// causes is appended to `message` (a driver error often says only "invalid connection
+    /// string" and keeps the useful part, "invalid value for parameter `port`", in its source).
     pub(crate) fn with_source(
         kind: ErrorKind,
         message: impl Into<String>,
@@ -119,12 +121,16 @@ impl Error {
     ) -> Error {
         let source = source.into();
         let mut message = message.into();
-        let cause = source.to_string();
-        if !cause.is_empty() {
-            if !message.is_empty() {
-                message.push_str(": ");
+        let mut cause: Option<&(dyn StdError + 'static)> = Some(&*source);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !text.is_empty() && !message.contains(&text) {
+                if !message.is_empty() {
+                    message.push_str(": ");
+                }
+                message.push_str(&text);
             }
-            message.push_str(&cause);
+            cause = c.source();
         }
         Error {
             inner: Box::new(Inner {
@@ -162,12 +168,15 @@ impl Error {
             msg.push_str(&format!(" (hint: {h})"));
         }
         let code = db.code().code();
-        msg.push_str(&format!(" [SQLSTATE {code}]"));
+        // A table of ours is missing: say what to do, as the App's own schema check does
+        // (calls on the caller's client, like `defer_in`, do not go through that check).
         let kind = if code == "42P01" && db.message().contains("postpone_") {
+            msg.push_str(" (schema not installed: run `postpone migrate`)");
             ErrorKind::SchemaMissing
         } else {
             ErrorKind::Database
         };
+        msg.push_str(&format!(" [SQLSTATE {code}]"));
         let mut e = Error::new(kind, msg).set_sqlstate(code);
         e.inner.constraint = db.constraint().map(str::to_owned);
         e
@@ -287,6 +296,34 @@ mod tests {
             .starts_with("claiming jobs: connecting to 127.0.0.1:1: "));
         assert!(e.source().is_some());
         assert!(e.is_connection_lost());
+    }
+
+    #[test]
+    fn the_whole_cause_chain_is_in_the_message_once() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("invalid connection string")
+            }
+        }
+        impl StdError for Outer {
+            fn source(&self) -> Option<&(dyn StdError + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let inner = std::io::Error::other("invalid value for parameter `port`");
+        let e = Error::with_source(ErrorKind::Config, "invalid database url", Outer(inner));
+        assert_eq!(
+            e.to_string(),
+            "invalid database url: invalid connection string: invalid value for parameter `port`"
+        );
+        // A cause whose text already includes its own cause is not repeated.
+        let wrapped = Error::with_source(ErrorKind::Closed, "outer", e);
+        assert_eq!(
+            wrapped.to_string(),
+            "outer: invalid database url: invalid connection string: invalid value for parameter `port`"
+        );
     }
 
     #[test]

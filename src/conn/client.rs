@@ -255,7 +255,15 @@ impl Connection {
 
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
-        self.inner.broken.is_some() || self.client.is_closed()
+        self.inner.broken.is_some()
+            || self.client.is_closed()
+            || self.inner.reg.severed() != SeverReason::None
+    }
+
+    /// True when the socket holds unread input (bytes, end of stream, a reset) while no call
+    /// is running: the link must be checked with a round-trip before the connection is reused.
+    pub(crate) fn has_pending_input(&self) -> bool {
+        self.inner.reg.has_pending_input()
     }
 
     /// How long ago the last round-trip succeeded.

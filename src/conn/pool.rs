@@ -2,13 +2,15 @@
 //!
 //! r2d2 validates a connection on checkout and discards broken ones on return. With the stock
 //! postgres manager both steps can block forever on a half-open socket; here:
-//! - `is_valid` skips the ping for a connection that answered within the last second, and
-//!   otherwise pings under a short deadline that also never runs past the deadline of the
-//!   checkout in progress (so a pool full of half-open sockets is drained in bounded time);
+//! - `is_valid` skips the ping for a connection that answered within the last second and
+//!   whose socket holds no unread input (no reset, no end of stream), and otherwise pings
+//!   under a short deadline that also never runs past the deadline of the checkout in
+//!   progress (so a pool full of half-open sockets is drained in bounded time);
 //! - `has_broken` is true for a severed, closed or timed-out connection, or one left inside a
 //!   transaction; such a connection is dropped, which never blocks.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,8 @@ use crate::error::{fmt_duration, Error, ErrorKind, Result};
 const FRESH: Duration = Duration::from_secs(1);
 /// The longest a checkout ping may wait.
 const PING_CAP: Duration = Duration::from_secs(1);
+/// A checkout waits in slices this long, so that `sever_all` can end the wait.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 thread_local! {
     /// Deadline of the checkout running on this thread, read by `is_valid`.
@@ -64,7 +68,9 @@ impl r2d2::ManageConnection for Manager {
             return Err(Error::new(ErrorKind::Closed, "pooled connection is broken"));
         }
         conn.set_io_timeout(self.opts.io_timeout);
-        if conn.idle_for() < FRESH {
+        // Skip the ping only if the socket has nothing unread: an idle socket with input
+        // has been reset, closed by the server, or sent an error (a terminated backend).
+        if conn.idle_for() < FRESH && !conn.has_pending_input() {
             return Ok(());
         }
         let mut wait = PING_CAP.min(self.opts.io_timeout);
@@ -111,34 +117,62 @@ pub(crate) fn build(manager: Manager, size: u32, checkout_timeout: Duration) -> 
     Ok(pool)
 }
 
-/// Checks a connection out, bounded by `timeout` even when every pooled socket is half-open.
-pub(crate) fn checkout(pool: &Pool, timeout: Duration) -> Result<Pooled> {
+/// Checks a connection out, bounded by `timeout` even when every pooled socket is half-open,
+/// and ended early (kind `Shutdown`) when `severs` moves, i.e. when `App::sever_all` runs.
+///
+/// r2d2 opens connections on its own threads and its waiting `get` wakes only when one is
+/// added or returned: a connect that `sever_all` cuts short is retried in the background and
+/// the caller would wait out the whole `timeout`. So the wait is taken in slices of
+/// [`WAIT_SLICE`], looking at `severs` between them. (Each slice that finds no idle
+/// connection asks r2d2 for one, so a long wait may open more connections in parallel, never
+/// more than `pool_size`: as when several threads wait.)
+pub(crate) fn checkout(pool: &Pool, timeout: Duration, severs: &AtomicU64) -> Result<Pooled> {
     let deadline = Instant::now() + timeout;
+    let epoch = severs.load(Ordering::Acquire);
     let previous = CHECKOUT_DEADLINE.with(|c| c.replace(Some(deadline)));
-    let res = pool.get_timeout(timeout);
-    CHECKOUT_DEADLINE.with(|c| c.set(previous));
-    res.map_err(|e| {
-        let text = e.to_string();
-        let last = text
+    // r2d2 hands each failed wait the last error and forgets it: keep the latest one here.
+    let mut last = String::new();
+    let res = loop {
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(WAIT_SLICE);
+        let err = match pool.get_timeout(slice) {
+            Ok(conn) => break Ok(conn),
+            Err(e) => e.to_string(),
+        };
+        let text = err
             .strip_prefix("timed out waiting for connection")
-            .unwrap_or(&text)
+            .unwrap_or(&err)
             .trim_start_matches(": ");
-        if last.is_empty() {
-            Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "getting a pooled connection: none free within {} pool_timeout (raise pool_size, or return connections sooner)",
-                    fmt_duration(timeout)
-                ),
-            )
-        } else {
-            Error::new(
-                ErrorKind::Connect,
-                format!(
-                    "getting a pooled connection: none within {} pool_timeout; last error: {last}",
-                    fmt_duration(timeout)
-                ),
-            )
+        if !text.is_empty() {
+            last = text.to_owned();
         }
-    })
+        if severs.load(Ordering::Acquire) != epoch {
+            break Err(Error::new(
+                ErrorKind::Shutdown,
+                "getting a pooled connection: interrupted by sever_all",
+            ));
+        }
+        if Instant::now() >= deadline {
+            break Err(if last.is_empty() {
+                Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "getting a pooled connection: none free within {} pool_timeout (raise pool_size, or return connections sooner)",
+                        fmt_duration(timeout)
+                    ),
+                )
+            } else {
+                Error::new(
+                    ErrorKind::Connect,
+                    format!(
+                        "getting a pooled connection: none within {} pool_timeout; last error: {last}",
+                        fmt_duration(timeout)
+                    ),
+                )
+            });
+        }
+    };
+    CHECKOUT_DEADLINE.with(|c| c.set(previous));
+    res
 }

@@ -241,6 +241,23 @@ impl Registration {
     pub(crate) fn severed(&self) -> SeverReason {
         SeverReason::from_u8(self.entry.severed.load(Ordering::Acquire))
     }
+
+    /// True when the socket has something nobody has read yet: bytes, an end of stream, or
+    /// an error such as a reset. An idle connection should have nothing to say; one that does
+    /// (a reset, a server that ended the session) must not be trusted without a round-trip.
+    /// One non-blocking `recv(MSG_PEEK)`; if the socket cannot be confirmed non-blocking the
+    /// answer is true, so that the caller checks the link instead of risking a blocking read.
+    pub(crate) fn has_pending_input(&self) -> bool {
+        let handle = &self.entry.handle;
+        if !handle.nonblocking().unwrap_or(false) {
+            return true;
+        }
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        match handle.peek(&mut buf) {
+            Ok(_) => true, // data, or 0: end of stream
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
 }
 
 impl Drop for Registration {

@@ -1,0 +1,742 @@
+//! The connection layer against the real PostgreSQL, through the fault proxy: deadlines on
+//! stranded (half-open) links, `sever_all`, the pool with every socket stranded, resets,
+//! leaks, the kinds of hosts a connection string can name, and the server-side check interval.
+//!
+//! Run with `--nocapture` to see the measured times (lines starting with `measured:`).
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::sync::{mpsc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postpone::{App, ErrorKind};
+use support::*;
+
+/// The leak test counts every descriptor of the process, so it runs alone: it takes this lock
+/// for writing, every other test of this file for reading.
+static FD_ACCOUNTING: RwLock<()> = RwLock::new(());
+
+fn shared_fds() -> RwLockReadGuard<'static, ()> {
+    FD_ACCOUNTING.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn exclusive_fds() -> RwLockWriteGuard<'static, ()> {
+    FD_ACCOUNTING.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A migrated App through `proxy`, with `io_timeout` and a small pool.
+fn app_via(db: &TestDb, proxy: &FaultProxy, io_timeout: Duration, pool_size: u32) -> App {
+    let app = App::builder(db.url_via(proxy))
+        .pool_size(pool_size)
+        .io_timeout(io_timeout)
+        .build()
+        .expect("build the app");
+    app.migrate().expect("migrate");
+    app
+}
+
+fn backend_pid(conn: &mut postpone::Connection) -> i32 {
+    conn.query_one("SELECT pg_backend_pid()", &[])
+        .expect("SELECT pg_backend_pid()")
+        .get(0)
+}
+
+/// Bytes that arrived at the proxy from its clients and sit unread in its sockets: a query
+/// (or a startup message) written into a stranded link lands here, so a positive count proves
+/// that the caller has sent its request and is now waiting for an answer that never comes.
+fn unread_at_proxy(proxy: &FaultProxy) -> u64 {
+    let mut total = 0;
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 5 || f[3] != "01" {
+                continue; // only established sockets (a listener's rx_queue is its backlog)
+            }
+            let local_port = f[1]
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port != Some(proxy.port()) {
+                continue;
+            }
+            if let Some((_, rx)) = f[4].split_once(':') {
+                total += u64::from_str_radix(rx, 16).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+/// True when the thread named `name` (at most 15 bytes) is blocked in `epoll_wait`: a
+/// connection's runtime waiting for its socket. (Linux, x86_64 and aarch64 numbering.)
+fn thread_blocked_in_epoll(name: &str) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    const EPOLL: &[i64] = &[232, 281, 441]; // epoll_wait, epoll_pwait, epoll_pwait2
+    #[cfg(not(target_arch = "x86_64"))]
+    const EPOLL: &[i64] = &[22, 441]; // epoll_pwait, epoll_pwait2
+    let Ok(dir) = fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let comm = fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let syscall = fs::read_to_string(path.join("syscall")).unwrap_or_default();
+        let nr = syscall
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse::<i64>().ok());
+        return nr.is_some_and(|n| EPOLL.contains(&n));
+    }
+    false
+}
+
+/// TCP sockets of this process connected to the proxy's port (the library's client ends).
+fn client_sockets_to(proxy: &FaultProxy) -> usize {
+    own_tcp_sockets()
+        .iter()
+        .filter(|s| s.remote_port == proxy.port() && s.state == TCP_ESTABLISHED)
+        .count()
+}
+
+#[test]
+fn stranded_query_times_out_within_io_timeout_and_the_connection_is_never_reused() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(1), 2);
+    let mut conn = app.connection().unwrap();
+    let old_pid = backend_pid(&mut conn);
+    assert!(!conn.is_broken());
+
+    proxy.strand_all();
+    let started = Instant::now();
+    let err = conn.query_one("SELECT 1", &[]).unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "measured: stranded query -> {:?} error after {took:?} (io_timeout 1s)",
+        err.kind()
+    );
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.is_timeout() && err.is_connection_lost());
+    assert!(
+        took >= Duration::from_millis(900),
+        "returned before the deadline: {took:?}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("io_timeout"),
+        "the message names the deadline: {text}"
+    );
+    assert!(
+        text.contains("1s"),
+        "the message gives the deadline's value: {text}"
+    );
+
+    // Broken for good: the next call fails at once, without touching the network.
+    assert!(conn.is_broken());
+    let started = Instant::now();
+    let again = conn.execute("SELECT 1", &[]).unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(100));
+    assert_eq!(again.kind(), ErrorKind::Closed, "{again}");
+    assert!(again.to_string().contains("unusable"), "{again}");
+    assert!(conn.ping(Duration::from_secs(5)).is_err());
+
+    // Returned to the pool, it is discarded: the next checkout is a new connection (a new
+    // socket through the proxy, a new backend), and it works.
+    let accepted = proxy.accepted();
+    drop(conn);
+    let mut fresh = app.connection().unwrap();
+    assert_ne!(backend_pid(&mut fresh), old_pid);
+    assert!(proxy.accepted() > accepted, "no new socket was opened");
+    assert_eq!(
+        app.open_sockets(),
+        1,
+        "the broken socket is still registered"
+    );
+}
+
+#[test]
+fn sever_all_unblocks_a_stranded_query() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    // io_timeout 30 s: only the sever can end the query within the test's bounds.
+    let app = app_via(&db, &proxy, Duration::from_secs(30), 2);
+    let mut conn = app.connection().unwrap();
+    conn.query_one("SELECT 1", &[]).unwrap();
+    proxy.strand_all();
+    assert_eq!(unread_at_proxy(&proxy), 0);
+
+    let (tx, rx) = mpsc::channel();
+    let worker = thread::spawn(move || {
+        let res = conn.query_one("SELECT 1", &[]).map(|_| ());
+        let broken = conn.is_broken();
+        let _ = tx.send((res, broken, Instant::now()));
+    });
+    assert!(
+        wait_until(Duration::from_secs(5), || unread_at_proxy(&proxy) > 0),
+        "the query never reached the stranded link"
+    );
+    let severed_at = Instant::now();
+    let n = app.sever_all();
+    let (res, broken, returned_at) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the stranded query did not return after sever_all");
+    let took = returned_at.duration_since(severed_at);
+    eprintln!(
+        "measured: sever_all -> stranded query returned after {took:?} ({n} socket(s) severed)"
+    );
+    worker.join().unwrap();
+    let err = res.expect_err("a stranded query cannot succeed");
+    assert!(n >= 1);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(broken, "a severed connection must be marked broken");
+    assert_ne!(
+        err.kind(),
+        ErrorKind::Timeout,
+        "the deadline fired, not the sever: {err}"
+    );
+    assert!(
+        err.is_connection_lost() || err.kind() == ErrorKind::Shutdown,
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("sever"),
+        "the message says why: {err}"
+    );
+}
+
+#[test]
+fn sever_all_unblocks_a_stranded_notification_wait() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(30), 2);
+    let mut conn = app.connection().unwrap();
+    conn.listen("x").unwrap();
+    proxy.strand_all();
+
+    let (tx, rx) = mpsc::channel();
+    let worker = thread::Builder::new()
+        .name("t-sever-notify".into())
+        .spawn(move || {
+            let res = conn.wait_notification(Duration::from_secs(30));
+            let broken = conn.is_broken();
+            let _ = tx.send((res, broken, Instant::now()));
+        })
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || thread_blocked_in_epoll(
+            "t-sever-notify"
+        )),
+        "the notification wait never blocked"
+    );
+    let severed_at = Instant::now();
+    let n = app.sever_all();
+    let (res, broken, returned_at) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the stranded notification wait did not return after sever_all");
+    let took = returned_at.duration_since(severed_at);
+    eprintln!("measured: sever_all -> stranded notification wait returned after {took:?}");
+    worker.join().unwrap();
+    assert!(n >= 1);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let err = res.expect_err("a severed notification wait must be an error, not Ok(None)");
+    assert!(broken);
+    assert!(err.to_string().contains("sever"), "{err}");
+}
+
+#[test]
+fn sever_all_unblocks_a_stranded_connect() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    proxy.set_new_conns(NewConns::Strand);
+    // connect_timeout 30 s (so pool_timeout 31 s): only the sever can end the checkout.
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(2)
+        .connect_timeout(Duration::from_secs(30))
+        .lazy(true)
+        .build()
+        .unwrap();
+    assert_eq!(proxy.accepted(), 0, "a lazy App connects on first use");
+
+    let (tx, rx) = mpsc::channel();
+    let checker = app.clone();
+    let worker = thread::spawn(move || {
+        let res = checker.connection().map(|_| ());
+        let _ = tx.send((res, Instant::now()));
+    });
+    // The startup message sits unread at the proxy: the handshake is waiting for an answer.
+    assert!(
+        wait_until(Duration::from_secs(5), || unread_at_proxy(&proxy) > 0),
+        "the connect never reached the stranded proxy"
+    );
+    let severed_at = Instant::now();
+    let n = app.sever_all();
+    let res = rx.recv_timeout(Duration::from_secs(5));
+    let took = severed_at.elapsed();
+    eprintln!("measured: sever_all -> stranded connect (pool checkout) returned after {took:?} ({n} socket(s) severed)");
+    let (res, returned_at) = res.expect("the stranded connect did not return after sever_all");
+    worker.join().unwrap();
+    let took = returned_at.duration_since(severed_at);
+    assert!(n >= 1);
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    let err = res.expect_err("a stranded connect cannot succeed");
+    assert!(err.to_string().contains("sever"), "{err}");
+}
+
+#[test]
+fn stranded_connect_at_build_names_connect_timeout() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    proxy.set_new_conns(NewConns::Strand);
+    let started = Instant::now();
+    let err = App::builder(db.url_via(&proxy))
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "measured: stranded startup handshake -> {:?} error after {took:?} (connect_timeout 1s)",
+        err.kind()
+    );
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("connect_timeout"), "{text}");
+    assert!(
+        text.contains(&proxy.port().to_string()),
+        "the message names the server: {text}"
+    );
+}
+
+#[test]
+fn exhausted_pool_names_pool_timeout() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url())
+        .pool_size(1)
+        .pool_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let held = app.connection().unwrap();
+    let started = Instant::now();
+    let err = app.connection().unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(err.to_string().contains("pool_timeout"), "{err}");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    drop(held);
+    app.connection().unwrap();
+}
+
+#[test]
+fn pool_checkout_is_bounded_when_every_pooled_socket_is_stranded() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let pool_timeout = Duration::from_secs(5);
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(3)
+        .io_timeout(Duration::from_secs(1))
+        .pool_timeout(pool_timeout)
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    // Fill the pool: three connections at once, then give them back.
+    let mut conns: Vec<_> = (0..3).map(|_| app.connection().unwrap()).collect();
+    let old_pids: Vec<i32> = conns.iter_mut().map(|c| backend_pid(c)).collect();
+    drop(conns);
+    assert_eq!(app.open_sockets(), 3);
+
+    proxy.strand_all();
+    // A connection used within the last second is handed out without a ping (by design);
+    // let that pass so that the checkout has to find out that every idle socket is dead.
+    thread::sleep(Duration::from_millis(1100));
+    let started = Instant::now();
+    let res = app.connection();
+    let took = started.elapsed();
+    eprintln!(
+        "measured: pool checkout with 3 stranded pooled sockets -> {} after {took:?} (pool_timeout {pool_timeout:?}, io_timeout 1s)",
+        match &res {
+            Ok(_) => "fresh connection".to_owned(),
+            Err(e) => format!("{:?} error", e.kind()),
+        }
+    );
+    assert!(
+        took < pool_timeout + Duration::from_secs(1),
+        "took {took:?}"
+    );
+    match res {
+        Ok(mut conn) => {
+            let pid = backend_pid(&mut conn);
+            assert!(
+                !old_pids.contains(&pid),
+                "a stranded connection was handed out"
+            );
+        }
+        Err(e) => assert!(e.is_timeout() || e.is_connection_lost(), "{e}"),
+    }
+    // The stranded ones were discarded and their sockets closed, not kept in the pool.
+    assert!(
+        wait_until(Duration::from_secs(2), || proxy.peer_closed_stranded() == 3),
+        "stranded sockets closed by the library: {}",
+        proxy.peer_closed_stranded()
+    );
+    assert_eq!(
+        app.open_sockets(),
+        client_sockets_to(&proxy),
+        "registered vs open sockets"
+    );
+}
+
+#[test]
+fn pool_checkout_with_a_short_pool_timeout_fails_in_time_when_every_socket_is_stranded() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let pool_timeout = Duration::from_millis(1500);
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(3)
+        .io_timeout(Duration::from_secs(1))
+        .pool_timeout(pool_timeout)
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let conns: Vec<_> = (0..3).map(|_| app.connection().unwrap()).collect();
+    drop(conns);
+    proxy.strand_all();
+    // New connections hang too: nothing can be had within pool_timeout.
+    proxy.set_new_conns(NewConns::Strand);
+    thread::sleep(Duration::from_millis(1100)); // past the no-ping window, as above
+    let started = Instant::now();
+    let res = app.connection();
+    let took = started.elapsed();
+    eprintln!(
+        "measured: pool checkout, every pooled and every new socket stranded -> {:?} after {took:?} (pool_timeout {pool_timeout:?})",
+        res.as_ref().map(|_| ()).map_err(|e| e.kind())
+    );
+    let err = res.expect_err("no connection can be had");
+    assert!(
+        took < pool_timeout + Duration::from_secs(1),
+        "took {took:?}"
+    );
+    assert!(err.is_timeout() || err.is_connection_lost(), "{err}");
+    assert!(err.to_string().contains("pool_timeout"), "{err}");
+}
+
+#[test]
+fn reset_gives_a_connection_lost_error_quickly_and_the_next_checkout_works() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(5), 2);
+    let mut conn = app.connection().unwrap();
+    let old_pid = backend_pid(&mut conn);
+
+    proxy.reset_all();
+    let started = Instant::now();
+    let err = conn.query_one("SELECT 1", &[]).unwrap_err();
+    let took = started.elapsed();
+    eprintln!(
+        "measured: reset link -> {:?} error after {took:?}",
+        err.kind()
+    );
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    assert!(err.is_connection_lost());
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(conn.is_broken());
+    drop(conn);
+
+    let mut fresh = app.connection().unwrap();
+    assert_ne!(backend_pid(&mut fresh), old_pid);
+}
+
+#[test]
+fn reset_idle_pooled_connections_are_not_handed_out() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(5), 2);
+    let mut conns: Vec<_> = (0..2).map(|_| app.connection().unwrap()).collect();
+    let old_pids: Vec<i32> = conns.iter_mut().map(|c| backend_pid(c)).collect();
+    drop(conns);
+    proxy.reset_all();
+    // At once (well within the pool's no-ping window): the checkout must still not hand out
+    // a socket the peer has reset.
+    let started = Instant::now();
+    let mut conn = app.connection().unwrap();
+    let res = conn.query_one("SELECT pg_backend_pid()", &[]);
+    eprintln!(
+        "measured: checkout + query after a reset of every idle socket took {:?}",
+        started.elapsed()
+    );
+    let pid: i32 = res
+        .expect("the checkout handed out a reset connection")
+        .get(0);
+    assert!(!old_pids.contains(&pid));
+}
+
+#[test]
+fn dropping_a_connection_on_a_stranded_link_returns_at_once() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_millis(500), 3);
+    let mut timed_out = app.connection().unwrap();
+    let mut unnoticed = app.connection().unwrap();
+    timed_out.query_one("SELECT 1", &[]).unwrap();
+    unnoticed.query_one("SELECT 1", &[]).unwrap();
+    proxy.strand_all();
+    // One gave up on a reply that never came; the other has not noticed anything yet.
+    assert!(timed_out
+        .query_one("SELECT 1", &[])
+        .unwrap_err()
+        .is_timeout());
+
+    let started = Instant::now();
+    drop(timed_out);
+    let t1 = started.elapsed();
+    let started = Instant::now();
+    drop(unnoticed); // back into the pool
+    let t2 = started.elapsed();
+    let started = Instant::now();
+    drop(app); // drops the pooled stranded connection
+    let t3 = started.elapsed();
+    eprintln!("measured: drop of a timed-out connection {t1:?}, of an unnoticed stranded one {t2:?}, of the App {t3:?}");
+    for t in [t1, t2, t3] {
+        assert!(t < Duration::from_millis(100), "drop took {t:?}");
+    }
+    // The library closed its ends: the proxy sees both stranded peers gone.
+    assert!(
+        wait_until(Duration::from_secs(2), || proxy.peer_closed_stranded() == 2),
+        "stranded peers closed: {}",
+        proxy.peer_closed_stranded()
+    );
+}
+
+#[test]
+fn nothing_leaks() {
+    let _exclusive = exclusive_fds();
+    init_logging();
+    let db = TestDb::new();
+    db.backend_pids(); // opens the admin connection now, so it is part of the baseline
+    let baseline_fds = open_fds();
+    let proxy = FaultProxy::start(&db.server_addr());
+    {
+        let app = app_via(&db, &proxy, Duration::from_secs(1), 3);
+        let mut a = app.connection().unwrap();
+        let mut b = app.connection().unwrap();
+        let mut c = app.connection().unwrap();
+        a.query_one("SELECT 1", &[]).unwrap();
+        b.listen("x").unwrap();
+        c.query_one("SELECT 1", &[]).unwrap();
+        assert_eq!(app.open_sockets(), 3);
+        assert_eq!(client_sockets_to(&proxy), 3);
+
+        proxy.strand_all();
+        assert!(a.query_one("SELECT 1", &[]).unwrap_err().is_timeout());
+        // A notification wait severed from another thread.
+        let waiter = thread::Builder::new()
+            .name("t-leak-notify".into())
+            .spawn(move || {
+                let res = b.wait_notification(Duration::from_secs(30));
+                (b, res)
+            })
+            .unwrap();
+        assert!(wait_until(Duration::from_secs(5), || {
+            thread_blocked_in_epoll("t-leak-notify")
+        }));
+        assert!(app.sever_all() >= 1);
+        let (b, res) = waiter.join().unwrap();
+        assert!(res.is_err());
+        drop((a, b, c));
+        // New connections after a reset.
+        let mut d = app.connection().unwrap();
+        d.query_one("SELECT 1", &[]).unwrap();
+        proxy.reset_all();
+        assert!(d.query_one("SELECT 1", &[]).is_err());
+        drop(d);
+        let mut e = app.connection().unwrap();
+        e.query_one("SELECT 1", &[]).unwrap();
+        drop(e);
+
+        // The watchdog's registry matches the sockets that exist.
+        assert!(
+            wait_until(Duration::from_secs(2), || app.open_sockets()
+                == client_sockets_to(&proxy)),
+            "registered {} vs open {}",
+            app.open_sockets(),
+            client_sockets_to(&proxy)
+        );
+        assert_eq!(
+            app.open_sockets(),
+            1,
+            "only the last, healthy connection is kept"
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || client_sockets_to(&proxy) == 0),
+        "client sockets left open: {}",
+        client_sockets_to(&proxy)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || threads_named("postpone-watchd")
+            == 0),
+        "watchdog threads left: {}",
+        threads_named("postpone-watchd")
+    );
+    drop(proxy);
+    let ok = wait_until(Duration::from_secs(5), || open_fds() <= baseline_fds);
+    eprintln!(
+        "measured: open fds before {baseline_fds}, after {}",
+        open_fds()
+    );
+    assert!(ok, "fds: before {baseline_fds}, after {}", open_fds());
+}
+
+#[test]
+fn unix_socket_host_works() {
+    let _shared = shared_fds();
+    let dir = "/var/run/postgresql";
+    let socket = Path::new(dir).join(".s.PGSQL.5432");
+    if !socket.exists() {
+        eprintln!("skipped: no PostgreSQL socket at {}", socket.display());
+        return;
+    }
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(format!("host={dir} user=postgres dbname={}", db.name()))
+        .pool_size(1)
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert!(conn.peer().contains(dir), "peer {}", conn.peer());
+    let row = conn
+        .query_one("SELECT inet_client_addr() IS NULL, current_database()", &[])
+        .unwrap();
+    assert!(
+        row.get::<_, bool>(0),
+        "a Unix-socket session has no client address"
+    );
+    assert_eq!(row.get::<_, String>(1), db.name());
+}
+
+#[test]
+fn multi_host_string_tries_the_next_host_when_the_first_refuses() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let started = Instant::now();
+    let app = App::builder(format!(
+        "host=127.0.0.1,127.0.0.1 port=1,{} user=postgres dbname={}",
+        db.server().port,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .unwrap();
+    eprintln!(
+        "measured: multi-host connect (first refuses) took {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let port: i32 = conn
+        .query_one("SELECT inet_server_port()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(port, i32::from(db.server().port));
+    assert!(
+        conn.peer().ends_with(&format!(":{}", db.server().port)),
+        "{}",
+        conn.peer()
+    );
+}
+
+#[test]
+fn dns_name_localhost_works() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(format!(
+        "postgres://{}@localhost:{}/{}",
+        db.server().user,
+        db.server().port,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(conn.peer().starts_with("localhost"), "{}", conn.peer());
+}
+
+#[test]
+fn client_connection_check_interval_is_set_on_our_sessions() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let mut plain = db.client();
+    let server_version: i32 = plain
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .unwrap()
+        .get(0);
+    if server_version < 140000 {
+        eprintln!("skipped: server {server_version} has no client_connection_check_interval");
+        return;
+    }
+    let unset: String = plain
+        .query_one("SHOW client_connection_check_interval", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(unset, "0", "a plain session does not have it");
+
+    for (io_timeout, expected) in [(None, "10s"), (Some(Duration::from_secs(2)), "2s")] {
+        let mut builder = App::builder(db.url()).pool_size(1);
+        if let Some(t) = io_timeout {
+            builder = builder.io_timeout(t);
+        }
+        let app = builder.build().unwrap();
+        app.migrate().unwrap();
+        let mut conn = app.connection().unwrap();
+        let value: String = conn
+            .query_one("SHOW client_connection_check_interval", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(value, expected, "io_timeout {io_timeout:?}");
+    }
+}

@@ -1,0 +1,324 @@
+//! The schema: `App::migrate` on fresh databases, twice and concurrently; the schema check
+//! every other call makes; and the objects the migration creates.
+
+mod support;
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use postpone::{App, ErrorKind};
+use support::*;
+
+fn app(db: &TestDb) -> App {
+    App::builder(db.url())
+        .pool_size(2)
+        .build()
+        .expect("build the app")
+}
+
+#[test]
+fn migrate_applies_once_then_nothing() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    assert_eq!(app.schema_version().unwrap(), None);
+    assert_eq!(app.migrate().unwrap(), vec![1]);
+    assert_eq!(app.schema_version().unwrap(), Some(1));
+    assert_eq!(app.migrate().unwrap(), Vec::<i32>::new());
+    // A new App (a second process) finds nothing to do either.
+    assert_eq!(self::app(&db).migrate().unwrap(), Vec::<i32>::new());
+    let rows = db
+        .client()
+        .query("SELECT version, name FROM postpone_migrations", &[])
+        .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<_, i32>(0), 1);
+    assert_eq!(rows[0].get::<_, String>(1), "init");
+    app.defer("after_migrate", &1).unwrap();
+}
+
+#[test]
+fn concurrent_migrations_install_the_schema_once() {
+    init_logging();
+    let db = TestDb::new();
+    let url = db.url();
+    const N: usize = 8;
+    let barrier = Arc::new(Barrier::new(N));
+    let handles: Vec<_> = (0..N)
+        .map(|_| {
+            let url = url.clone();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                let app = App::builder(url).pool_size(1).build()?;
+                barrier.wait();
+                app.migrate()
+            })
+        })
+        .collect();
+    let results: Vec<postpone::Result<Vec<i32>>> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut applied = Vec::new();
+    for r in results {
+        match r {
+            Ok(v) => applied.extend(v),
+            Err(e) => panic!("a concurrent migrate failed: {e}"),
+        }
+    }
+    assert_eq!(applied, vec![1], "exactly one caller applies migration 1");
+    let mut client = db.client();
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM postpone_migrations WHERE version = 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'postpone_jobs'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1);
+}
+
+#[test]
+fn calls_before_migrate_fail_with_schema_missing() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut errors = vec![
+        ("defer", app.defer("t", &1).unwrap_err()),
+        (
+            "job().defer",
+            app.job("t").queue("q").defer(&1).unwrap_err(),
+        ),
+        (
+            "defer_batch",
+            app.defer_batch(&[postpone::NewJob::new("t", &1).unwrap()])
+                .unwrap_err(),
+        ),
+    ];
+    match app.connection() {
+        Ok(_) => panic!("app.connection() worked without the schema"),
+        Err(e) => errors.push(("connection", e)),
+    }
+    for (what, e) in &errors {
+        assert_eq!(e.kind(), ErrorKind::SchemaMissing, "{what}: {e}");
+        let text = e.to_string();
+        assert!(text.contains("run `postpone migrate`"), "{what}: {text}");
+        assert!(text.contains("schema not installed"), "{what}: {text}");
+    }
+    // In the caller's own transaction too (no App check there: the server's answer is
+    // turned into the same kind and advice).
+    let mut client = db.client();
+    let mut tx = client.transaction().unwrap();
+    let e = app.job("t").defer_in(&mut tx, &1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SchemaMissing, "{e}");
+    assert!(e.to_string().contains("run `postpone migrate`"), "{e}");
+    drop(tx);
+    // Nothing was created by those calls.
+    let n: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'postpone%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    // And after migrate the same App works.
+    app.migrate().unwrap();
+    app.defer("t", &1).unwrap();
+}
+
+#[test]
+fn an_older_schema_fails_with_schema_outdated_and_a_missing_row_with_schema_missing() {
+    init_logging();
+    let db = TestDb::new();
+    app(&db).migrate().unwrap();
+    let mut client = db.client();
+
+    client
+        .execute("UPDATE postpone_migrations SET version = 0", &[])
+        .unwrap();
+    let fresh = app(&db);
+    let e = fresh.defer("t", &1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SchemaOutdated, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("older than this library"), "{text}");
+    assert!(text.contains("run `postpone migrate`"), "{text}");
+    assert_eq!(fresh.schema_version().unwrap(), Some(0));
+    assert_eq!(
+        fresh.connection().unwrap_err().kind(),
+        ErrorKind::SchemaOutdated
+    );
+
+    client
+        .execute("DELETE FROM postpone_migrations", &[])
+        .unwrap();
+    let fresh = app(&db);
+    let e = fresh.defer("t", &1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SchemaMissing, "{e}");
+    assert!(e.to_string().contains("run `postpone migrate`"), "{e}");
+    assert_eq!(fresh.schema_version().unwrap(), None);
+
+    // Nothing was inserted by the refused calls.
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn a_newer_schema_is_accepted() {
+    init_logging();
+    let db = TestDb::new();
+    app(&db).migrate().unwrap();
+    db.client()
+        .execute(
+            "INSERT INTO postpone_migrations (version, name) VALUES (999, 'from the future')",
+            &[],
+        )
+        .unwrap();
+    let fresh = app(&db);
+    fresh.defer("t", &1).unwrap();
+    assert_eq!(fresh.schema_version().unwrap(), Some(999));
+}
+
+#[test]
+fn schema_objects_exist() {
+    init_logging();
+    let db = TestDb::new();
+    app(&db).migrate().unwrap();
+    let mut c = db.client();
+
+    for table in [
+        "postpone_jobs",
+        "postpone_workers",
+        "postpone_periodic",
+        "postpone_migrations",
+    ] {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = $1",
+                &[&table],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1, "table {table}");
+    }
+
+    let columns: Vec<String> = c
+        .query(
+            "SELECT column_name::text FROM information_schema.columns \
+             WHERE table_name = 'postpone_jobs' ORDER BY ordinal_position",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for col in [
+        "id",
+        "queue",
+        "task",
+        "args",
+        "status",
+        "priority",
+        "lock",
+        "queueing_lock",
+        "scheduled_at",
+        "attempts",
+        "worker_id",
+        "abort_requested",
+        "errors",
+        "created_at",
+        "started_at",
+        "finished_at",
+    ] {
+        assert!(
+            columns.iter().any(|c| c == col),
+            "column {col} in {columns:?}"
+        );
+    }
+    let args_type: String = c
+        .query_one(
+            "SELECT data_type::text FROM information_schema.columns \
+             WHERE table_name = 'postpone_jobs' AND column_name = 'args'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(args_type, "jsonb");
+
+    // The partial unique indexes behind the lock promises.
+    for (index, column, status) in [
+        ("postpone_jobs_lock_doing_idx", "lock", "doing"),
+        ("postpone_jobs_queueing_lock_idx", "queueing_lock", "todo"),
+    ] {
+        let row = c
+            .query_one(
+                "SELECT i.indisunique, pg_get_indexdef(i.indexrelid), \
+                        pg_get_expr(i.indpred, i.indrelid) \
+                   FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid \
+                  WHERE x.relname = $1",
+                &[&index],
+            )
+            .unwrap_or_else(|e| panic!("index {index}: {e}"));
+        assert!(row.get::<_, bool>(0), "{index} is unique");
+        let def: String = row.get(1);
+        assert!(def.contains(&format!("({column})")), "{index}: {def}");
+        let predicate: Option<String> = row.get(2);
+        let predicate = predicate.unwrap_or_else(|| panic!("{index} is not partial"));
+        assert!(
+            predicate.contains(&format!("'{status}'")),
+            "{index}: {predicate}"
+        );
+    }
+
+    // The notification trigger, per statement, on insert.
+    let row = c
+        .query_one(
+            "SELECT t.tgenabled::text, pg_get_triggerdef(t.oid) FROM pg_trigger t \
+             WHERE t.tgrelid = 'postpone_jobs'::regclass AND NOT t.tgisinternal",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "O", "trigger enabled");
+    let def: String = row.get(1);
+    assert!(def.contains("AFTER INSERT"), "{def}");
+    assert!(def.contains("FOR EACH STATEMENT"), "{def}");
+
+    // The database itself enforces the promises, whoever writes the rows.
+    let insert = "INSERT INTO postpone_jobs (queue, task, args, status, lock, queueing_lock) \
+                  VALUES ('q', 't', '{}', $1, $2, $3)";
+    let none: Option<&str> = None;
+    c.execute(insert, &[&"doing", &Some("L"), &none]).unwrap();
+    let e = c
+        .execute(insert, &[&"doing", &Some("L"), &none])
+        .unwrap_err();
+    assert_eq!(e.code().map(|s| s.code()), Some("23505"), "{e}");
+    c.execute(insert, &[&"todo", &Some("L"), &none]).unwrap(); // waiting behind it is fine
+    c.execute(insert, &[&"todo", &none, &Some("Q")]).unwrap();
+    let e = c
+        .execute(insert, &[&"todo", &none, &Some("Q")])
+        .unwrap_err();
+    assert_eq!(e.code().map(|s| s.code()), Some("23505"), "{e}");
+    c.execute(insert, &[&"doing", &none, &Some("Q")]).unwrap(); // one todo + one doing is fine
+    let e = c.execute(insert, &[&"nonsense", &none, &none]).unwrap_err();
+    assert_eq!(
+        e.code().map(|s| s.code()),
+        Some("23514"),
+        "status check: {e}"
+    );
+    let e = c
+        .execute(
+            "INSERT INTO postpone_jobs (queue, task, args) VALUES ('q', '', '{}')",
+            &[],
+        )
+        .unwrap_err();
+    assert_eq!(e.code().map(|s| s.code()), Some("23514"), "empty task: {e}");
+}
