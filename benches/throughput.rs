@@ -15,6 +15,8 @@
 //! - `latency`: an idle worker with LISTEN/NOTIFY on; time from `defer` returning to the task
 //!   starting, p50/p99 over `--n-latency` jobs deferred one at a time;
 //! - `shutdown`: `shutdown(10 s)` of a worker with 16 idle threads;
+//! - `--finished N` leaves N finished jobs in the table under every figure (the claim must
+//!   stay cheap with a million finished rows);
 //! - `rss`: peak RSS (VmHWM) of a child process running a 16-thread worker through
 //!   `--n-work` jobs.
 //!
@@ -35,6 +37,7 @@ struct Args {
     repeats: usize,
     only: Vec<String>,
     prefetch: Option<usize>,
+    finished: usize,
 }
 
 fn parse_args() -> Args {
@@ -46,6 +49,7 @@ fn parse_args() -> Args {
         repeats: 3,
         only: Vec::new(),
         prefetch: None,
+        finished: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -57,6 +61,7 @@ fn parse_args() -> Args {
             "--n-latency" => a.n_latency = val().parse().expect("--n-latency N"),
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
+            "--finished" => a.finished = val().parse().expect("--finished N"),
             "--concurrency" => {
                 a.concurrency = val()
                     .split(',')
@@ -122,10 +127,21 @@ impl Drop for BenchDb {
     }
 }
 
-fn clear(app: &App) {
+/// Empties the queue; with `finished > 0`, leaves that many finished jobs in the table (the
+/// claim and the completion must stay cheap however many finished rows there are).
+fn clear(app: &App, finished: usize) {
     let mut c = app.connection().unwrap();
+    c.set_io_timeout(Duration::from_secs(600));
     c.batch_execute("TRUNCATE postpone_jobs, postpone_workers")
         .unwrap();
+    if finished > 0 {
+        c.execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, attempts, finished_at)
+             SELECT 'default', 'noop', 'null', 'succeeded', 1, now() FROM generate_series(1, $1::bigint)",
+            &[&(finished as i64)],
+        )
+        .unwrap();
+    }
     c.batch_execute("VACUUM ANALYZE postpone_jobs").unwrap();
 }
 
@@ -176,7 +192,7 @@ fn median(v: &[f64]) -> f64 {
 
 fn bench_defer(app: &App, a: &Args, r: &mut Results) {
     for rep in 0..a.repeats {
-        clear(app);
+        clear(app, a.finished);
         let t = Instant::now();
         for _ in 0..a.n_defer {
             app.defer("noop", &()).unwrap();
@@ -188,7 +204,7 @@ fn bench_defer(app: &App, a: &Args, r: &mut Results) {
             t.elapsed().as_secs_f64(),
             "jobs_per_s",
         );
-        clear(app);
+        clear(app, a.finished);
         let n = a.n_defer * 10;
         let t = Instant::now();
         defer_n(app, n);
@@ -205,7 +221,7 @@ fn bench_defer(app: &App, a: &Args, r: &mut Results) {
 fn bench_work(app: &App, a: &Args, r: &mut Results) {
     for &c in &a.concurrency {
         for rep in 0..a.repeats {
-            clear(app);
+            clear(app, a.finished);
             defer_n(app, a.n_work);
             let t = Instant::now();
             let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
@@ -237,7 +253,7 @@ fn now_micros() -> i64 {
 }
 
 fn bench_latency(app: &App, a: &Args, r: &mut Results) {
-    clear(app);
+    clear(app, a.finished);
     let (tx, rx) = mpsc::channel::<i64>();
     let tx = std::sync::Mutex::new(tx);
     let mut t = Tasks::new();
@@ -298,7 +314,7 @@ fn bench_shutdown(app: &App, a: &Args, r: &mut Results) {
 }
 
 fn bench_rss(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
-    clear(app);
+    clear(app, a.finished);
     defer_n(app, a.n_work);
     let out = Command::new(std::env::current_exe().unwrap())
         .env("POSTPONE_BENCH_CHILD", db.url())
