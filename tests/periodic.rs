@@ -274,7 +274,8 @@ fn a_queueing_lock_skips_instants_while_a_job_waits() {
 fn bad_schedules_are_refused_at_spawn() {
     let db = TestDb::new();
     let app = app(&db);
-    let cases: Vec<(Box<dyn Fn(&mut Tasks)>, &str)> = vec![
+    type Setup = Box<dyn Fn(&mut Tasks)>;
+    let cases: Vec<(Setup, &str)> = vec![
         (
             Box::new(|t| {
                 t.periodic("tick", "every tuesday");
