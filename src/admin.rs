@@ -152,7 +152,7 @@ pub struct JobInfo {
     /// When it finished, for finished jobs.
     #[serde(serialize_with = "ser_opt_time")]
     pub finished_at: Option<SystemTime>,
-    /// The worker running it, while it runs.
+    /// The worker running it, or that ran its last attempt (none once it is requeued).
     pub worker_id: Option<i64>,
     /// True once an abort was requested while it ran.
     pub abort_requested: bool,
@@ -181,7 +181,7 @@ pub struct JobDetail {
     /// Its failed attempts, oldest first (also requeues after a worker died, and the
     /// reason of a cancel or abort).
     pub errors: Vec<AttemptError>,
-    /// The name of the worker running it, while it runs.
+    /// The name of that worker, while the worker is registered.
     pub worker_name: Option<String>,
     /// The periodic id, if a periodic schedule deferred it.
     pub periodic_id: Option<String>,
