@@ -20,7 +20,7 @@ use serde::{Serialize, Serializer};
 
 use crate::app::App;
 use crate::error::{Error, ErrorKind, Result};
-use crate::job::{JobId, JobStatus};
+use crate::job::{JobId, JobStatus, RawJson};
 use crate::retention::{self, PruneReport, Retention};
 use crate::schema;
 use crate::store;
@@ -292,10 +292,7 @@ impl Admin {
         let rows = conn.query_named("reading a job", store::JOB_GET, &[&id.0])?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
         let job = job_from_row(row)?;
-        let errors = row
-            .get::<_, Option<serde_json::Value>>(15)
-            .map(parse_errors)
-            .unwrap_or_default();
+        let errors = json_column(row, 15).map(parse_errors).unwrap_or_default();
         Ok(JobDetail {
             job,
             errors,
@@ -505,7 +502,7 @@ fn job_from_row(r: &Row) -> Result<JobInfo> {
         id: JobId(r.get(0)),
         queue: r.get(1),
         task: r.get(2),
-        args: r.get(3),
+        args: json_column(r, 3).unwrap_or(serde_json::Value::Null),
         status,
         priority: r.get(5),
         lock: r.get(6),
@@ -518,6 +515,14 @@ fn job_from_row(r: &Row) -> Result<JobInfo> {
         started_at: r.get(13),
         finished_at: r.get(14),
     })
+}
+
+/// A jsonb column, read as text and parsed here: a value serde_json cannot hold (a number
+/// beyond f64, say, stored by another client) comes back as a JSON string of its text
+/// instead of failing the whole call.
+fn json_column(r: &Row, i: usize) -> Option<serde_json::Value> {
+    let raw: Option<RawJson> = r.get(i);
+    raw.map(|RawJson(text)| serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
 }
 
 fn parse_errors(v: serde_json::Value) -> Vec<AttemptError> {
@@ -545,9 +550,29 @@ fn parse_errors(v: serde_json::Value) -> Vec<AttemptError> {
         .collect()
 }
 
-/// An instant in RFC 3339, UTC, to the microsecond: `2024-05-01T12:00:00.123456Z`.
+/// An instant in RFC 3339, UTC, to the microsecond: `2024-05-01T12:00:00.123456Z`
+/// (`"infinity"` or `"-infinity"` past chrono's range of ±262,000 years).
 pub(crate) fn rfc3339(t: SystemTime) -> String {
-    DateTime::<Utc>::from(t).to_rfc3339_opts(SecondsFormat::Micros, true)
+    match to_chrono(t) {
+        Some(d) => d.to_rfc3339_opts(SecondsFormat::Micros, true),
+        None if t > SystemTime::UNIX_EPOCH => "infinity".to_owned(),
+        None => "-infinity".to_owned(),
+    }
+}
+
+/// `SystemTime` to chrono without the panic of chrono's `From` out of its range.
+fn to_chrono(t: SystemTime) -> Option<DateTime<Utc>> {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => DateTime::from_timestamp(i64::try_from(d.as_secs()).ok()?, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).ok()?;
+            match d.subsec_nanos() {
+                0 => DateTime::from_timestamp(-secs, 0),
+                n => DateTime::from_timestamp(-secs - 1, 1_000_000_000 - n),
+            }
+        }
+    }
 }
 
 fn ser_time<S: Serializer>(t: &SystemTime, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -604,6 +629,19 @@ mod tests {
         assert_eq!(e[1].error, "{\"odd\":true}");
         assert_eq!(e[2].attempt, 0);
         assert!(parse_errors(serde_json::json!({"x": 1})).is_empty());
+    }
+
+    #[test]
+    fn times_print_everywhere_in_range_and_never_panic() {
+        let e = SystemTime::UNIX_EPOCH;
+        assert_eq!(rfc3339(e), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            rfc3339(e - Duration::from_millis(1500)),
+            "1969-12-31T23:59:58.500000Z"
+        );
+        let far = Duration::from_secs(300_000 * 365 * 86_400);
+        assert_eq!(rfc3339(e + far), "infinity");
+        assert_eq!(rfc3339(e - far), "-infinity");
     }
 
     #[test]

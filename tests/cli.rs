@@ -535,6 +535,22 @@ fn bad_input_exits_2_with_a_message() {
     // Nothing changed.
     assert_eq!(table(&ok(&url, &["jobs"])).len(), 3);
 
+    // Values another client may store: a number beyond f64, infinite times.
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, scheduled_at, created_at)
+         VALUES ('q', 'odd', '{\"n\": 1e400}', 'infinity', '-infinity')",
+    )
+    .unwrap();
+    let t = table(&ok(&url, &["jobs", "--task", "odd"]));
+    assert_eq!(t[1][3], "odd");
+    assert_eq!(t[1][6], "infinity");
+    let shown = ok(&url, &["job", "3"]);
+    assert!(shown.contains("created (UTC):   -infinity"), "{shown}");
+    let v = json(&url, &["job", "3"]);
+    assert_eq!(v["scheduled_at"], "infinity");
+    assert!(v["args"].as_str().unwrap().contains("\"n\""), "{v}");
+    ok(&url, &["stats"]);
+
     // Servers that cannot be used.
     fails(Some(UNREACHABLE), &["stats"], "cannot reach the database");
     fails(Some(UNREACHABLE), &["migrate"], "Connection refused");

@@ -51,11 +51,19 @@ impl Table {
     }
 }
 
-/// `2024-05-01 12:00:03` (UTC, to the second).
+/// `2024-05-01 12:00:03` (UTC, to the second; `infinity` past chrono's range).
 pub fn time(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t)
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string()
+    let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).ok(),
+        Err(e) => i64::try_from(e.duration().as_secs_f64().ceil() as u64)
+            .ok()
+            .map(|s| -s),
+    };
+    match secs.and_then(|s| chrono::DateTime::from_timestamp(s, 0)) {
+        Some(d) => d.format("%Y-%m-%d %H:%M:%S").to_string(),
+        None if t > SystemTime::UNIX_EPOCH => "infinity".to_owned(),
+        None => "-infinity".to_owned(),
+    }
 }
 
 /// `-` for none.
@@ -124,6 +132,13 @@ mod tests {
             "1970-01-01 00:01:30"
         );
         assert_eq!(opt_time(None), "-");
+        let far = Duration::from_secs(300_000 * 365 * 86_400);
+        assert_eq!(time(SystemTime::UNIX_EPOCH + far), "infinity");
+        assert_eq!(time(SystemTime::UNIX_EPOCH - far), "-infinity");
+        assert_eq!(
+            time(SystemTime::UNIX_EPOCH - Duration::from_millis(500)),
+            "1969-12-31 23:59:59"
+        );
         assert_eq!(cut("abcdef", 4), "abc…");
         assert_eq!(cut("abc", 4), "abc");
     }
