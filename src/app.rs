@@ -505,7 +505,7 @@ impl NewJob {
 }
 
 /// Serializes job arguments, refusing what PostgreSQL's jsonb cannot store.
-fn serialize_args<A: Serialize + ?Sized>(args: &A) -> Result<RawJson> {
+pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> Result<RawJson> {
     let text = serde_json::to_string(args).map_err(|e| {
         Error::with_source(
             ErrorKind::InvalidInput,

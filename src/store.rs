@@ -189,6 +189,183 @@ SELECT count(*), (SELECT count(pg_notify('postpone', 'job:' || q.queue))
 pub(crate) const JOB_ABORTS_POLL: &str =
     "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";
 
+// ---------------------------------------------------------------------------------------
+// Operations: periodic tasks, retention and the admin API (periodic.rs, retention.rs,
+// admin.rs). Admin statements that filter on optional values are run unprepared (planned
+// with their values), the others are cached like the worker's.
+// ---------------------------------------------------------------------------------------
+
+/// Name of the primary key of `postpone_periodic`: a unique violation on it means another
+/// worker deferred the instant first.
+pub(crate) const PERIODIC_PKEY: &str = "postpone_periodic_pkey";
+
+/// The latest instant of periodic task `$1`, id `$2`, already deferred.
+pub(crate) const PERIODIC_LATEST: &str =
+    "SELECT max(instant) FROM postpone_periodic WHERE task = $1 AND periodic_id = $2";
+
+/// Defers instant `$3` of periodic task `$1` (id `$2`) in one statement: the job (queue
+/// `$4`, args `$5`, priority `$6`, lock `$7`, queueing lock `$8`, scheduled at the instant)
+/// and the record of the instant. Returns no row if the instant was deferred already; one
+/// row with the job id, or with NULL when a job of the queueing lock was still waiting.
+/// Two workers racing past the NOT EXISTS both insert a job, but only one record: the
+/// other statement fails on the primary key and its job is rolled back with it.
+pub(crate) const PERIODIC_DEFER: &str = "
+WITH fresh AS (
+    SELECT 1 WHERE NOT EXISTS (
+        SELECT 1 FROM postpone_periodic
+         WHERE task = $1::text AND periodic_id = $2::text AND instant = $3::timestamptz)
+), job AS (
+    INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
+    SELECT $4::text, $1::text, $5::jsonb, $6::int, $7::text, $8::text, $3::timestamptz
+      FROM fresh
+    ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING
+    RETURNING id
+)
+INSERT INTO postpone_periodic (task, periodic_id, instant, job_id)
+SELECT $1::text, $2::text, $3::timestamptz, (SELECT id FROM job) FROM fresh
+RETURNING job_id";
+
+/// Deletes up to `$3` finished jobs whose status is in `$1` and that finished more than
+/// `$2` milliseconds ago. Rows another transaction holds are skipped, not waited for.
+pub(crate) const JOBS_PRUNE: &str = "
+DELETE FROM postpone_jobs
+ WHERE id = ANY(ARRAY(
+       SELECT id FROM postpone_jobs
+        WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
+          AND status = ANY($1::text[])
+          AND finished_at < now() - $2::bigint * interval '1 millisecond'
+        LIMIT $3
+          FOR UPDATE SKIP LOCKED))";
+
+/// Deletes up to `$2` records of periodic instants older than `$1` milliseconds.
+pub(crate) const PERIODIC_PRUNE: &str = "
+DELETE FROM postpone_periodic
+ WHERE (task, periodic_id, instant) IN (
+       SELECT task, periodic_id, instant FROM postpone_periodic
+        WHERE instant < now() - $1::bigint * interval '1 millisecond'
+        LIMIT $2
+          FOR UPDATE SKIP LOCKED)";
+
+/// The columns of a job as the admin API shows it (`admin::JobInfo::from_row`).
+macro_rules! job_columns {
+    () => {
+        "j.id, j.queue, j.task, j.args, j.status, j.priority, j.lock, j.queueing_lock, \
+         j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at, \
+         j.started_at, j.finished_at"
+    };
+}
+
+/// Lists jobs, newest first. Each filter applies when its parameter is not NULL (not
+/// empty for `$4`): `$1` id, `$2` queue, `$3` task, `$4` statuses, `$5` lock, `$6`
+/// queueing lock; at most `$7` rows.
+pub(crate) const JOBS_LIST: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    "
+  FROM postpone_jobs j
+ WHERE ($1::bigint IS NULL OR j.id = $1)
+   AND ($2::text IS NULL OR j.queue = $2)
+   AND ($3::text IS NULL OR j.task = $3)
+   AND (cardinality($4::text[]) = 0 OR j.status = ANY($4))
+   AND ($5::text IS NULL OR j.lock = $5)
+   AND ($6::text IS NULL OR j.queueing_lock = $6)
+ ORDER BY j.id DESC
+ LIMIT $7"
+);
+
+/// One job with its errors, its worker's name and the periodic instant it was deferred for.
+pub(crate) const JOB_GET: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    ", j.errors, w.name,
+       (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1)
+  FROM postpone_jobs j
+  LEFT JOIN postpone_workers w ON w.id = j.worker_id
+ WHERE j.id = $1"
+);
+
+/// Running jobs whose worker has not sent a heartbeat for `$1` milliseconds, or is gone.
+pub(crate) const JOBS_STALLED: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    "
+  FROM postpone_jobs j
+ WHERE j.status = 'doing'
+   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
+                    WHERE w.id = j.worker_id
+                      AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')
+ ORDER BY j.id"
+);
+
+/// The status of job `$1` (to explain why an operation did nothing).
+pub(crate) const JOB_STATUS: &str = "SELECT status FROM postpone_jobs WHERE id = $1";
+
+/// Puts failed, cancelled or aborted job `$1` back to `todo`, due now, with its attempts
+/// counted from zero again (its errors are kept), and wakes the workers of its queue.
+pub(crate) const JOB_RETRY: &str = "
+WITH r AS (
+    UPDATE postpone_jobs
+       SET status = 'todo', scheduled_at = now(), attempts = 0, worker_id = NULL,
+           started_at = NULL, finished_at = NULL, abort_requested = false
+     WHERE id = $1 AND status IN ('failed', 'cancelled', 'aborted')
+    RETURNING id, queue
+)
+SELECT r.id, (SELECT count(pg_notify('postpone', 'job:' || r2.queue)) FROM r r2) FROM r";
+
+/// Cancels job `$1` if it is waiting (`todo`).
+pub(crate) const JOB_CANCEL: &str = "
+UPDATE postpone_jobs SET status = 'cancelled', finished_at = now()
+ WHERE id = $1 AND status = 'todo'
+RETURNING id";
+
+/// Deletes job `$1` if it is waiting (`todo`).
+pub(crate) const JOB_CANCEL_DELETE: &str =
+    "DELETE FROM postpone_jobs WHERE id = $1 AND status = 'todo' RETURNING id";
+
+/// Aborts job `$1`: a waiting job is cancelled; a running one gets `abort_requested` and
+/// its worker is told by NOTIFY (`abort:<id>`; workers also poll the flag). Returns the
+/// job's status after the call (`cancelled` or `doing`); no row if it was neither waiting
+/// nor running.
+pub(crate) const JOB_ABORT: &str = "
+WITH a AS (
+    UPDATE postpone_jobs
+       SET status = CASE WHEN status = 'todo' THEN 'cancelled' ELSE status END,
+           finished_at = CASE WHEN status = 'todo' THEN now() ELSE finished_at END,
+           abort_requested = (status = 'doing')
+     WHERE id = $1 AND status IN ('todo', 'doing')
+    RETURNING id, status
+)
+SELECT a.status,
+       (SELECT count(pg_notify('postpone', 'abort:' || a2.id)) FROM a a2
+         WHERE a2.status = 'doing')
+  FROM a";
+
+/// Jobs per queue: due, scheduled later, running, and each finished status; and the age in
+/// seconds of the oldest due job.
+pub(crate) const QUEUE_COUNTS: &str = "
+SELECT queue,
+       count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
+       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
+       count(*) FILTER (WHERE status = 'doing'),
+       count(*) FILTER (WHERE status = 'succeeded'),
+       count(*) FILTER (WHERE status = 'failed'),
+       count(*) FILTER (WHERE status = 'cancelled'),
+       count(*) FILTER (WHERE status = 'aborted'),
+       extract(epoch FROM now() - min(scheduled_at)
+                 FILTER (WHERE status = 'todo' AND scheduled_at <= now()))::float8
+  FROM postpone_jobs
+ GROUP BY queue
+ ORDER BY queue";
+
+/// Registered workers with the age of their heartbeat (seconds) and their running jobs.
+pub(crate) const WORKERS_LIST: &str = "
+SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat,
+       extract(epoch FROM now() - w.last_heartbeat)::float8,
+       (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
+  FROM postpone_workers w
+ ORDER BY w.id";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -191,6 +191,8 @@ impl TaskOptions {
 pub struct Tasks {
     pub(crate) map: HashMap<String, Arc<Task>>,
     pub(crate) problems: Vec<String>,
+    /// Cron schedules, from [`Tasks::periodic`] (in `periodic.rs`).
+    pub(crate) periodic: Vec<crate::periodic::PeriodicOptions>,
 }
 
 impl fmt::Debug for Tasks {

@@ -1,7 +1,7 @@
 //! The beat thread: the worker's pulse, and its care for other workers.
 //!
 //! Every tick (a quarter second) it raises the abort flag of jobs past their task timeout;
-//! every second it polls abort requests for its running jobs (the backstop for a missed
+//! every half second it polls abort requests for its running jobs (the backstop for a missed
 //! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
 //! refreshes its heartbeat and rescues the jobs of workers whose heartbeat is older than
 //! `stalled_after`.
@@ -23,7 +23,9 @@ use crate::job::{JobId, ABORT_REQUESTED, ABORT_TIMEOUT};
 use crate::store;
 
 const TICK: Duration = Duration::from_millis(250);
-const ABORT_POLL: Duration = Duration::from_secs(1);
+/// Under a second with the tick, as the abort promise needs when NOTIFY is off or lost:
+/// polls come every other tick (~0.5 s), and only while jobs run.
+const ABORT_POLL: Duration = Duration::from_millis(400);
 
 pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard: &Receiver<()>) {
     let mut conn = Some(conn);

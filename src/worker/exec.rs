@@ -279,6 +279,13 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
     let (word, kind, delay, error) = match decision {
         Decision::Succeeded => {
             stats.succeeded.fetch_add(1, Ordering::Relaxed);
+            log::debug!(
+                "worker {}: job {} ({}) succeeded in {}",
+                shared.name,
+                job.id,
+                job.task,
+                crate::error::fmt_duration(took)
+            );
             let word = if delete == DeleteJobs::Never {
                 "succeeded"
             } else {
@@ -294,7 +301,8 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
                 format!("in {}", crate::error::fmt_duration(d))
             };
             log::warn!(
-                "job {} ({}) attempt {} failed, retrying {when}: {msg}",
+                "worker {}: job {} ({}) attempt {} failed, retrying {when}: {msg}",
+                shared.name,
                 job.id,
                 job.task,
                 job.attempts()
@@ -304,7 +312,8 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         Decision::Failed(msg) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
             log::error!(
-                "job {} ({}) failed on attempt {}: {msg}",
+                "worker {}: job {} ({}) failed on attempt {}: {msg}",
+                shared.name,
                 job.id,
                 job.task,
                 job.attempts()
@@ -318,7 +327,12 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         }
         Decision::Cancelled(msg) => {
             stats.cancelled.fetch_add(1, Ordering::Relaxed);
-            log::info!("job {} ({}) cancelled by its task: {msg}", job.id, job.task);
+            log::info!(
+                "worker {}: job {} ({}) cancelled by its task: {msg}",
+                shared.name,
+                job.id,
+                job.task
+            );
             (
                 final_word(delete, "cancelled"),
                 K::Cancelled,
@@ -328,7 +342,13 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         }
         Decision::Aborted(msg) => {
             stats.aborted.fetch_add(1, Ordering::Relaxed);
-            log::info!("job {} ({}) {msg}", job.id, job.task);
+            log::info!(
+                "worker {}: job {} ({}) {msg} after {}",
+                shared.name,
+                job.id,
+                job.task,
+                crate::error::fmt_duration(took)
+            );
             (
                 final_word(delete, "aborted"),
                 K::Aborted,
@@ -339,7 +359,8 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         Decision::Interrupted(msg) => {
             stats.interrupted.fetch_add(1, Ordering::Relaxed);
             log::warn!(
-                "job {} ({}): {msg}; it goes back to the queue",
+                "worker {}: job {} ({}): {msg}; it goes back to the queue",
+                shared.name,
                 job.id,
                 job.task
             );
@@ -382,7 +403,12 @@ fn emit(
             worker: &shared.name,
         };
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| hook.on_event(&event))) {
-            log::error!("job hook panicked (ignored): {}", panic_text(&p));
+            log::error!(
+                "worker {}: job hook panicked on job {} (ignored): {}",
+                shared.name,
+                job.id,
+                panic_text(&p)
+            );
         }
     }
 }

@@ -22,6 +22,7 @@ mod complete;
 mod exec;
 mod fetch;
 mod listen;
+mod periodic;
 mod shutdown;
 
 use std::collections::HashMap;
@@ -87,6 +88,7 @@ pub(crate) struct WorkerOptions {
     pub(crate) backoff_cap: Duration,
     pub(crate) listen_ping_interval: Duration,
     pub(crate) drop_timeout: Duration,
+    pub(crate) periodic: periodic::PeriodicSettings,
 }
 
 impl Default for WorkerOptions {
@@ -106,6 +108,7 @@ impl Default for WorkerOptions {
             backoff_cap: Duration::from_secs(5),
             listen_ping_interval: Duration::from_secs(5),
             drop_timeout: Duration::from_secs(10),
+            periodic: periodic::PeriodicSettings::default(),
         }
     }
 }
@@ -301,7 +304,7 @@ impl WorkerBuilder {
                 o.stalled_after, o.heartbeat_interval
             ));
         }
-        Ok(())
+        periodic::validate(&self.tasks, o)
     }
 
     /// Registers the worker and starts its threads. Fails (without starting anything) on
@@ -322,6 +325,7 @@ impl WorkerBuilder {
         app.ensure_schema(&mut conn)
             .map_err(|e| e.context(format_args!("starting worker {name}")))?;
         let identity = Identity::new(&name, &opts);
+        let schedules = periodic::schedules(&tasks);
         let id: i64 = conn
             .query_one(
                 store::WORKER_INSERT,
@@ -441,6 +445,14 @@ impl WorkerBuilder {
                     Role::Listen,
                     "postpone-listen".into(),
                     Box::new(move || listen::run(&s, &stop, &wake)),
+                )?;
+            }
+            if periodic::needed(&schedules, &shared.opts) {
+                let (s, stop) = (shared.clone(), stop_rx.clone());
+                spawn(
+                    Role::Periodic,
+                    "postpone-periodic".into(),
+                    Box::new(move || periodic::run(&s, schedules, &stop)),
                 )?;
             }
             Ok(())
@@ -652,6 +664,7 @@ pub(crate) enum Role {
     Complete,
     Listen,
     Beat,
+    Periodic,
 }
 
 /// Tells the handle, from inside the thread, that the thread is ending (even on panic).
