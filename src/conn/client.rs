@@ -105,7 +105,8 @@ impl Connection {
                 Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
             })?;
         let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
-        let targets = socket::resolve(opts, deadline)?;
+        let severs = watchdog.sever_count(group);
+        let targets = socket::resolve(opts, deadline, &|| watchdog.sever_count(group) != severs)?;
         let mut rt = Some(rt);
         let mut last = None;
         for target in &targets {

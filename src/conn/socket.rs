@@ -51,7 +51,13 @@ impl std::fmt::Display for Target {
 }
 
 /// Every target of the connection string, in order: each host, each of its addresses.
-pub(crate) fn resolve(opts: &ConnectOptions, deadline: Instant) -> Result<Vec<Target>> {
+/// `severed` tells whether the caller's watchdog group was severed meanwhile: a name lookup
+/// holds no socket, so this is how a shutdown reaches it.
+pub(crate) fn resolve(
+    opts: &ConnectOptions,
+    deadline: Instant,
+    severed: &dyn Fn() -> bool,
+) -> Result<Vec<Target>> {
     let config = &opts.config;
     let hosts = config.get_hosts();
     let ports = config.get_ports();
@@ -76,7 +82,7 @@ pub(crate) fn resolve(opts: &ConnectOptions, deadline: Instant) -> Result<Vec<Ta
                     });
                     continue;
                 }
-                match lookup(name, port, deadline) {
+                match lookup(name, port, deadline, severed) {
                     Ok(addrs) => targets.extend(addrs.into_iter().map(|addr| Target::Tcp {
                         addr,
                         host: name.clone(),
@@ -99,7 +105,12 @@ pub(crate) fn resolve(opts: &ConnectOptions, deadline: Instant) -> Result<Vec<Ta
 
 /// Resolves a host name without blocking past `deadline` (getaddrinfo has no timeout: it runs
 /// on a short-lived thread that is left to finish on its own if the deadline passes).
-fn lookup(name: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>> {
+fn lookup(
+    name: &str,
+    port: u16,
+    deadline: Instant,
+    severed: &dyn Fn() -> bool,
+) -> Result<Vec<SocketAddr>> {
     if let Ok(ip) = name.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
@@ -115,8 +126,22 @@ fn lookup(name: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>> {
             );
         })
         .map_err(|e| Error::with_source(ErrorKind::Other, "spawning a dns thread", e))?;
-    let wait = deadline.saturating_duration_since(Instant::now());
-    match rx.recv_timeout(wait) {
+    // Wait in slices, so that a sever of the caller's group ends the wait within 50 ms.
+    let got = loop {
+        if severed() {
+            return Err(Error::new(
+                ErrorKind::Shutdown,
+                format!("resolving {name}: severed by shutdown"),
+            ));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.min(Duration::from_millis(50))) {
+            Ok(r) => break Ok(r),
+            Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => continue,
+            Err(_) => break Err(()),
+        }
+    };
+    match got {
         Ok(Ok(addrs)) => {
             let addrs: Vec<SocketAddr> = addrs;
             if addrs.is_empty() {
@@ -133,7 +158,7 @@ fn lookup(name: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>> {
             format!("resolving {name}"),
             e,
         )),
-        Err(_) => Err(Error::new(
+        Err(()) => Err(Error::new(
             ErrorKind::Timeout,
             format!("resolving {name}: no answer within connect_timeout"),
         )),
@@ -334,5 +359,22 @@ pub(crate) fn attempt_deadline(connect_timeout: Duration, overall: Option<Instan
     match overall {
         Some(o) if o < own => o,
         _ => own,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_lookup_gives_up_when_its_group_is_severed() {
+        let far = Instant::now() + Duration::from_secs(30);
+        let e = lookup("localhost", 5432, far, &|| true).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Shutdown);
+        assert!(e.to_string().contains("severed by shutdown"), "{e}");
+        let addrs = lookup("localhost", 5432, far, &|| false).unwrap();
+        assert!(addrs.iter().all(|a| a.port() == 5432));
+        let ip = lookup("127.0.0.1", 1, far, &|| true).unwrap();
+        assert_eq!(ip, vec![SocketAddr::from(([127, 0, 0, 1], 1))]);
     }
 }

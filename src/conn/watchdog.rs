@@ -98,6 +98,9 @@ struct Shared {
     stop: Mutex<bool>,
     wake: Condvar,
     severed_total: AtomicU64,
+    /// How many times each group was severed: work that holds no socket yet (a name lookup)
+    /// compares it before and after to know it must give up.
+    group_severs: Mutex<HashMap<u64, u64>>,
 }
 
 /// Owner of the watchdog thread; cheap to clone. The thread ends when the last clone and the
@@ -140,6 +143,7 @@ impl Watchdog {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             severed_total: AtomicU64::new(0),
+            group_severs: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&shared);
         let handle = thread::Builder::new()
@@ -179,7 +183,16 @@ impl Watchdog {
 
     /// Severs every socket of `group`; returns how many were severed by this call.
     pub(crate) fn sever_group(&self, group: u64) -> usize {
+        *lock(&self.shared.group_severs).entry(group).or_insert(0) += 1;
         self.sever_where(|e| e.group == group)
+    }
+
+    /// How many times `group` has been severed so far.
+    pub(crate) fn sever_count(&self, group: u64) -> u64 {
+        lock(&self.shared.group_severs)
+            .get(&group)
+            .copied()
+            .unwrap_or(0)
     }
 
     fn sever_where(&self, pred: impl Fn(&Entry) -> bool) -> usize {
