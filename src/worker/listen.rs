@@ -15,7 +15,9 @@ use crate::conn::{Connection, Notification};
 use crate::job::{JobId, ABORT_REQUESTED};
 use crate::store;
 
-pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>) {
+/// `listening` gets one message after each successful LISTEN (the first tells `spawn` the
+/// worker hears notifications).
+pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, listening: &Sender<()>) {
     let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new(shared.opts.backoff_cap);
     loop {
@@ -32,6 +34,7 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>) {
                         log::info!("worker {}: listening again", shared.name);
                     }
                     conn = Some(c);
+                    let _ = listening.try_send(());
                     let _ = wake.try_send(());
                 }
                 Err(e) => {

@@ -346,6 +346,7 @@ impl WorkerBuilder {
         let (outcome_tx, outcome_rx) = crossbeam_channel::unbounded();
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
+        let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
 
         let shared = Arc::new(Shared {
             app,
@@ -440,11 +441,16 @@ impl WorkerBuilder {
                 )?;
             }
             if shared.opts.listen {
-                let (s, stop, wake) = (shared.clone(), stop_rx.clone(), wake_tx.clone());
+                let (s, stop, wake, ready) = (
+                    shared.clone(),
+                    stop_rx.clone(),
+                    wake_tx.clone(),
+                    listening_tx.clone(),
+                );
                 spawn(
                     Role::Listen,
                     "postpone-listen".into(),
-                    Box::new(move || listen::run(&s, &stop, &wake)),
+                    Box::new(move || listen::run(&s, &stop, &wake, &ready)),
                 )?;
             }
             if periodic::needed(&schedules, &shared.opts) {
@@ -470,9 +476,24 @@ impl WorkerBuilder {
                 jobs_rx,
             }),
         };
+        drop(listening_tx);
         match result {
             Ok(()) => {
                 let s = &handle.running.as_ref().expect("just built").shared;
+                if s.opts.listen {
+                    // A worker returned by spawn() hears notifications: wait (bounded) for the
+                    // listener's first LISTEN, so that an abort or a job deferred right after
+                    // spawn() is not left to polling.
+                    let opts = &s.app.inner.opts;
+                    let wait = opts.connect_timeout + opts.io_timeout;
+                    if listening_rx.recv_timeout(wait).is_err() {
+                        log::warn!(
+                            "worker {}: not listening yet after {}; starting anyway (polling covers it)",
+                            s.name,
+                            crate::error::fmt_duration(wait)
+                        );
+                    }
+                }
                 log::info!(
                     "worker {} (id {id}) started: {} thread(s), queues {}, {} task(s)",
                     s.name,
