@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -15,6 +16,7 @@ use serde::Serialize;
 
 use crate::conn::options::ConnectOptions;
 use crate::conn::pool::{self, Manager, Pool, Pooled};
+use crate::conn::tls::SslMode;
 use crate::conn::watchdog::Watchdog;
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
@@ -93,9 +95,39 @@ pub struct AppBuilder {
     tcp_user_timeout: Option<Duration>,
     lazy: bool,
     defaults: HashMap<String, (Option<String>, Option<i32>)>,
+    ssl_mode: Option<SslMode>,
+    ssl_root_cert: Option<PathBuf>,
+    ssl_client_cert: Option<(PathBuf, PathBuf)>,
 }
 
 impl AppBuilder {
+    /// How TLS is negotiated, as libpq's `sslmode`; wins over the URL's. Defaults to the URL's,
+    /// else [`SslMode::Prefer`].
+    pub fn ssl_mode(mut self, mode: SslMode) -> AppBuilder {
+        self.ssl_mode = Some(mode);
+        self
+    }
+
+    /// A PEM file of the roots the server's certificate must chain to; wins over the URL's
+    /// `sslrootcert`. With `Prefer` or `Require` it makes the check that `VerifyCa` does, as
+    /// in libpq. Defaults to the URL's, else the system's store for the verify modes.
+    pub fn ssl_root_cert(mut self, path: impl Into<PathBuf>) -> AppBuilder {
+        self.ssl_root_cert = Some(path.into());
+        self
+    }
+
+    /// A client certificate and its unencrypted key (PEM files), for servers that
+    /// authenticate clients by certificate; wins over the URL's `sslcert`/`sslkey`.
+    /// Defaults to none.
+    pub fn ssl_client_cert(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> AppBuilder {
+        self.ssl_client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
     /// Most connections the App's pool opens. Defaults to 8.
     pub fn pool_size(mut self, size: u32) -> AppBuilder {
         self.pool_size = size;
@@ -152,6 +184,17 @@ impl AppBuilder {
     /// opens one connection to check that the server answers.
     pub fn build(self) -> Result<App> {
         let mut opts = ConnectOptions::parse(&self.url)?;
+        if self.ssl_mode.is_some() || self.ssl_root_cert.is_some() || self.ssl_client_cert.is_some()
+        {
+            let client = self
+                .ssl_client_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            opts.tls =
+                opts.tls
+                    .with_overrides(self.ssl_mode, self.ssl_root_cert.as_deref(), client)?;
+            opts.config.ssl_mode(opts.tls.driver_mode());
+        }
         let positive = |name: &str, d: Duration| {
             if d.is_zero() {
                 Err(Error::new(
@@ -232,6 +275,9 @@ impl App {
             tcp_user_timeout: None,
             lazy: false,
             defaults: HashMap::new(),
+            ssl_mode: None,
+            ssl_root_cert: None,
+            ssl_client_cert: None,
         }
     }
 

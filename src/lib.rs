@@ -19,6 +19,7 @@ pub use admin::{
     AbortOutcome, Admin, AttemptError, JobDetail, JobFilter, JobInfo, QueueCounts, WorkerInfo,
 };
 pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
+pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification};
 pub use error::{Error, ErrorKind, Result};
 pub use job::{Job, JobId, JobStatus};

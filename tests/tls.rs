@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use postpone::{App, ErrorKind};
+use postpone::{App, ErrorKind, SslMode};
 use support::*;
 
 const SSL_IN_USE: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
@@ -890,4 +890,46 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
     drop(app);
     drop(proxy);
     drop(cluster);
+}
+
+#[test]
+fn builder_settings_win_over_the_url() {
+    let db = TestDb::new();
+    let url = db.url();
+    let with = |url: &str, f: &dyn Fn(postpone::AppBuilder) -> postpone::AppBuilder| {
+        f(App::builder(url).connect_timeout(Duration::from_secs(5))).build()
+    };
+    // The builder turns TLS off where the URL asks for it, and on where the URL says no.
+    let app = with(&format!("{url}?sslmode=require"), &|b| {
+        b.ssl_mode(SslMode::Disable)
+    })
+    .unwrap();
+    assert!(!encrypted(&app));
+    let app = with(&format!("{url}?sslmode=disable"), &|b| {
+        b.ssl_mode(SslMode::Require)
+    })
+    .unwrap();
+    assert!(encrypted(&app));
+    // verify-full by address never holds for this certificate: a Tls error from the builder.
+    let e = with(&url, &|b| b.ssl_mode(SslMode::VerifyFull)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    if !Path::new(SNAKEOIL).exists() {
+        skip(&format!("the root-file part of this test: no {SNAKEOIL}"));
+        return;
+    }
+    let app = with(&url, &|b| {
+        b.ssl_mode(SslMode::VerifyCa).ssl_root_cert(SNAKEOIL)
+    })
+    .unwrap();
+    assert!(encrypted(&app));
+    // A root file that does not exist is a Config error naming it.
+    let e = with(&url, &|b| b.ssl_root_cert("/nonexistent/ca.pem")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    // A client certificate without a readable key file is a Config error too.
+    let e = with(&url, &|b| {
+        b.ssl_client_cert(SNAKEOIL, "/nonexistent/key.pem")
+    })
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config, "{e}");
 }

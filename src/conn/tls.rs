@@ -62,13 +62,21 @@ use tokio_postgres::tls::{ChannelBinding, TlsConnect};
 use super::socket::{Stream, Target};
 use crate::error::{Error, ErrorKind, Result};
 
-/// The `sslmode` of a connection string.
+/// How a connection negotiates TLS, as libpq's `sslmode`; set in the URL (`?sslmode=...`) or
+/// with [`AppBuilder::ssl_mode`](crate::AppBuilder::ssl_mode).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SslMode {
+#[non_exhaustive]
+pub enum SslMode {
+    /// Plain text only.
     Disable,
+    /// TLS if the server offers it, plain text otherwise; the certificate is not checked
+    /// (unless an `sslrootcert` is given). The default.
     Prefer,
+    /// TLS or nothing; the certificate is not checked (unless an `sslrootcert` is given).
     Require,
+    /// TLS, with a certificate signed by a trusted root (`sslrootcert`, else the system's).
     VerifyCa,
+    /// As `VerifyCa`, and the certificate must name the host connected to.
     VerifyFull,
 }
 
@@ -134,6 +142,7 @@ impl fmt::Display for Trust {
 /// How a connection negotiates TLS: parsed once per connection string.
 #[derive(Clone)]
 pub(crate) struct TlsSettings {
+    raw: Raw,
     mode: SslMode,
     trust: Trust,
     check_name: bool,
@@ -159,7 +168,7 @@ impl fmt::Debug for TlsSettings {
 }
 
 /// The TLS parameters as written, before they are checked.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Raw {
     sslmode: Option<String>,
     sslrootcert: Option<String>,
@@ -265,10 +274,47 @@ impl TlsSettings {
     /// The settings of a string that does not parse (it is rejected right after).
     fn plain_default() -> TlsSettings {
         TlsSettings {
+            raw: Raw::default(),
             mode: SslMode::Disable,
             trust: Trust::Any,
             check_name: false,
             config: None,
+        }
+    }
+
+    /// These settings with a mode, root file or client certificate set by the builder, which
+    /// win over the connection string's.
+    pub(crate) fn with_overrides(
+        &self,
+        mode: Option<SslMode>,
+        root: Option<&Path>,
+        client: Option<(&Path, &Path)>,
+    ) -> Result<TlsSettings> {
+        let mut raw = self.raw.clone();
+        if let Some(m) = mode {
+            raw.sslmode = Some(m.as_str().to_owned());
+        }
+        let text = |p: &Path| {
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| config_error(format!("path {} is not valid UTF-8", p.display())))
+        };
+        if let Some(r) = root {
+            raw.sslrootcert = Some(text(r)?);
+        }
+        if let Some((cert, key)) = client {
+            raw.sslcert = Some(text(cert)?);
+            raw.sslkey = Some(text(key)?);
+        }
+        TlsSettings::from_raw(raw)
+    }
+
+    /// The mode tokio-postgres must be told.
+    pub(crate) fn driver_mode(&self) -> tokio_postgres::config::SslMode {
+        match self.mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
         }
     }
 
@@ -327,6 +373,7 @@ impl TlsSettings {
             )?))
         };
         Ok(TlsSettings {
+            raw,
             mode,
             trust,
             check_name,
