@@ -420,6 +420,9 @@ impl App {
     }
 }
 
+/// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
+static DEFAULT_QUEUE: &str = "default";
+
 /// A connection checked out of the App's pool; derefs to [`Connection`].
 pub struct PooledConnection(Pooled);
 
@@ -645,25 +648,7 @@ impl<'a> JobBuilder<'a> {
         let app = self.app;
         let job = self.prepare(args)?;
         let mut conn = app.connection()?;
-        let (at, delay) = job.schedule_params();
-        let queue = job.queue.as_deref().unwrap_or("default");
-        let row = conn
-            .query_cached(
-                "deferring a job",
-                store::JOB_INSERT,
-                &[
-                    &queue,
-                    &job.task,
-                    &job.args,
-                    &job.priority,
-                    &job.lock,
-                    &job.queueing_lock,
-                    &at,
-                    &delay,
-                ],
-            )
-            .map_err(|e| defer_error(e, job.queueing_lock.as_deref()))?;
-        Ok(JobId(row[0].get(0)))
+        job.insert_on(&mut conn)
     }
 
     /// Inserts the job with the caller's client, typically inside its transaction: the job
@@ -688,21 +673,8 @@ impl<'a> JobBuilder<'a> {
     ) -> Result<JobId> {
         let job = self.prepare(args)?;
         let (at, delay) = job.schedule_params();
-        let queue = job.queue.as_deref().unwrap_or("default");
         let row = client
-            .query_one(
-                store::JOB_INSERT,
-                &[
-                    &queue,
-                    &job.task,
-                    &job.args,
-                    &job.priority,
-                    &job.lock,
-                    &job.queueing_lock,
-                    &at,
-                    &delay,
-                ],
-            )
+            .query_one(store::JOB_INSERT, &job.insert_params(&at, &delay))
             .map_err(|e| {
                 defer_error(
                     Error::from_client("deferring a job", e),
@@ -715,25 +687,42 @@ impl<'a> JobBuilder<'a> {
     /// Inserts the job on a connection of ours, e.g. inside a transaction started with
     /// [`Connection::begin`] in task code.
     pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
-        let job = self.prepare(args)?;
-        let (at, delay) = job.schedule_params();
-        let queue = job.queue.as_deref().unwrap_or("default");
+        self.prepare(args)?.insert_on(conn)
+    }
+}
+
+impl NewJob {
+    /// The parameters of `store::JOB_INSERT`.
+    fn insert_params<'a>(
+        &'a self,
+        at: &'a Option<SystemTime>,
+        delay: &'a i64,
+    ) -> [&'a (dyn postgres::types::ToSql + Sync); 8] {
+        [
+            match &self.queue {
+                Some(q) => q,
+                None => &DEFAULT_QUEUE,
+            },
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            at,
+            delay,
+        ]
+    }
+
+    /// Inserts this job on one of our connections.
+    fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
+        let (at, delay) = self.schedule_params();
         let rows = conn
             .query_cached(
                 "deferring a job",
                 store::JOB_INSERT,
-                &[
-                    &queue,
-                    &job.task,
-                    &job.args,
-                    &job.priority,
-                    &job.lock,
-                    &job.queueing_lock,
-                    &at,
-                    &delay,
-                ],
+                &self.insert_params(&at, &delay),
             )
-            .map_err(|e| defer_error(e, job.queueing_lock.as_deref()))?;
+            .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
         Ok(JobId(rows[0].get(0)))
     }
 }
