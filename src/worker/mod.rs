@@ -454,6 +454,7 @@ impl WorkerBuilder {
                 hard_tx: Some(hard_tx),
                 exit_rx,
                 jobs_rx,
+                outcome_rx,
             }),
         };
         match result {
@@ -678,6 +679,8 @@ pub(crate) struct Running {
     pub(crate) hard_tx: Option<Sender<()>>,
     pub(crate) exit_rx: Receiver<usize>,
     pub(crate) jobs_rx: Receiver<Claimed>,
+    /// Outcomes the completer had not taken when it stopped: the shutdown records them.
+    pub(crate) outcome_rx: Receiver<Outcome>,
 }
 
 /// Counters of a running worker.

@@ -254,8 +254,12 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
             .unwrap_or_else(|e| e.into_inner()),
     );
     never_started.extend(r.jobs_rx.try_iter().map(|c| c.id));
-    let unrecorded =
+    // Outcomes the completer could not record, and those it never took from its channel
+    // (it stops at the hard deadline, or when severed, with more waiting behind its batch):
+    // left there, their jobs would be requeued below and run again.
+    let mut unrecorded =
         std::mem::take(&mut *shared.unrecorded.lock().unwrap_or_else(|e| e.into_inner()));
+    unrecorded.extend(r.outcome_rx.try_iter());
 
     // 5. Cleanup with the time left.
     let cleanup_deadline = p.end.checked_sub(Duration::from_millis(5)).unwrap_or(p.end);
