@@ -217,8 +217,10 @@ impl WorkerBuilder {
     }
 
     /// How long [`WorkerHandle::shutdown`] lets running jobs finish before
-    /// [`Job::should_abort`](crate::Job::should_abort) turns true. Clipped (with a warning)
-    /// to what the shutdown timeout leaves. Defaults to most of the shutdown timeout.
+    /// [`Job::should_abort`](crate::Job::should_abort) turns true. One that does not fit in
+    /// the shutdown timeout is clipped (with a warning) to the default, so that jobs still
+    /// get time to act on `should_abort` before the sockets are severed. Defaults to most
+    /// of the shutdown timeout (80% of what the cleanup reserve leaves).
     pub fn shutdown_graceful_timeout(mut self, timeout: Duration) -> Self {
         self.opts.graceful = Some(timeout);
         self

@@ -142,10 +142,13 @@ pub(crate) struct Plan {
 pub(crate) fn plan(start: Instant, timeout: Duration, graceful: Option<Duration>) -> Plan {
     let reserve = (timeout / 5).min(Duration::from_secs(2));
     let window = timeout - reserve;
+    let default = window.mul_f64(0.8);
     let (g, clipped) = match graceful {
-        Some(g) if g > window => (window, true),
+        // Clipped to the default split, not to the hard deadline: `should_abort` must come
+        // before the sever, with time for the jobs to act on it.
+        Some(g) if g > window => (default, true),
         Some(g) => (g, false),
-        None => (window.mul_f64(0.8), false),
+        None => (default, false),
     };
     Plan {
         graceful: start + g,
@@ -375,8 +378,9 @@ mod tests {
         assert!(!p.clipped);
         let p = plan(t0, Duration::from_secs(2), Some(Duration::from_secs(5)));
         assert!(p.clipped);
-        assert_eq!(p.graceful, p.hard);
         assert_eq!(p.hard - t0, Duration::from_millis(1600));
+        // Clipped to the default split, leaving the jobs an abort window before the sever.
+        assert_eq!(p.graceful - t0, Duration::from_millis(1280));
         let p = plan(t0, Duration::from_secs(60), Some(Duration::from_secs(30)));
         assert_eq!(p.graceful - t0, Duration::from_secs(30));
         assert_eq!(p.end - p.hard, Duration::from_secs(2));
