@@ -4,14 +4,15 @@
 //! every second it polls abort requests for its running jobs (the backstop for a missed
 //! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
 //! refreshes its heartbeat and rescues the jobs of workers whose heartbeat is older than
-//! `stalled_after`.
+//! `stalled_after`, and gives back its own `doing` jobs that a claim with a lost reply left
+//! behind (`release_lost_claims`).
 //!
 //! If its own row is gone (another worker presumed it dead while its link was down), it
 //! registers again under the same id; its requeued jobs may then run twice (at-least-once).
 //! Database errors are logged and retried on a fresh connection; duties that need the
 //! database wait for it, the timeouts do not.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
 
@@ -70,6 +71,7 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             }
             if due_rescue {
                 rescue(shared, c)?;
+                release_lost_claims(shared, c)?;
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
             }
             Ok(())
@@ -150,6 +152,43 @@ fn poll_aborts(shared: &Shared, conn: &mut Connection) -> Result<()> {
                 j.abort.raise(ABORT_REQUESTED);
             }
         }
+    }
+    Ok(())
+}
+
+/// Gives back jobs claimed for this worker by a statement whose reply never arrived.
+///
+/// A claim's reply comes back within `io_timeout` of its sending, or the fetcher gives up
+/// on it; a job it brought is held from then until its outcome is recorded. The cutoff is
+/// the database's clock read *before* the held set is taken, minus `io_timeout` and a
+/// margin: a row claimed before it is either in that set or was claimed by a lost reply,
+/// however late the release statement itself reaches the server.
+fn release_lost_claims(shared: &Shared, conn: &mut Connection) -> Result<()> {
+    let margin = shared.app.io_timeout() + Duration::from_secs(1);
+    let margin_ms = margin.as_millis().min(i64::MAX as u128) as i64;
+    let cutoff: SystemTime = conn
+        .query_cached(
+            "reading the clock for lost claims",
+            store::LOST_CLAIMS_CUTOFF,
+            &[&margin_ms],
+        )?
+        .first()
+        .map(|r| r.get(0))
+        .unwrap_or(UNIX_EPOCH);
+    let held = shared.held_ids();
+    let id = shared.id();
+    let rows = conn.query_cached(
+        "giving back jobs of lost claims",
+        store::JOB_LOST_CLAIMS_RELEASE,
+        &[&id, &held, &cutoff],
+    )?;
+    let lost: Vec<i64> = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    if !lost.is_empty() {
+        log::warn!(
+            "worker {}: gave back {} job(s) claimed by a statement whose reply was lost: {lost:?}",
+            shared.name,
+            lost.len()
+        );
     }
     Ok(())
 }

@@ -24,7 +24,7 @@ mod fetch;
 mod listen;
 mod shutdown;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -354,6 +354,7 @@ impl WorkerBuilder {
             capacity,
             stopping: AtomicBool::new(false),
             running: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashSet::new()),
             in_flight: AtomicUsize::new(0),
             never_started: Mutex::new(Vec::new()),
             unrecorded: Mutex::new(Vec::new()),
@@ -586,6 +587,10 @@ pub(crate) struct Shared {
     pub(crate) capacity: usize,
     pub(crate) stopping: AtomicBool,
     pub(crate) running: Mutex<HashMap<JobId, RunningJob>>,
+    /// Jobs this worker holds in the database (`doing` under its id), from the claim's
+    /// reply until their outcome is recorded. Any other `doing` job of this worker was
+    /// claimed by a statement whose reply was lost: the beat thread gives it back.
+    pub(crate) held: Mutex<HashSet<JobId>>,
     /// Jobs claimed and not yet finished by an executor.
     pub(crate) in_flight: AtomicUsize,
     /// Claimed jobs that no executor started because the worker was stopping.
@@ -621,6 +626,28 @@ impl Shared {
 
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashSet<JobId>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes jobs whose claim reply arrived (see `held`).
+    pub(crate) fn hold(&self, ids: impl IntoIterator<Item = JobId>) {
+        self.held().extend(ids);
+    }
+
+    /// Forgets jobs whose outcome is recorded (or which were no longer this worker's).
+    pub(crate) fn unhold(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut held = self.held();
+        for id in ids {
+            held.remove(&id);
+        }
+    }
+
+    /// The ids of the jobs held now.
+    pub(crate) fn held_ids(&self) -> Vec<i64> {
+        self.held().iter().map(|j| j.0).collect()
     }
 
     /// Logs a database error of a worker thread, once per failure streak at warn level.
