@@ -7,14 +7,18 @@
 //! `stalled_after`, and gives back its own `doing` jobs that a claim with a lost reply left
 //! behind (`release_lost_claims`).
 //!
+//! It keeps beating through a shutdown's graceful wait, until the last executor has ended or
+//! the hard deadline comes, so a worker finishing its jobs is never presumed dead.
+//!
 //! If its own row is gone (another worker presumed it dead while its link was down), it
 //! registers again under the same id; its requeued jobs may then run twice (at-least-once).
 //! Database errors are logged and retried on a fresh connection; duties that need the
 //! database wait for it, the timeouts do not.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::backoff::Backoff;
 use super::Shared;
@@ -24,9 +28,11 @@ use crate::job::{JobId, ABORT_REQUESTED, ABORT_TIMEOUT};
 use crate::store;
 
 const TICK: Duration = Duration::from_millis(250);
+/// How often a stopping worker's beat looks whether its executors are all gone.
+const STOPPING_TICK: Duration = Duration::from_millis(10);
 const ABORT_POLL: Duration = Duration::from_secs(1);
 
-pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard: &Receiver<()>) {
+pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: &Receiver<()>) {
     let mut conn = Some(conn);
     let mut backoff = Backoff::new(shared.opts.backoff_cap);
     let mut retry_at = Instant::now();
@@ -35,8 +41,19 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
     let mut next_abort_poll = Instant::now() + ABORT_POLL;
     loop {
-        if super::sleep_or_stop(stop, TICK) {
-            return;
+        let stopping = shared.stopping();
+        if stopping {
+            // While the shutdown lets running jobs finish, the heartbeat, the task timeouts
+            // and the abort polls go on: a worker silent for stalled_after would be presumed
+            // dead, and the jobs it is finishing would run again elsewhere. Done once no
+            // executor is left, or at the hard deadline.
+            if shared.executors.load(Ordering::Acquire) == 0
+                || super::sleep_or_stop(hard, STOPPING_TICK)
+            {
+                return;
+            }
+        } else if super::sleep_or_stop(stop, TICK) {
+            continue;
         }
         raise_timeouts(shared);
         let now = Instant::now();
@@ -44,7 +61,8 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             continue;
         }
         let due_beat = now >= next_beat;
-        let due_rescue = now >= next_rescue;
+        // A stopping worker takes on nothing: the shutdown gives back what it holds.
+        let due_rescue = now >= next_rescue && !stopping;
         let due_abort = now >= next_abort_poll && !shared.running().is_empty();
         if !(due_beat || due_rescue || due_abort) {
             continue;
@@ -79,7 +97,8 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
         match result {
             Ok(()) => backoff.reset(),
             Err(e) => {
-                if shared.stopping() {
+                if hard_deadline_passed(hard) {
+                    // Severed by the shutdown: not worth a warning.
                     return;
                 }
                 shared.log_db_error("heartbeat", &e, backoff.failures() + 1);
@@ -90,6 +109,10 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             }
         }
     }
+}
+
+fn hard_deadline_passed(hard: &Receiver<()>) -> bool {
+    matches!(hard.try_recv(), Ok(()) | Err(TryRecvError::Disconnected))
 }
 
 fn raise_timeouts(shared: &Shared) {

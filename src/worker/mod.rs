@@ -356,6 +356,7 @@ impl WorkerBuilder {
             running: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
             in_flight: AtomicUsize::new(0),
+            executors: AtomicUsize::new(0),
             never_started: Mutex::new(Vec::new()),
             unrecorded: Mutex::new(Vec::new()),
             listen_wake: Arc::new(tokio::sync::Notify::new()),
@@ -593,6 +594,8 @@ pub(crate) struct Shared {
     pub(crate) held: Mutex<HashSet<JobId>>,
     /// Jobs claimed and not yet finished by an executor.
     pub(crate) in_flight: AtomicUsize,
+    /// Executor threads running: a stopping worker's beat goes on until they are gone.
+    pub(crate) executors: AtomicUsize,
     /// Claimed jobs that no executor started because the worker was stopping.
     pub(crate) never_started: Mutex<Vec<JobId>>,
     /// Outcomes the completer could not record before it stopped.
