@@ -212,6 +212,54 @@ fn a_rescue_never_touches_a_job_that_finished_meanwhile() {
     }
 }
 
+#[test]
+fn a_worker_finishing_its_jobs_during_shutdown_keeps_its_heartbeat() {
+    let (db, app) = setup();
+    let (started_tx, started_rx) = unbounded::<i64>();
+    let mut tasks_a = Tasks::new();
+    tasks_a.register("hold", move |job: &Job| {
+        started_tx.send(job.id().0).unwrap();
+        // Longer than stalled_after: only a heartbeat kept through the graceful wait
+        // keeps the other worker's rescue away.
+        thread::sleep(Duration::from_millis(2500));
+        Ok(())
+    });
+    let a = fast_worker(&app, tasks_a)
+        .name("worker-a")
+        .concurrency(1)
+        .spawn()
+        .unwrap();
+    let id = app.defer("hold", &()).unwrap();
+    assert_eq!(
+        started_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        id.0
+    );
+    let a_id = a.worker_id();
+    let (tasks_b, ran_b) = quick_hold("worker B");
+    let b = fast_worker(&app, tasks_b)
+        .name("worker-b")
+        .stalled_after(Duration::from_secs(1))
+        .spawn()
+        .unwrap();
+
+    let report = a.shutdown(Duration::from_secs(10));
+    println!("  A: {report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.jobs_finished(), 1, "{report}");
+    let row = job_row(&mut db.client(), id).unwrap();
+    assert_eq!(
+        (row.status.as_str(), row.worker_id, row.attempts),
+        ("succeeded", Some(a_id), 1),
+        "the job was rescued from a live worker: {row:?}"
+    );
+    assert!(
+        ran_b.try_recv().is_err(),
+        "B ran the job while A was still finishing it"
+    );
+    let report = b.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+}
+
 /// The child half of `a_worker_killed_with_sigkill_is_rescued_by_another_process`: runs a
 /// worker on the database named by env `POSTPONE_RESCUE_CHILD_URL` whose task blocks
 /// forever, prints `CHILD_STARTED <job id>`, and waits to be killed. Without the variable
