@@ -316,6 +316,19 @@ fn database_gone_stranded_old_and_new_connections() {
     });
 }
 
+/// Backends of this database parked in LISTEN.
+fn listening_backends(db: &TestDb) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+              WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                AND query ILIKE 'LISTEN%'",
+            &[],
+        )
+        .expect("reading pg_stat_activity")
+        .get(0)
+}
+
 /// The kernel id of the calling thread (from `/proc/thread-self`).
 fn current_tid() -> String {
     let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
@@ -475,4 +488,49 @@ fn after_shutdown_prefetched_jobs_are_back_with_their_attempt_given_back() {
         }
     }
     assert_eq!(worker_rows(&mut client), 0, "the worker row is deleted");
+}
+
+#[test]
+fn short_timeouts_are_kept_too() {
+    let _t = shared_threads();
+    let (db, direct) = setup();
+    let (proxy, app) = proxied_app(&db);
+    let (tx, _rx) = unbounded();
+
+    // Idle, 100 ms.
+    let handle = fast_worker(&direct, sleepy_tasks(tx.clone(), Arc::default()))
+        .concurrency(2)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let report = handle.shutdown(Duration::from_millis(100));
+    report_figure("shutdown(100 ms), 2 idle threads", t0.elapsed());
+    assert!(t0.elapsed() <= Duration::from_millis(400), "{report}");
+    assert!(report.is_clean(), "{report}");
+
+    // Every link stranded, 500 ms.
+    let handle = fast_worker(&app, sleepy_tasks(tx, Arc::default()))
+        .concurrency(2)
+        .listen_ping_interval(Duration::from_millis(200))
+        .spawn()
+        .unwrap();
+    let mut client = db.client();
+    // The first worker's row is gone, the second's is there.
+    assert_eq!(worker_rows(&mut client), 1);
+    // Beat, fetch and listen connected and settled (no job ran, so no completer).
+    assert!(wait_until(Duration::from_secs(5), || handle.open_sockets()
+        == 3
+        && listening_backends(&db) == 1));
+    proxy.strand_all();
+    proxy.set_new_conns(NewConns::Strand);
+    // At least two visibly stuck (a third request may be swallowed by the strand).
+    assert!(wait_until(Duration::from_secs(2), || round_trips_stuck_at(
+        proxy.port()
+    ) >= 2));
+    let t0 = Instant::now();
+    let report = handle.shutdown(Duration::from_millis(500));
+    report_figure("shutdown(500 ms), every link stranded", t0.elapsed());
+    println!("  report: {report}");
+    assert!(t0.elapsed() <= Duration::from_millis(900), "{report}");
+    assert!(report.is_clean(), "{report}");
 }

@@ -34,9 +34,11 @@ pub fn setup() -> (TestDb, App) {
 }
 
 /// A worker builder with the tests' short intervals: poll 100 ms, heartbeat 200 ms,
-/// stalled after 1 s, listen pings every 500 ms, reconnect backoff capped at 500 ms.
+/// stalled after 1 s, listen pings every 500 ms, reconnect backoff capped at 500 ms, and a
+/// 3 s drop timeout (a failing test drops its handle without shutdown).
 pub fn fast_worker(app: &App, tasks: Tasks) -> WorkerBuilder {
     Worker::builder(app, tasks)
+        .drop_timeout(Duration::from_secs(3))
         .poll_interval(Duration::from_millis(100))
         .heartbeat_interval(Duration::from_millis(200))
         .stalled_after(Duration::from_secs(1))
