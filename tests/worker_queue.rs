@@ -669,3 +669,81 @@ fn without_listen_polling_still_runs_jobs() {
     assert_eq!(listening_backends(&db), 0, "listen(false) must not LISTEN");
     stop(handle);
 }
+
+/// Requests the abort of a running job the way the schema documents it: the flag on the row
+/// and an `abort:<id>` notification (there is no public abort call yet).
+fn request_abort(db: &TestDb, id: JobId, notify: bool) {
+    let mut client = db.client();
+    client
+        .execute(
+            "UPDATE postpone_jobs SET abort_requested = true WHERE id = $1",
+            &[&id.0],
+        )
+        .unwrap();
+    if notify {
+        client
+            .execute(
+                "SELECT pg_notify('postpone', 'abort:' || $1::bigint)",
+                &[&id.0],
+            )
+            .unwrap();
+    }
+}
+
+type AbortSeen = (i64, bool, Instant);
+
+fn abort_tasks() -> (
+    Tasks,
+    crossbeam_channel::Receiver<i64>,
+    crossbeam_channel::Receiver<AbortSeen>,
+) {
+    let (started_tx, started_rx) = unbounded::<i64>();
+    let (saw_tx, saw_rx) = unbounded::<AbortSeen>();
+    let mut tasks = Tasks::new();
+    tasks.register("long", move |job: &Job| {
+        started_tx.send(job.id().0).unwrap();
+        let t0 = Instant::now();
+        while !job.should_abort() && t0.elapsed() < Duration::from_secs(10) {
+            thread::sleep(Duration::from_millis(5));
+        }
+        saw_tx
+            .send((job.id().0, job.abort_requested(), Instant::now()))
+            .unwrap();
+        Err(TaskError::fail("stopped on request"))
+    });
+    (tasks, started_rx, saw_rx)
+}
+
+#[test]
+fn an_abort_request_reaches_the_running_task_by_notification_or_by_polling() {
+    let (db, app) = setup();
+    for (listen, within) in [
+        (true, Duration::from_millis(500)),
+        (false, Duration::from_secs(3)),
+    ] {
+        let (tasks, started, saw) = abort_tasks();
+        let handle = fast_worker(&app, tasks).listen(listen).spawn().unwrap();
+        let id = app.defer("long", &()).unwrap();
+        assert_eq!(started.recv_timeout(Duration::from_secs(5)).unwrap(), id.0);
+        let t0 = Instant::now();
+        // With listen(false) nothing is notified: the beat's abort poll must find it.
+        request_abort(&db, id, listen);
+        let (seen, requested, at) = saw.recv_timeout(Duration::from_secs(12)).unwrap();
+        let took = at - t0;
+        report_figure(
+            &format!("abort request seen by the task (listen {listen})"),
+            took,
+        );
+        assert_eq!(seen, id.0);
+        assert!(requested, "abort_requested() is true");
+        assert!(took < within, "{took:?}");
+        let row = wait_status(&db, id, "aborted", Duration::from_secs(5));
+        assert!(
+            row.error_texts()[0].contains("aborted on request"),
+            "{:?}",
+            row.errors
+        );
+        let report = handle.shutdown(SHUTDOWN);
+        assert!(report.is_clean(), "{report}");
+    }
+}
