@@ -747,3 +747,80 @@ fn an_abort_request_reaches_the_running_task_by_notification_or_by_polling() {
         assert!(report.is_clean(), "{report}");
     }
 }
+
+#[test]
+fn two_workers_on_one_queue_never_run_a_job_twice_nor_overlap_a_lock() {
+    let (db, app) = setup();
+    let runs = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let lock_order = Arc::new(Mutex::new(Vec::<u32>::new()));
+    let active = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let make_tasks = || {
+        let mut tasks = Tasks::new();
+        let r = runs.clone();
+        tasks.register("plain", move |job: &Job| {
+            r.lock().unwrap().push(job.id().0);
+            thread::sleep(Duration::from_millis(2));
+            Ok(())
+        });
+        let (r, order, active, overlaps) = (
+            runs.clone(),
+            lock_order.clone(),
+            active.clone(),
+            overlaps.clone(),
+        );
+        tasks.register("locked", move |job: &Job| {
+            r.lock().unwrap().push(job.id().0);
+            if active.fetch_add(1, Ordering::SeqCst) > 0 {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            order.lock().unwrap().push(job.args()?);
+            thread::sleep(Duration::from_millis(10));
+            active.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        });
+        tasks
+    };
+    let w1 = fast_worker(&app, make_tasks())
+        .concurrency(2)
+        .spawn()
+        .unwrap();
+    let w2 = fast_worker(&app, make_tasks())
+        .concurrency(2)
+        .spawn()
+        .unwrap();
+    let mut jobs = Vec::new();
+    for i in 0..300u32 {
+        jobs.push(if i % 10 == 0 {
+            postpone::NewJob::new("locked", &(i / 10))
+                .unwrap()
+                .lock("L")
+        } else {
+            postpone::NewJob::new("plain", &i).unwrap()
+        });
+    }
+    app.defer_batch(&jobs).unwrap();
+    let mut client = db.client();
+    assert!(wait_until(Duration::from_secs(30), || all_jobs(
+        &mut client
+    )
+    .iter()
+    .all(|r| r.status == "succeeded")));
+    let (s1, s2) = (w1.stats(), w2.stats());
+    stop(w1);
+    stop(w2);
+    let runs = runs.lock().unwrap();
+    let distinct: HashSet<i64> = runs.iter().copied().collect();
+    assert_eq!(runs.len(), 300, "runs");
+    assert_eq!(distinct.len(), 300, "every job ran exactly once");
+    assert!(
+        s1.claimed > 0 && s2.claimed > 0,
+        "both worked: {s1:?} {s2:?}"
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a lock's jobs overlapped"
+    );
+    assert_eq!(*lock_order.lock().unwrap(), (0..30).collect::<Vec<u32>>());
+}
