@@ -185,6 +185,30 @@ SELECT count(*), (SELECT count(pg_notify('postpone', 'job:' || q.queue))
                     FROM (SELECT DISTINCT queue FROM released) q)
   FROM released";
 
+/// The database's clock minus `$1` milliseconds: the cutoff of [`JOB_LOST_CLAIMS_RELEASE`],
+/// read before the worker takes the set of jobs it holds.
+pub(crate) const LOST_CLAIMS_CUTOFF: &str = "SELECT now() - $1::bigint * interval '1 millisecond'";
+
+/// Gives back the jobs `doing` under worker `$1` that it does not hold (`$2`): a claim that
+/// committed but whose reply was lost (connection reset or stranded) left them there, and
+/// no rescue would ever touch them while the worker lives. Only rows claimed before `$3`
+/// (see [`LOST_CLAIMS_CUTOFF`]), so a claim whose reply is still on its way is never
+/// touched. They never ran: their attempt is given back. Wakes listening workers. Returns
+/// the ids given back.
+pub(crate) const JOB_LOST_CLAIMS_RELEASE: &str = "
+WITH lost AS (
+    UPDATE postpone_jobs j
+       SET status = 'todo', worker_id = NULL, started_at = NULL,
+           attempts = greatest(j.attempts - 1, 0)
+     WHERE j.worker_id = $1 AND j.status = 'doing'
+       AND j.started_at < $3::timestamptz
+       AND NOT (j.id = ANY($2::bigint[]))
+    RETURNING j.id, j.queue
+)
+SELECT coalesce((SELECT array_agg(id) FROM lost), '{}'::bigint[]),
+       (SELECT count(pg_notify('postpone', 'job:' || q.queue))
+          FROM (SELECT DISTINCT queue FROM lost) q)";
+
 /// Running jobs of worker `$1` whose abort was requested (the backstop for missed NOTIFYs).
 pub(crate) const JOB_ABORTS_POLL: &str =
     "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";

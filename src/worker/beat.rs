@@ -4,16 +4,21 @@
 //! every half second it polls abort requests for its running jobs (the backstop for a missed
 //! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
 //! refreshes its heartbeat and rescues the jobs of workers whose heartbeat is older than
-//! `stalled_after`.
+//! `stalled_after`, and gives back its own `doing` jobs that a claim with a lost reply left
+//! behind (`release_lost_claims`).
+//!
+//! It keeps beating through a shutdown's graceful wait, until the last executor has ended or
+//! the hard deadline comes, so a worker finishing its jobs is never presumed dead.
 //!
 //! If its own row is gone (another worker presumed it dead while its link was down), it
 //! registers again under the same id; its requeued jobs may then run twice (at-least-once).
 //! Database errors are logged and retried on a fresh connection; duties that need the
 //! database wait for it, the timeouts do not.
 
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::backoff::Backoff;
 use super::Shared;
@@ -26,8 +31,10 @@ const TICK: Duration = Duration::from_millis(250);
 /// Under a second with the tick, as the abort promise needs when NOTIFY is off or lost:
 /// polls come every other tick (~0.5 s), and only while jobs run.
 const ABORT_POLL: Duration = Duration::from_millis(400);
+/// How often a stopping worker's beat looks whether its executors are all gone.
+const STOPPING_TICK: Duration = Duration::from_millis(10);
 
-pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard: &Receiver<()>) {
+pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: &Receiver<()>) {
     let mut conn = Some(conn);
     let mut backoff = Backoff::new(shared.opts.backoff_cap);
     let mut retry_at = Instant::now();
@@ -36,8 +43,19 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
     let mut next_abort_poll = Instant::now() + ABORT_POLL;
     loop {
-        if super::sleep_or_stop(stop, TICK) {
-            return;
+        let stopping = shared.stopping();
+        if stopping {
+            // While the shutdown lets running jobs finish, the heartbeat, the task timeouts
+            // and the abort polls go on: a worker silent for stalled_after would be presumed
+            // dead, and the jobs it is finishing would run again elsewhere. Done once no
+            // executor is left, or at the hard deadline.
+            if shared.executors.load(Ordering::Acquire) == 0
+                || super::sleep_or_stop(hard, STOPPING_TICK)
+            {
+                return;
+            }
+        } else if super::sleep_or_stop(stop, TICK) {
+            continue;
         }
         raise_timeouts(shared);
         let now = Instant::now();
@@ -45,7 +63,8 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             continue;
         }
         let due_beat = now >= next_beat;
-        let due_rescue = now >= next_rescue;
+        // A stopping worker takes on nothing: the shutdown gives back what it holds.
+        let due_rescue = now >= next_rescue && !stopping;
         let due_abort = now >= next_abort_poll && !shared.running().is_empty();
         if !(due_beat || due_rescue || due_abort) {
             continue;
@@ -72,6 +91,7 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             }
             if due_rescue {
                 rescue(shared, c)?;
+                release_lost_claims(shared, c)?;
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
             }
             Ok(())
@@ -79,7 +99,8 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
         match result {
             Ok(()) => backoff.reset(),
             Err(e) => {
-                if shared.stopping() {
+                if hard_deadline_passed(hard) {
+                    // Severed by the shutdown: not worth a warning.
                     return;
                 }
                 shared.log_db_error("heartbeat", &e, backoff.failures() + 1);
@@ -90,6 +111,10 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, _hard:
             }
         }
     }
+}
+
+fn hard_deadline_passed(hard: &Receiver<()>) -> bool {
+    matches!(hard.try_recv(), Ok(()) | Err(TryRecvError::Disconnected))
 }
 
 fn raise_timeouts(shared: &Shared) {
@@ -152,6 +177,43 @@ fn poll_aborts(shared: &Shared, conn: &mut Connection) -> Result<()> {
                 j.abort.raise(ABORT_REQUESTED);
             }
         }
+    }
+    Ok(())
+}
+
+/// Gives back jobs claimed for this worker by a statement whose reply never arrived.
+///
+/// A claim's reply comes back within `io_timeout` of its sending, or the fetcher gives up
+/// on it; a job it brought is held from then until its outcome is recorded. The cutoff is
+/// the database's clock read *before* the held set is taken, minus `io_timeout` and a
+/// margin: a row claimed before it is either in that set or was claimed by a lost reply,
+/// however late the release statement itself reaches the server.
+fn release_lost_claims(shared: &Shared, conn: &mut Connection) -> Result<()> {
+    let margin = shared.app.io_timeout() + Duration::from_secs(1);
+    let margin_ms = margin.as_millis().min(i64::MAX as u128) as i64;
+    let cutoff: SystemTime = conn
+        .query_cached(
+            "reading the clock for lost claims",
+            store::LOST_CLAIMS_CUTOFF,
+            &[&margin_ms],
+        )?
+        .first()
+        .map(|r| r.get(0))
+        .unwrap_or(UNIX_EPOCH);
+    let held = shared.held_ids();
+    let id = shared.id();
+    let rows = conn.query_cached(
+        "giving back jobs of lost claims",
+        store::JOB_LOST_CLAIMS_RELEASE,
+        &[&id, &held, &cutoff],
+    )?;
+    let lost: Vec<i64> = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    if !lost.is_empty() {
+        log::warn!(
+            "worker {}: gave back {} job(s) claimed by a statement whose reply was lost: {lost:?}",
+            shared.name,
+            lost.len()
+        );
     }
     Ok(())
 }

@@ -145,6 +145,7 @@ pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) 
         store::JOB_FINISH_BATCH,
         &[&worker, &ids, &words, &delays, &errors],
     )?;
+    shared.unhold(batch.iter().map(|o| o.id));
     shared
         .stats
         .recorded

@@ -111,6 +111,7 @@ pub(crate) fn run(
         .name()
         .unwrap_or("postpone-exec")
         .to_owned();
+    let _alive = ExecutorAlive::new(shared);
     loop {
         let claimed = select! {
             recv(stop) -> _ => return,
@@ -132,6 +133,22 @@ pub(crate) fn run(
         let _ = outcomes.send(outcome);
         shared.in_flight.fetch_sub(1, Ordering::AcqRel);
         let _ = wake.try_send(());
+    }
+}
+
+/// Counts this executor in `Shared::executors` while it lives (even if it unwinds).
+struct ExecutorAlive<'a>(&'a Shared);
+
+impl<'a> ExecutorAlive<'a> {
+    fn new(shared: &'a Shared) -> ExecutorAlive<'a> {
+        shared.executors.fetch_add(1, Ordering::AcqRel);
+        ExecutorAlive(shared)
+    }
+}
+
+impl Drop for ExecutorAlive<'_> {
+    fn drop(&mut self) {
+        self.0.executors.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

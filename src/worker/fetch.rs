@@ -73,6 +73,7 @@ pub(crate) fn run(
                 backoff.reset();
                 let n = claimed.len();
                 if n > 0 {
+                    shared.hold(claimed.iter().map(|j| j.id));
                     shared.in_flight.fetch_add(n, Ordering::AcqRel);
                     shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
                     for job in claimed {

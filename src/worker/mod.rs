@@ -25,7 +25,7 @@ mod listen;
 mod periodic;
 mod shutdown;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -223,8 +223,10 @@ impl WorkerBuilder {
     }
 
     /// How long [`WorkerHandle::shutdown`] lets running jobs finish before
-    /// [`Job::should_abort`](crate::Job::should_abort) turns true. Clipped (with a warning)
-    /// to what the shutdown timeout leaves. Defaults to most of the shutdown timeout.
+    /// [`Job::should_abort`](crate::Job::should_abort) turns true. One that does not fit in
+    /// the shutdown timeout is clipped (with a warning) to the default, so that jobs still
+    /// get time to act on `should_abort` before the sockets are severed. Defaults to most
+    /// of the shutdown timeout (80% of what the cleanup reserve leaves).
     pub fn shutdown_graceful_timeout(mut self, timeout: Duration) -> Self {
         self.opts.graceful = Some(timeout);
         self
@@ -359,7 +361,9 @@ impl WorkerBuilder {
             job_duration: fetch::Ewma::new(Duration::from_millis(10)),
             stopping: AtomicBool::new(false),
             running: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashSet::new()),
             in_flight: AtomicUsize::new(0),
+            executors: AtomicUsize::new(0),
             never_started: Mutex::new(Vec::new()),
             unrecorded: Mutex::new(Vec::new()),
             listen_wake: Arc::new(tokio::sync::Notify::new()),
@@ -474,6 +478,7 @@ impl WorkerBuilder {
                 hard_tx: Some(hard_tx),
                 exit_rx,
                 jobs_rx,
+                outcome_rx,
             }),
         };
         drop(listening_tx);
@@ -618,8 +623,14 @@ pub(crate) struct Shared {
     pub(crate) job_duration: fetch::Ewma,
     pub(crate) stopping: AtomicBool,
     pub(crate) running: Mutex<HashMap<JobId, RunningJob>>,
+    /// Jobs this worker holds in the database (`doing` under its id), from the claim's
+    /// reply until their outcome is recorded. Any other `doing` job of this worker was
+    /// claimed by a statement whose reply was lost: the beat thread gives it back.
+    pub(crate) held: Mutex<HashSet<JobId>>,
     /// Jobs claimed and not yet finished by an executor.
     pub(crate) in_flight: AtomicUsize,
+    /// Executor threads running: a stopping worker's beat goes on until they are gone.
+    pub(crate) executors: AtomicUsize,
     /// Claimed jobs that no executor started because the worker was stopping.
     pub(crate) never_started: Mutex<Vec<JobId>>,
     /// Outcomes the completer could not record before it stopped.
@@ -653,6 +664,28 @@ impl Shared {
 
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashSet<JobId>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes jobs whose claim reply arrived (see `held`).
+    pub(crate) fn hold(&self, ids: impl IntoIterator<Item = JobId>) {
+        self.held().extend(ids);
+    }
+
+    /// Forgets jobs whose outcome is recorded (or which were no longer this worker's).
+    pub(crate) fn unhold(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut held = self.held();
+        for id in ids {
+            held.remove(&id);
+        }
+    }
+
+    /// The ids of the jobs held now.
+    pub(crate) fn held_ids(&self) -> Vec<i64> {
+        self.held().iter().map(|j| j.0).collect()
     }
 
     /// Logs a database error of a worker thread, once per failure streak at warn level.
@@ -714,6 +747,8 @@ pub(crate) struct Running {
     pub(crate) hard_tx: Option<Sender<()>>,
     pub(crate) exit_rx: Receiver<usize>,
     pub(crate) jobs_rx: Receiver<Claimed>,
+    /// Outcomes the completer had not taken when it stopped: the shutdown records them.
+    pub(crate) outcome_rx: Receiver<Outcome>,
 }
 
 /// Counters of a running worker.

@@ -142,10 +142,13 @@ pub(crate) struct Plan {
 pub(crate) fn plan(start: Instant, timeout: Duration, graceful: Option<Duration>) -> Plan {
     let reserve = (timeout / 5).min(Duration::from_secs(2));
     let window = timeout - reserve;
+    let default = window.mul_f64(0.8);
     let (g, clipped) = match graceful {
-        Some(g) if g > window => (window, true),
+        // Clipped to the default split, not to the hard deadline: `should_abort` must come
+        // before the sever, with time for the jobs to act on it.
+        Some(g) if g > window => (default, true),
         Some(g) => (g, false),
-        None => (window.mul_f64(0.8), false),
+        None => (default, false),
     };
     Plan {
         graceful: start + g,
@@ -254,8 +257,12 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
             .unwrap_or_else(|e| e.into_inner()),
     );
     never_started.extend(r.jobs_rx.try_iter().map(|c| c.id));
-    let unrecorded =
+    // Outcomes the completer could not record, and those it never took from its channel
+    // (it stops at the hard deadline, or when severed, with more waiting behind its batch):
+    // left there, their jobs would be requeued below and run again.
+    let mut unrecorded =
         std::mem::take(&mut *shared.unrecorded.lock().unwrap_or_else(|e| e.into_inner()));
+    unrecorded.extend(r.outcome_rx.try_iter());
 
     // 5. Cleanup with the time left.
     let cleanup_deadline = p.end.checked_sub(Duration::from_millis(5)).unwrap_or(p.end);
@@ -371,8 +378,9 @@ mod tests {
         assert!(!p.clipped);
         let p = plan(t0, Duration::from_secs(2), Some(Duration::from_secs(5)));
         assert!(p.clipped);
-        assert_eq!(p.graceful, p.hard);
         assert_eq!(p.hard - t0, Duration::from_millis(1600));
+        // Clipped to the default split, leaving the jobs an abort window before the sever.
+        assert_eq!(p.graceful - t0, Duration::from_millis(1280));
         let p = plan(t0, Duration::from_secs(60), Some(Duration::from_secs(30)));
         assert_eq!(p.graceful - t0, Duration::from_secs(30));
         assert_eq!(p.end - p.hard, Duration::from_secs(2));

@@ -1,0 +1,138 @@
+//! Helpers shared by the worker integration tests (worker_queue, worker_shutdown,
+//! worker_recovery, worker_rescue): an App on a fresh database, a worker builder with the
+//! short intervals the tests use, and a reader of job rows.
+//!
+//! Each test file includes this with `mod worker_util;` next to `mod support;` and uses part
+//! of it, hence the blanket `dead_code` allowance.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use postgres::Client;
+use postpone::{App, JobId, Tasks, Worker, WorkerBuilder};
+
+use crate::support::{wait_until, TestDb};
+
+/// An App on `url` with a small pool (max_connections is shared by every test) and the
+/// given `io_timeout`.
+pub fn app_at(url: &str, io_timeout: Duration) -> App {
+    App::builder(url)
+        .pool_size(2)
+        .io_timeout(io_timeout)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap_or_else(|e| panic!("building an App on {url}: {e}"))
+}
+
+/// A fresh database with the schema installed, and a direct App on it.
+pub fn setup() -> (TestDb, App) {
+    crate::support::init_logging();
+    let db = TestDb::new();
+    let app = app_at(&db.url(), Duration::from_secs(5));
+    app.migrate().expect("migrate");
+    (db, app)
+}
+
+/// A worker builder with the tests' short intervals: poll 100 ms, heartbeat 200 ms,
+/// stalled after 1 s, listen pings every 500 ms, reconnect backoff capped at 500 ms, and a
+/// 3 s drop timeout (a failing test drops its handle without shutdown).
+pub fn fast_worker(app: &App, tasks: Tasks) -> WorkerBuilder {
+    Worker::builder(app, tasks)
+        .drop_timeout(Duration::from_secs(3))
+        .poll_interval(Duration::from_millis(100))
+        .heartbeat_interval(Duration::from_millis(200))
+        .stalled_after(Duration::from_secs(1))
+        .listen_ping_interval(Duration::from_millis(500))
+        .reconnect_backoff_max(Duration::from_millis(500))
+}
+
+/// A job's row, as the tests look at it.
+#[derive(Clone, Debug)]
+pub struct JobRow {
+    pub id: i64,
+    pub task: String,
+    pub queue: String,
+    pub status: String,
+    pub attempts: i32,
+    pub worker_id: Option<i64>,
+    /// The `errors` array (empty when NULL).
+    pub errors: Vec<serde_json::Value>,
+}
+
+impl JobRow {
+    /// The `error` texts of the errors array, in order.
+    pub fn error_texts(&self) -> Vec<String> {
+        self.errors
+            .iter()
+            .map(|e| e["error"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+}
+
+const ROW_SQL: &str = "SELECT id, task, queue, status, attempts, worker_id, errors \
+                       FROM postpone_jobs";
+
+fn to_row(r: &postgres::Row) -> JobRow {
+    let errors: Option<serde_json::Value> = r.get(6);
+    JobRow {
+        id: r.get(0),
+        task: r.get(1),
+        queue: r.get(2),
+        status: r.get(3),
+        attempts: r.get(4),
+        worker_id: r.get(5),
+        errors: match errors {
+            Some(serde_json::Value::Array(v)) => v,
+            Some(other) => panic!("errors is not an array: {other}"),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// The row of job `id`, or None if it was deleted.
+pub fn job_row(client: &mut Client, id: JobId) -> Option<JobRow> {
+    client
+        .query_opt(&format!("{ROW_SQL} WHERE id = $1"), &[&id.0])
+        .expect("reading a job row")
+        .as_ref()
+        .map(to_row)
+}
+
+/// Every job row, by id.
+pub fn all_jobs(client: &mut Client) -> Vec<JobRow> {
+    client
+        .query(&format!("{ROW_SQL} ORDER BY id"), &[])
+        .expect("reading job rows")
+        .iter()
+        .map(to_row)
+        .collect()
+}
+
+/// Waits (up to `timeout`) until job `id` has `status`; returns its row, or panics with the
+/// row as it is.
+pub fn wait_status(db: &TestDb, id: JobId, status: &str, timeout: Duration) -> JobRow {
+    let mut client = db.client();
+    let mut last = None;
+    let ok = wait_until(timeout, || {
+        last = job_row(&mut client, id);
+        last.as_ref().is_some_and(|r| r.status == status)
+    });
+    assert!(
+        ok,
+        "job {id} did not reach status {status} within {timeout:?}; it is {last:?}"
+    );
+    last.expect("checked above")
+}
+
+/// Number of rows of `postpone_workers`.
+pub fn worker_rows(client: &mut Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM postpone_workers", &[])
+        .expect("counting workers")
+        .get(0)
+}
+
+/// Unit of measured figures, printed so that `--nocapture` runs show them.
+pub fn report_figure(what: &str, d: Duration) {
+    println!("MEASURED {what}: {:.1} ms", d.as_secs_f64() * 1000.0);
+}
