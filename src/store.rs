@@ -209,6 +209,10 @@ SELECT coalesce((SELECT array_agg(id) FROM lost), '{}'::bigint[]),
        (SELECT count(pg_notify('postpone', 'job:' || q.queue))
           FROM (SELECT DISTINCT queue FROM lost) q)";
 
+/// Status and worker of the jobs `$1` (to explain outcomes a guarded update did not apply).
+pub(crate) const JOB_STATES: &str =
+    "SELECT id, status, worker_id FROM postpone_jobs WHERE id = ANY($1::bigint[])";
+
 /// Running jobs of worker `$1` whose abort was requested (the backstop for missed NOTIFYs).
 pub(crate) const JOB_ABORTS_POLL: &str =
     "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";

@@ -104,14 +104,14 @@ impl Connection {
             .map_err(|e| {
                 Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
             })?;
-        let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
+        let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
-        let targets = socket::resolve(opts, deadline, &|| watchdog.sever_count(group) != severs)?;
+        let targets = socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
         let mut rt = Some(rt);
         let mut last = None;
         for target in &targets {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline.at {
                 break;
             }
             let runtime = match rt.take() {
@@ -124,7 +124,7 @@ impl Connection {
                         Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
                     })?,
             };
-            match Self::open_target(runtime, opts, target, watchdog, group, deadline) {
+            match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
                 Ok(conn) => return Ok(conn),
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
@@ -137,9 +137,9 @@ impl Connection {
             Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "connecting to {}: no answer within {} connect_timeout",
+                    "connecting to {}: no answer within {}",
                     opts.describe(),
-                    fmt_duration(opts.connect_timeout)
+                    first.name
                 ),
             )
         }))
@@ -151,7 +151,7 @@ impl Connection {
         target: &Target,
         watchdog: &Watchdog,
         group: u64,
-        deadline: Instant,
+        deadline: &socket::Deadline,
     ) -> Result<Connection> {
         let mut with_check = opts.wants_check_interval();
         loop {
@@ -175,11 +175,18 @@ impl Connection {
                     // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
                     // does not use TLS either): do not even ask the server for it.
                     config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                    handshake(&rt, &reg, &config, stream, tokio_postgres::NoTls, deadline)
+                    handshake(
+                        &rt,
+                        &reg,
+                        &config,
+                        stream,
+                        tokio_postgres::NoTls,
+                        deadline.at,
+                    )
                 }
                 Some(tls) => {
                     let watch = tls.watch();
-                    handshake(&rt, &reg, &config, stream, tls, deadline)
+                    handshake(&rt, &reg, &config, stream, tls, deadline.at)
                         .map_err(|e| watch.explain(e))
                 }
             };
@@ -226,8 +233,8 @@ impl Connection {
                         Error::new(
                             ErrorKind::Timeout,
                             format!(
-                                "connecting to {target}: {e} got no answer within {} connect_timeout",
-                                fmt_duration(opts.connect_timeout)
+                                "connecting to {target}: {e} got no answer within {}",
+                                deadline.name
                             ),
                         )
                     } else {

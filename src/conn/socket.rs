@@ -238,8 +238,9 @@ pub(crate) fn connect(
     target: &Target,
     watchdog: &Watchdog,
     group: u64,
-    deadline: Instant,
+    deadline: &Deadline,
 ) -> Result<(Stream, Registration)> {
+    let (name, deadline) = (&deadline.name, deadline.at);
     let what = format!("connecting to {target}");
     let fail = |e: io::Error| Error::with_source(ErrorKind::Connect, what.clone(), e);
     match target {
@@ -272,10 +273,7 @@ pub(crate) fn connect(
                     reg.sever();
                     Err(Error::new(
                         ErrorKind::Timeout,
-                        format!(
-                            "{what}: no answer within {} connect_timeout",
-                            fmt_duration(opts.connect_timeout)
-                        ),
+                        format!("{what}: no answer within {name}"),
                     ))
                 }
             }
@@ -305,10 +303,7 @@ pub(crate) fn connect(
                         reg.sever();
                         return Err(Error::new(
                             ErrorKind::Timeout,
-                            format!(
-                                "{what}: no answer within {} connect_timeout",
-                                fmt_duration(opts.connect_timeout)
-                            ),
+                            format!("{what}: no answer within {name}"),
                         ));
                     }
                 }
@@ -352,19 +347,51 @@ fn configure_tcp(socket: &Socket, opts: &ConnectOptions) -> io::Result<()> {
     Ok(())
 }
 
+/// The deadline of one connection attempt and how to name it in errors.
+#[derive(Clone, Debug)]
+pub(crate) struct Deadline {
+    pub(crate) at: Instant,
+    /// `5s connect_timeout`, or `the 120ms left of the shutdown timeout`.
+    pub(crate) name: String,
+}
+
 /// The deadline given to one target: the whole `connect_timeout`, as libpq does per host,
-/// but never past `overall` (which bounds a shutdown).
-pub(crate) fn attempt_deadline(connect_timeout: Duration, overall: Option<Instant>) -> Instant {
-    let own = Instant::now() + connect_timeout;
+/// but never past `overall` (which bounds a shutdown's cleanup).
+pub(crate) fn attempt_deadline(connect_timeout: Duration, overall: Option<Instant>) -> Deadline {
+    let now = Instant::now();
+    let own = now + connect_timeout;
     match overall {
-        Some(o) if o < own => o,
-        _ => own,
+        Some(o) if o < own => Deadline {
+            at: o,
+            name: format!(
+                "the {} left of the shutdown timeout",
+                fmt_duration(o.saturating_duration_since(now))
+            ),
+        },
+        _ => Deadline {
+            at: own,
+            name: format!("{} connect_timeout", fmt_duration(connect_timeout)),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_attempt_deadline_names_what_bounds_it() {
+        let d = attempt_deadline(Duration::from_secs(5), None);
+        assert_eq!(d.name, "5s connect_timeout");
+        let soon = Instant::now() + Duration::from_millis(120);
+        let d = attempt_deadline(Duration::from_secs(5), Some(soon));
+        assert_eq!(d.at, soon);
+        assert!(d.name.ends_with("left of the shutdown timeout"), "{}", d.name);
+        let late = Instant::now() + Duration::from_secs(60);
+        let d = attempt_deadline(Duration::from_secs(5), Some(late));
+        assert!(d.at < late);
+        assert_eq!(d.name, "5s connect_timeout");
+    }
 
     #[test]
     fn a_name_lookup_gives_up_when_its_group_is_severed() {

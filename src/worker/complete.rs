@@ -152,14 +152,61 @@ pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) 
         .fetch_add(rows.len() as u64, Ordering::Relaxed);
     if rows.len() < batch.len() {
         let done: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
-        for o in batch.iter().filter(|o| !done.contains(&o.id.0)) {
-            log::warn!(
-                "worker {}: outcome {:?} of job {} not recorded: the job is no longer held by this worker (it was presumed dead and the job was requeued; it will run again)",
+        let missing: Vec<&Outcome> = batch.iter().filter(|o| !done.contains(&o.id.0)).collect();
+        explain_unrecorded(shared, conn, &missing);
+    }
+    Ok(())
+}
+
+/// An outcome the guarded update did not apply: either an earlier try of this very batch
+/// committed and only its reply was lost (the row already says so), or the job is no longer
+/// this worker's (it was presumed dead and requeued: the job will run again). Tells which.
+fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcome]) {
+    let ids: Vec<i64> = missing.iter().map(|o| o.id.0).collect();
+    let now: std::collections::HashMap<i64, (String, Option<i64>)> =
+        match conn.query_cached("reading unrecorded outcomes", store::JOB_STATES, &[&ids]) {
+            Ok(rows) => rows
+                .iter()
+                .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                .collect(),
+            Err(e) => {
+                log::warn!(
+                    "worker {}: {} outcome(s) not recorded, and their jobs could not be read: {e}",
+                    shared.name,
+                    missing.len()
+                );
+                return;
+            }
+        };
+    let me = shared.id();
+    for o in missing {
+        let state = now.get(&o.id.0);
+        let already = match (o.word, state) {
+            ("delete", None) => true,
+            ("retry" | "release", Some((st, _))) => st == "todo",
+            (word, Some((st, worker))) => st == word && *worker == Some(me),
+            _ => false,
+        };
+        if already {
+            log::debug!(
+                "worker {}: outcome {:?} of job {} was already recorded (an earlier try committed; its reply was lost)",
                 shared.name,
                 o.word,
                 o.id
             );
+            shared.stats.recorded.fetch_add(1, Ordering::Relaxed);
+        } else {
+            log::warn!(
+                "worker {}: outcome {:?} of job {} not recorded: the job is no longer held by this worker (now {}); it was presumed dead and the job was requeued, so it runs again",
+                shared.name,
+                o.word,
+                o.id,
+                match state {
+                    Some((st, Some(w))) => format!("{st} under worker {w}"),
+                    Some((st, None)) => st.clone(),
+                    None => "deleted".to_owned(),
+                }
+            );
         }
     }
-    Ok(())
 }

@@ -320,6 +320,14 @@ impl WorkerBuilder {
             opts,
             hook,
         } = self;
+        let margin = opts.heartbeat_interval + app.inner.opts.io_timeout;
+        if opts.stalled_after <= margin {
+            log::warn!(
+                "stalled_after ({}) is not longer than heartbeat_interval + io_timeout ({}): a live worker whose heartbeat round-trip runs to its deadline could be presumed dead and its jobs run twice",
+                crate::error::fmt_duration(opts.stalled_after),
+                crate::error::fmt_duration(margin)
+            );
+        }
         let group = app.inner.watchdog.new_group();
         let name = opts.name.clone().unwrap_or_else(default_name);
         let mut conn = Connection::open(&app.inner.opts, &app.inner.watchdog, group, None)
