@@ -6,6 +6,9 @@
 #   e.g.   benches/compare.sh 20000 1,4,16 3
 #   env:   N_DEFER (default 5000: defers one by one, and 10x that in batches of 1,000)
 #          ANCHORS (default ../shared/anchors: the peers' benchmark scripts)
+#          ONLY    (default postpone,procrastinate,graphile: which systems to run)
+#          OUT     (default a new /tmp/postpone-compare.* folder; give an earlier one to add
+#                   a system to its results: the table covers every system found there)
 #          PGHOST/PGPORT/PGUSER are not read: the server is 127.0.0.1:5432, user postgres.
 #
 # The peers are installed on first use: procrastinate into /tmp/venv-procrastinate (needs
@@ -21,7 +24,10 @@ n_defer=${N_DEFER:-5000}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 anchors=${ANCHORS:-$(cd "$root/.." && pwd)/shared/anchors}
-out=$(mktemp -d /tmp/postpone-compare.XXXXXX)
+only=${ONLY:-postpone,procrastinate,graphile}
+out=${OUT:-$(mktemp -d /tmp/postpone-compare.XXXXXX)}
+mkdir -p "$out"
+wants() { [[ ",$only," == *",$1,"* ]]; }
 pg() { psql -h 127.0.0.1 -U postgres -XAtq "$@"; }
 mkdb() {
     pg -d postgres -c "SELECT 1 FROM pg_database WHERE datname = '$1'" | grep -q 1 ||
@@ -31,13 +37,17 @@ mkdb() {
 echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(pg -d postgres -c 'SHOW server_version') on 127.0.0.1"
 echo "== N_WORK=$n_work N_DEFER=$n_defer CONCURRENCY=$conc REPEATS=$repeats; raw output in $out"
 
-echo "== postpone"
-(cd "$root" && cargo bench --quiet --bench throughput -- \
-    --n-work "$n_work" --n-defer "$n_defer" --concurrency "$conc" --repeats "$repeats" \
-    --only defer,work) | tee "$out/postpone.txt"
+if wants postpone; then
+    echo "== postpone"
+    (cd "$root" && cargo bench --quiet --bench throughput -- \
+        --n-work "$n_work" --n-defer "$n_defer" --concurrency "$conc" --repeats "$repeats" \
+        --only defer,work) | tee "$out/postpone.txt"
+fi
 
-peers=()
-if ! command -v python3 >/dev/null; then
+# A peer whose benchmark fails part-way keeps the figures it printed before failing.
+if ! wants procrastinate; then
+    :
+elif ! command -v python3 >/dev/null; then
     echo "== procrastinate skipped: python3 is not installed"
 elif [ ! -f "$anchors/procrastinate_bench.py" ]; then
     echo "== procrastinate skipped: $anchors/procrastinate_bench.py not found (set ANCHORS)"
@@ -52,11 +62,13 @@ else
     /tmp/venv-procrastinate/bin/python "$anchors/procrastinate_bench.py" \
         --dsn 'host=127.0.0.1 dbname=anchor_procrastinate user=postgres' \
         --n-defer "$n_defer" --n-work "$n_work" --concurrency "$conc" --repeats "$repeats" 2>&1 |
-        grep -v 'instantiated in the main' | tee "$out/procrastinate.txt"
-    peers+=(procrastinate)
+        grep -v 'instantiated in the main' | tee "$out/procrastinate.txt" ||
+        echo "== procrastinate's benchmark failed; the figures it printed are kept"
 fi
 
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if ! wants graphile; then
+    :
+elif ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     echo "== graphile-worker skipped: node and npm are not installed"
 elif [ ! -f "$anchors/graphile_bench.mjs" ]; then
     echo "== graphile-worker skipped: $anchors/graphile_bench.mjs not found (set ANCHORS)"
@@ -71,9 +83,14 @@ else
     echo "== graphile-worker"
     (cd /tmp/gw && DATABASE_URL=postgres://postgres@127.0.0.1:5432/anchor_graphile \
         node graphile_bench.mjs --n-defer "$n_defer" --n-work "$n_work" \
-        --concurrency "$conc" --repeats "$repeats") | tee "$out/graphile.txt"
-    peers+=(graphile)
+        --concurrency "$conc" --repeats "$repeats") 2>&1 | tee "$out/graphile.txt" ||
+        echo "== graphile-worker's benchmark failed; the figures it printed are kept"
 fi
+
+peers=()
+for p in procrastinate graphile; do
+    [ -s "$out/$p.txt" ] && peers+=("$p")
+done
 
 # Medians per figure and system, from the JSON lines each benchmark printed.
 echo

@@ -5,7 +5,9 @@
 //! - `is_valid` skips the ping for a connection that answered within the last second and
 //!   whose socket holds no unread input (no reset, no end of stream), and otherwise pings
 //!   under a short deadline that also never runs past the deadline of the checkout in
-//!   progress (so a pool full of half-open sockets is drained in bounded time);
+//!   progress (so a pool full of half-open sockets is drained in bounded time); once a ping
+//!   has timed out, connections idle since before it are discarded without a ping of their
+//!   own (half-open sockets come in groups);
 //! - `has_broken` is true for a severed, closed or timed-out connection, or one left inside a
 //!   transaction; such a connection is dropped, which never blocks.
 
@@ -37,6 +39,11 @@ pub(crate) struct Manager {
     opts: Arc<ConnectOptions>,
     watchdog: Watchdog,
     group: u64,
+    /// When a checkout ping last ran out of time. Idle connections are usually cut off
+    /// together (a failover, a middlebox reset): one that has not answered since then is
+    /// discarded without its own ping, so a pool of half-open sockets costs one ping
+    /// deadline, not one per socket.
+    ping_timed_out: std::sync::Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Watchdog {
@@ -51,6 +58,7 @@ impl Manager {
             opts,
             watchdog,
             group,
+            ping_timed_out: std::sync::Mutex::new(None),
         }
     }
 }
@@ -73,6 +81,19 @@ impl r2d2::ManageConnection for Manager {
         if conn.idle_for() < FRESH && !conn.has_pending_input() {
             return Ok(());
         }
+        let last_answer = Instant::now().checked_sub(conn.idle_for());
+        let timed_out = *self
+            .ping_timed_out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let (Some(failed), Some(answered)) = (timed_out, last_answer) {
+            if answered < failed {
+                return Err(Error::new(
+                    ErrorKind::Closed,
+                    "pooled connection discarded unchecked: idle since before another one's ping timed out",
+                ));
+            }
+        }
         let mut wait = PING_CAP.min(self.opts.io_timeout);
         if let Some(deadline) = CHECKOUT_DEADLINE.with(Cell::get) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -84,7 +105,14 @@ impl r2d2::ManageConnection for Manager {
             }
             wait = wait.min(left);
         }
-        conn.ping(wait)
+        let res = conn.ping(wait);
+        if res.as_ref().is_err_and(Error::is_timeout) {
+            *self
+                .ping_timed_out
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        }
+        res
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {

@@ -386,7 +386,11 @@ mod tests {
         let soon = Instant::now() + Duration::from_millis(120);
         let d = attempt_deadline(Duration::from_secs(5), Some(soon));
         assert_eq!(d.at, soon);
-        assert!(d.name.ends_with("left of the shutdown timeout"), "{}", d.name);
+        assert!(
+            d.name.ends_with("left of the shutdown timeout"),
+            "{}",
+            d.name
+        );
         let late = Instant::now() + Duration::from_secs(60);
         let d = attempt_deadline(Duration::from_secs(5), Some(late));
         assert!(d.at < late);

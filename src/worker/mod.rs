@@ -10,8 +10,11 @@
 //! - `postpone-complete` records outcomes in batches, retrying on a fresh connection until
 //!   they are stored;
 //! - `postpone-listen` LISTENs for new jobs and abort requests, and pings its link;
-//! - `postpone-beat` refreshes the heartbeat, rescues the jobs of stalled workers, polls
-//!   abort requests, and raises task timeouts.
+//! - `postpone-beat` refreshes the heartbeat, rescues the jobs of stalled workers, gives
+//!   back jobs of claims whose reply was lost, polls abort requests, and raises task
+//!   timeouts; it keeps beating through a shutdown's graceful wait;
+//! - `postpone-periodic` (when periodic tasks or retention are configured) defers each
+//!   scheduled instant once across all workers, and prunes finished jobs.
 //!
 //! No thread ever ends on a database error: it logs, backs off, reconnects and goes on.
 //! [`WorkerHandle::shutdown`] stops them all within its timeout (see `shutdown.rs`).
