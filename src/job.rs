@@ -43,6 +43,12 @@ impl From<i64> for JobId {
     }
 }
 
+impl From<JobId> for i64 {
+    fn from(id: JobId) -> i64 {
+        id.0
+    }
+}
+
 impl FromStr for JobId {
     type Err = Error;
     fn from_str(s: &str) -> Result<JobId, Error> {
@@ -319,6 +325,7 @@ mod tests {
     fn job_ids_parse_and_print() {
         assert_eq!("42".parse::<JobId>().unwrap(), JobId(42));
         assert_eq!(JobId(7).to_string(), "7");
+        assert_eq!(i64::from(JobId(7)), 7);
         assert_eq!(
             "x".parse::<JobId>().unwrap_err().kind(),
             ErrorKind::InvalidInput

@@ -534,3 +534,51 @@ fn short_timeouts_are_kept_too() {
     assert!(t0.elapsed() <= Duration::from_millis(900), "{report}");
     assert!(report.is_clean(), "{report}");
 }
+
+/// The same, with every connection of the worker over TLS: severing works under the TLS
+/// session exactly as on a plain socket.
+#[test]
+fn every_connection_stranded_over_tls() {
+    let _t = shared_threads();
+    let (db, direct) = setup();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_at(
+        &format!("{}?sslmode=require", db.url_via(&proxy)),
+        Duration::from_secs(10),
+    );
+    let (tx, rx) = unbounded();
+    let handle = fast_worker(&app, sleepy_tasks(tx, Arc::default()))
+        .concurrency(2)
+        .listen_ping_interval(Duration::from_millis(200))
+        .spawn()
+        .unwrap();
+    let warm = direct.defer("sleep", &0u64).unwrap();
+    wait_status(&db, warm, "succeeded", Duration::from_secs(5));
+    recv_n(&rx, 1);
+    // Every backend of the worker (fetch, beat, listen, complete) speaks TLS.
+    let mut client = db.client();
+    let encrypted: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+              WHERE a.datname = current_database() AND s.ssl
+                AND a.client_port IS NOT NULL AND a.pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(encrypted >= 4, "only {encrypted} encrypted backends");
+    direct.defer("sleep", &400u64).unwrap();
+    recv_n(&rx, 1);
+    proxy.strand_all();
+    // The fetcher (poll 100 ms), the beat (200 ms), the listener (ping 200 ms) and the
+    // completer (the job ends at 400 ms) each enter a TLS round-trip that never ends.
+    wait_until(Duration::from_secs(1), || {
+        round_trips_stuck_at(proxy.port()) >= 3
+    });
+    let stuck = round_trips_stuck_at(proxy.port());
+    assert!(stuck >= 3, "only {stuck} TLS round-trips visibly stuck");
+    let report = timed_shutdown("every TLS connection stranded", handle);
+    assert!(report.is_clean(), "every thread joined: {report}");
+    assert_eq!(report.threads_joined(), worker_threads(2));
+    assert!(report.sockets_severed() >= stuck, "{report}");
+}
