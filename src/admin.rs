@@ -337,24 +337,22 @@ impl Admin {
     /// job cannot be cancelled ([`InvalidState`](ErrorKind::InvalidState)): use
     /// [`abort`](Self::abort).
     pub fn cancel(&self, id: JobId) -> Result<()> {
-        let mut conn = self.conn()?;
-        let rows = conn.query_named("cancelling a job", store::JOB_CANCEL, &[&id.0])?;
-        if rows.is_empty() {
-            return Err(wrong_state(
-                &mut conn,
-                id,
-                "cancel",
-                "only waiting (todo) jobs can be cancelled; abort a running one",
-            ));
-        }
-        log::info!("job {id} cancelled by the admin API");
-        Ok(())
+        self.cancel_with(id, "cancelling a job", store::JOB_CANCEL, "cancelled")
     }
 
     /// Like [`cancel`](Self::cancel), and deletes the job's row.
     pub fn cancel_and_delete(&self, id: JobId) -> Result<()> {
+        self.cancel_with(
+            id,
+            "deleting a job",
+            store::JOB_CANCEL_DELETE,
+            "cancelled and deleted",
+        )
+    }
+
+    fn cancel_with(&self, id: JobId, what: &str, sql: &str, done: &str) -> Result<()> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("deleting a job", store::JOB_CANCEL_DELETE, &[&id.0])?;
+        let rows = conn.query_named(what, sql, &[&id.0])?;
         if rows.is_empty() {
             return Err(wrong_state(
                 &mut conn,
@@ -363,7 +361,7 @@ impl Admin {
                 "only waiting (todo) jobs can be cancelled; abort a running one",
             ));
         }
-        log::info!("job {id} cancelled and deleted by the admin API");
+        log::info!("job {id} {done} by the admin API");
         Ok(())
     }
 
