@@ -17,10 +17,12 @@
 //!   scheduled instant once across all workers, and prunes finished jobs.
 //!
 //! No thread ever ends on a database error: it logs, backs off, reconnects and goes on.
-//! [`WorkerHandle::shutdown`] stops them all within its timeout (see `shutdown.rs`).
+//! [`WorkerBuilder::spawn`] starts them (see `builder.rs`); [`WorkerHandle::shutdown`] stops
+//! them all within its timeout (see `shutdown.rs`). This file holds what the threads share.
 
 mod backoff;
 mod beat;
+mod builder;
 mod complete;
 mod exec;
 mod fetch;
@@ -32,20 +34,22 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::app::App;
 use crate::conn::Connection;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::job::{AbortFlag, JobId, RawJson};
-use crate::store;
 use crate::task::{Task, Tasks};
 
+pub use builder::WorkerBuilder;
 pub use exec::{JobEvent, JobEventKind, JobHook};
 pub use shutdown::ShutdownReport;
+
+use builder::{Identity, WorkerOptions};
 
 /// What happens to a job's row once it has finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,512 +70,8 @@ pub struct Worker;
 impl Worker {
     /// Starts configuring a worker that runs `tasks` on `app`'s database.
     pub fn builder(app: &App, tasks: Tasks) -> WorkerBuilder {
-        WorkerBuilder {
-            app: app.clone(),
-            tasks,
-            opts: WorkerOptions::default(),
-            hook: None,
-        }
+        WorkerBuilder::new(app, tasks)
     }
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct WorkerOptions {
-    pub(crate) concurrency: usize,
-    pub(crate) prefetch: Option<usize>,
-    pub(crate) queues: Option<Vec<String>>,
-    pub(crate) name: Option<String>,
-    pub(crate) poll_interval: Duration,
-    pub(crate) listen: bool,
-    pub(crate) delete: DeleteJobs,
-    pub(crate) heartbeat_interval: Duration,
-    pub(crate) stalled_after: Duration,
-    pub(crate) graceful: Option<Duration>,
-    pub(crate) only_registered: bool,
-    pub(crate) backoff_cap: Duration,
-    pub(crate) listen_ping_interval: Duration,
-    pub(crate) drop_timeout: Duration,
-    pub(crate) periodic: periodic::PeriodicSettings,
-}
-
-impl Default for WorkerOptions {
-    fn default() -> Self {
-        WorkerOptions {
-            concurrency: 1,
-            prefetch: None,
-            queues: None,
-            name: None,
-            poll_interval: Duration::from_secs(1),
-            listen: true,
-            delete: DeleteJobs::Never,
-            heartbeat_interval: Duration::from_secs(10),
-            stalled_after: Duration::from_secs(30),
-            graceful: None,
-            only_registered: false,
-            backoff_cap: Duration::from_secs(5),
-            listen_ping_interval: Duration::from_secs(5),
-            drop_timeout: Duration::from_secs(10),
-            periodic: periodic::PeriodicSettings::default(),
-        }
-    }
-}
-
-/// Configures and spawns a worker; from [`Worker::builder`].
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use postpone::{App, Job, TaskError, Tasks, Worker};
-///
-/// # fn main() -> postpone::Result<()> {
-/// let app = App::connect("postgres://postgres@127.0.0.1/postgres")?;
-/// let mut tasks = Tasks::new();
-/// tasks.register("send_email", |job: &Job| -> Result<(), TaskError> {
-///     let to: String = job.args()?;
-///     println!("mail to {to}");
-///     Ok(())
-/// });
-/// let handle = Worker::builder(&app, tasks)
-///     .concurrency(4)
-///     .queues(["emails"])
-///     .spawn()?;
-/// // ... later, e.g. on SIGTERM:
-/// let report = handle.shutdown(Duration::from_secs(10));
-/// assert!(report.is_clean());
-/// # Ok(())
-/// # }
-/// ```
-#[must_use = "call .spawn() to start the worker"]
-pub struct WorkerBuilder {
-    app: App,
-    tasks: Tasks,
-    opts: WorkerOptions,
-    hook: Option<Arc<dyn JobHook>>,
-}
-
-impl fmt::Debug for WorkerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerBuilder")
-            .field("tasks", &self.tasks)
-            .field("options", &self.opts)
-            .finish()
-    }
-}
-
-impl WorkerBuilder {
-    /// Threads that run jobs. Defaults to 1.
-    pub fn concurrency(mut self, threads: usize) -> Self {
-        self.opts.concurrency = threads;
-        self
-    }
-
-    /// Jobs claimed ahead of free threads, so a thread that finishes finds its next job
-    /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
-    /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
-    /// busy for two claim round-trips at the measured job duration (at least 1, at most 64),
-    /// so fast jobs are claimed in large batches and slow ones are not hoarded. A number here
-    /// fixes it; 0 disables it.
-    pub fn prefetch(mut self, jobs: usize) -> Self {
-        self.opts.prefetch = Some(jobs);
-        self
-    }
-
-    /// Only claim jobs of these queues. Defaults to every queue.
-    pub fn queues<I, S>(mut self, queues: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.opts.queues = Some(queues.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// The worker's name in the workers table and in logs. Defaults to `host-pid-N`.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.opts.name = Some(name.into());
-        self
-    }
-
-    /// How often an idle worker looks for due jobs without being woken (scheduled jobs,
-    /// missed notifications). Defaults to 1 s.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.opts.poll_interval = interval;
-        self
-    }
-
-    /// Whether to LISTEN for new jobs and abort requests (woken at once) rather than only
-    /// polling. Defaults to true.
-    pub fn listen(mut self, listen: bool) -> Self {
-        self.opts.listen = listen;
-        self
-    }
-
-    /// What to do with finished jobs' rows. Defaults to [`DeleteJobs::Never`].
-    pub fn delete_finished(mut self, policy: DeleteJobs) -> Self {
-        self.opts.delete = policy;
-        self
-    }
-
-    /// How often the worker refreshes its heartbeat. Defaults to 10 s.
-    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.opts.heartbeat_interval = interval;
-        self
-    }
-
-    /// A worker whose heartbeat is older than this is presumed dead: any other worker
-    /// removes it and puts its running jobs back in the queue. Must be longer than
-    /// `heartbeat_interval` plus the App's `io_timeout`. Defaults to 30 s.
-    pub fn stalled_after(mut self, after: Duration) -> Self {
-        self.opts.stalled_after = after;
-        self
-    }
-
-    /// How long [`WorkerHandle::shutdown`] lets running jobs finish before
-    /// [`Job::should_abort`](crate::Job::should_abort) turns true. One that does not fit in
-    /// the shutdown timeout is clipped (with a warning) to the default, so that jobs still
-    /// get time to act on `should_abort` before the sockets are severed. Defaults to most
-    /// of the shutdown timeout (80% of what the cleanup reserve leaves).
-    pub fn shutdown_graceful_timeout(mut self, timeout: Duration) -> Self {
-        self.opts.graceful = Some(timeout);
-        self
-    }
-
-    /// Claim only jobs whose task is registered here, leaving others to workers that know
-    /// them. Defaults to false: a job of an unknown task is claimed and failed with an error
-    /// naming the task, so it does not wait forever unnoticed. Turn it on when workers with
-    /// different task sets share queues; the claim then skips unknown jobs, which costs a
-    /// little more when many of them wait at the head of the queue.
-    pub fn only_registered_tasks(mut self, only: bool) -> Self {
-        self.opts.only_registered = only;
-        self
-    }
-
-    /// The longest wait between two reconnection attempts. Defaults to 5 s.
-    pub fn reconnect_backoff_max(mut self, cap: Duration) -> Self {
-        self.opts.backoff_cap = cap;
-        self
-    }
-
-    /// How long the listener waits for a notification before pinging its link (a dead
-    /// LISTEN connection delivers nothing, so silence proves nothing). Defaults to 5 s.
-    pub fn listen_ping_interval(mut self, interval: Duration) -> Self {
-        self.opts.listen_ping_interval = interval;
-        self
-    }
-
-    /// The shutdown timeout used when a [`WorkerHandle`] is dropped without calling
-    /// `shutdown`. Defaults to 10 s.
-    pub fn drop_timeout(mut self, timeout: Duration) -> Self {
-        self.opts.drop_timeout = timeout;
-        self
-    }
-
-    /// Observes every job start and outcome (for metrics). Called on the executor thread:
-    /// keep it quick, and never block in it.
-    pub fn hook(mut self, hook: impl JobHook + 'static) -> Self {
-        self.hook = Some(Arc::new(hook));
-        self
-    }
-
-    fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::new(ErrorKind::Config, m));
-        if let Some(p) = self.tasks.problems.first() {
-            return bad(format!("invalid task registry: {p}"));
-        }
-        if self.tasks.map.is_empty() {
-            return bad("invalid worker: no task is registered".into());
-        }
-        let o = &self.opts;
-        if o.concurrency == 0 || o.concurrency > 1024 {
-            return bad(format!(
-                "invalid concurrency {}: use 1 to 1024 threads",
-                o.concurrency
-            ));
-        }
-        if let Some(q) = &o.queues {
-            if q.is_empty() || q.iter().any(|q| q.trim().is_empty()) {
-                return bad("invalid queues: give at least one non-empty queue name, or none to serve every queue".into());
-            }
-        }
-        for (name, d) in [
-            ("poll_interval", o.poll_interval),
-            ("heartbeat_interval", o.heartbeat_interval),
-            ("stalled_after", o.stalled_after),
-            ("listen_ping_interval", o.listen_ping_interval),
-            ("reconnect_backoff_max", o.backoff_cap),
-        ] {
-            if d.is_zero() {
-                return bad(format!("invalid {name}: it must be longer than zero"));
-            }
-        }
-        if o.stalled_after <= o.heartbeat_interval {
-            return bad(format!(
-                "invalid stalled_after ({:?}): it must be longer than heartbeat_interval ({:?}), or live workers would be declared dead",
-                o.stalled_after, o.heartbeat_interval
-            ));
-        }
-        periodic::validate(&self.tasks, o)
-    }
-
-    /// Registers the worker and starts its threads. Fails (without starting anything) on
-    /// invalid options, when the database cannot be reached, or when the schema is missing
-    /// or outdated.
-    pub fn spawn(self) -> Result<WorkerHandle> {
-        self.validate()?;
-        let WorkerBuilder {
-            app,
-            tasks,
-            opts,
-            hook,
-        } = self;
-        let margin = opts.heartbeat_interval + app.inner.opts.io_timeout;
-        if opts.stalled_after <= margin {
-            log::warn!(
-                "stalled_after ({}) is not longer than heartbeat_interval + io_timeout ({}): a live worker whose heartbeat round-trip runs to its deadline could be presumed dead and its jobs run twice",
-                crate::error::fmt_duration(opts.stalled_after),
-                crate::error::fmt_duration(margin)
-            );
-        }
-        let group = app.inner.watchdog.new_group();
-        let name = opts.name.clone().unwrap_or_else(default_name);
-        let mut conn = Connection::open(&app.inner.opts, &app.inner.watchdog, group, None)
-            .map_err(|e| e.context(format_args!("starting worker {name}")))?;
-        app.ensure_schema(&mut conn)
-            .map_err(|e| e.context(format_args!("starting worker {name}")))?;
-        let identity = Identity::new(&name, &opts);
-        let schedules = periodic::schedules(&tasks);
-        let id: i64 = conn
-            .query_one(
-                store::WORKER_INSERT,
-                &[
-                    &identity.name,
-                    &identity.host,
-                    &identity.pid,
-                    &identity.queues,
-                    &identity.concurrency,
-                ],
-            )
-            .map_err(|e| e.context(format_args!("registering worker {name}")))?
-            .get(0);
-
-        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let (hard_tx, hard_rx) = crossbeam_channel::bounded::<()>(0);
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let (outcome_tx, outcome_rx) = crossbeam_channel::unbounded();
-        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-        let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
-        let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
-
-        let shared = Arc::new(Shared {
-            app,
-            tasks: tasks.map,
-            opts,
-            group,
-            worker_id: AtomicI64::new(id),
-            name: name.clone(),
-            identity,
-            job_duration: fetch::Ewma::new(Duration::from_millis(10)),
-            stopping: AtomicBool::new(false),
-            running: Mutex::new(HashMap::new()),
-            held: Mutex::new(HashSet::new()),
-            in_flight: AtomicUsize::new(0),
-            executors: AtomicUsize::new(0),
-            never_started: Mutex::new(Vec::new()),
-            unrecorded: Mutex::new(Vec::new()),
-            listen_wake: Arc::new(tokio::sync::Notify::new()),
-            hook,
-            stats: Stats::default(),
-        });
-
-        let mut threads = Vec::new();
-        let mut spawn = |role: Role, name: String, body: Box<dyn FnOnce() + Send>| -> Result<()> {
-            let exit = ExitGuard {
-                tx: exit_tx.clone(),
-                index: threads.len(),
-            };
-            let handle = thread::Builder::new()
-                .name(name.clone())
-                .spawn(move || {
-                    let _exit = exit;
-                    body();
-                })
-                .map_err(|e| {
-                    Error::with_source(ErrorKind::Other, format!("spawning thread {name}"), e)
-                })?;
-            threads.push(ThreadSlot {
-                name,
-                role,
-                handle: Some(handle),
-                exited: false,
-            });
-            Ok(())
-        };
-
-        let result = (|| {
-            {
-                let (s, stop, hard) = (shared.clone(), stop_rx.clone(), hard_rx.clone());
-                spawn(
-                    Role::Beat,
-                    "postpone-beat".into(),
-                    Box::new(move || beat::run(&s, conn, &stop, &hard)),
-                )?;
-            }
-            for i in 0..shared.opts.concurrency {
-                let (s, stop, jobs, out, wake) = (
-                    shared.clone(),
-                    stop_rx.clone(),
-                    jobs_rx.clone(),
-                    outcome_tx.clone(),
-                    wake_tx.clone(),
-                );
-                spawn(
-                    Role::Exec,
-                    format!("postpone-exec-{i}"),
-                    Box::new(move || exec::run(&s, &stop, &jobs, &out, &wake)),
-                )?;
-            }
-            {
-                let (s, hard, out, wake) = (
-                    shared.clone(),
-                    hard_rx.clone(),
-                    outcome_rx.clone(),
-                    wake_tx.clone(),
-                );
-                spawn(
-                    Role::Complete,
-                    "postpone-complete".into(),
-                    Box::new(move || complete::run(&s, &out, &hard, &wake)),
-                )?;
-            }
-            {
-                let (s, stop, jobs, wake) = (
-                    shared.clone(),
-                    stop_rx.clone(),
-                    jobs_tx.clone(),
-                    wake_rx.clone(),
-                );
-                spawn(
-                    Role::Fetch,
-                    "postpone-fetch".into(),
-                    Box::new(move || fetch::run(&s, &stop, &jobs, &wake)),
-                )?;
-            }
-            if shared.opts.listen {
-                let (s, stop, wake, ready) = (
-                    shared.clone(),
-                    stop_rx.clone(),
-                    wake_tx.clone(),
-                    listening_tx.clone(),
-                );
-                spawn(
-                    Role::Listen,
-                    "postpone-listen".into(),
-                    Box::new(move || listen::run(&s, &stop, &wake, &ready)),
-                )?;
-            }
-            if periodic::needed(&schedules, &shared.opts) {
-                let (s, stop) = (shared.clone(), stop_rx.clone());
-                spawn(
-                    Role::Periodic,
-                    "postpone-periodic".into(),
-                    Box::new(move || periodic::run(&s, schedules, &stop)),
-                )?;
-            }
-            Ok(())
-        })();
-        drop(outcome_tx);
-        drop(jobs_tx);
-
-        let handle = WorkerHandle {
-            running: Some(Running {
-                shared,
-                threads,
-                stop_tx: Some(stop_tx),
-                hard_tx: Some(hard_tx),
-                exit_rx,
-                jobs_rx,
-                outcome_rx,
-            }),
-        };
-        drop(listening_tx);
-        match result {
-            Ok(()) => {
-                let s = &handle.running.as_ref().expect("just built").shared;
-                if s.opts.listen {
-                    // A worker returned by spawn() hears notifications: wait (bounded) for the
-                    // listener's first LISTEN, so that an abort or a job deferred right after
-                    // spawn() is not left to polling.
-                    let opts = &s.app.inner.opts;
-                    let wait = opts.connect_timeout + opts.io_timeout;
-                    if listening_rx.recv_timeout(wait).is_err() {
-                        log::warn!(
-                            "worker {}: not listening yet after {}; starting anyway (polling covers it)",
-                            s.name,
-                            crate::error::fmt_duration(wait)
-                        );
-                    }
-                }
-                log::info!(
-                    "worker {} (id {id}) started: {} thread(s), queues {}, {} task(s)",
-                    s.name,
-                    s.opts.concurrency,
-                    s.opts
-                        .queues
-                        .as_ref()
-                        .map_or_else(|| "all".to_owned(), |q| q.join(",")),
-                    s.tasks.len()
-                );
-                Ok(handle)
-            }
-            Err(e) => {
-                // Some threads may have started: stop them before reporting.
-                let report = handle.shutdown(Duration::from_secs(2));
-                log::debug!("partial worker stopped: {report}");
-                Err(e)
-            }
-        }
-    }
-}
-
-/// What the worker says about itself in `postpone_workers`.
-#[derive(Debug)]
-pub(crate) struct Identity {
-    pub(crate) name: String,
-    pub(crate) host: String,
-    pub(crate) pid: i32,
-    pub(crate) queues: Option<Vec<String>>,
-    pub(crate) concurrency: i32,
-}
-
-impl Identity {
-    fn new(name: &str, opts: &WorkerOptions) -> Identity {
-        Identity {
-            name: name.to_owned(),
-            host: hostname(),
-            pid: std::process::id() as i32,
-            queues: opts.queues.clone(),
-            concurrency: opts.concurrency as i32,
-        }
-    }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown-host".to_owned())
-}
-
-fn default_name() -> String {
-    static N: AtomicU64 = AtomicU64::new(1);
-    format!(
-        "{}-{}-{}",
-        hostname(),
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 /// A job claimed by the fetcher, on its way to an executor.
@@ -733,9 +233,9 @@ pub(crate) enum Role {
 }
 
 /// Tells the handle, from inside the thread, that the thread is ending (even on panic).
-struct ExitGuard {
-    tx: Sender<usize>,
-    index: usize,
+pub(super) struct ExitGuard {
+    pub(super) tx: Sender<usize>,
+    pub(super) index: usize,
 }
 
 impl Drop for ExitGuard {
@@ -791,7 +291,7 @@ pub struct WorkerStats {
 /// Call [`shutdown`](Self::shutdown) to stop it; dropping the handle does the same with the
 /// builder's `drop_timeout` (10 s by default) and logs the report.
 pub struct WorkerHandle {
-    running: Option<Running>,
+    pub(super) running: Option<Running>,
 }
 
 impl fmt::Debug for WorkerHandle {
