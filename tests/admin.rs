@@ -425,3 +425,54 @@ fn check_schema_tells_missing_from_current() {
     app.migrate().unwrap();
     assert_eq!(app.admin().check_schema().unwrap(), 1);
 }
+
+/// An abort sent while the job waits in the worker's prefetch queue (claimed, not started)
+/// is not lost: the task sees `should_abort()` from its first instruction, without waiting
+/// for the poll.
+#[test]
+fn abort_of_a_prefetched_job_is_seen_when_it_starts() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let (release_tx, release_rx) = bounded::<()>(0);
+    let (started_tx, started_rx) = unbounded::<JobId>();
+    let (first_look_tx, first_look_rx) = unbounded::<bool>();
+    let mut tasks = Tasks::new();
+    let started = started_tx.clone();
+    tasks.register("block", move |job: &Job| -> Result<(), TaskError> {
+        started.send(job.id()).unwrap();
+        release_rx.recv_timeout(Duration::from_secs(10)).ok();
+        Ok(())
+    });
+    tasks.register("look", move |job: &Job| -> Result<(), TaskError> {
+        first_look_tx.send(job.should_abort()).unwrap();
+        Ok(())
+    });
+    let blocker = app.defer("block", &0).unwrap();
+    let waiting = app.job("look").priority(-1).defer(&0).unwrap();
+    // One thread, one job held ahead: "look" is claimed while "block" runs.
+    let h = spawn(&app, tasks, true)
+        .concurrency(1)
+        .prefetch(1)
+        .poll_interval(Duration::from_secs(10))
+        .spawn()
+        .unwrap();
+    assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)), Ok(blocker));
+    assert!(
+        wait_until(Duration::from_secs(5), || status(&app, waiting)
+            == JobStatus::Doing),
+        "the second job is claimed ahead"
+    );
+    assert_eq!(app.admin().abort(waiting).unwrap(), AbortOutcome::Requested);
+    // Give the notification time to arrive while the job still waits.
+    std::thread::sleep(Duration::from_millis(200));
+    release_tx.send(()).unwrap();
+    assert_eq!(
+        first_look_rx.recv_timeout(Duration::from_secs(5)),
+        Ok(true),
+        "should_abort() was already true when the task started"
+    );
+    assert!(wait_until(Duration::from_secs(5), || status(&app, waiting)
+        == JobStatus::Aborted));
+    stop(h);
+}

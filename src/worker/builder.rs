@@ -336,6 +336,7 @@ impl WorkerBuilder {
             stopping: AtomicBool::new(false),
             running: Mutex::new(HashMap::new()),
             held: Mutex::new(HashSet::new()),
+            pending_aborts: Mutex::new(HashSet::new()),
             in_flight: AtomicUsize::new(0),
             executors: AtomicUsize::new(0),
             never_started: Mutex::new(Vec::new()),

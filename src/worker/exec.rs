@@ -193,7 +193,7 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
         return finish(shared, &job, Duration::ZERO, Decision::Failed(msg));
     }
 
-    shared.running().insert(
+    let asked_to_abort = shared.start_running(
         job.id,
         RunningJob {
             abort: abort.clone(),
@@ -203,6 +203,10 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
             task: job.task.clone(),
         },
     );
+    if asked_to_abort {
+        // Requested while the job waited in the prefetch queue.
+        abort.raise(ABORT_REQUESTED);
+    }
     if shared.stopping() {
         // A shutdown that began before this job was registered may have missed it: make
         // sure it sees the abort once the graceful deadline has passed.

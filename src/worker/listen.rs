@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use super::backoff::Backoff;
 use super::{sleep_or_stop, Shared};
 use crate::conn::{Connection, Notification};
-use crate::job::{JobId, ABORT_REQUESTED};
+use crate::job::JobId;
 use crate::store;
 
 /// `listening` gets one message after each successful LISTEN (the first tells `spawn` the
@@ -95,13 +95,11 @@ fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {
-            if let Some(job) = shared.running().get(&JobId(id)) {
+            if let Some(task) = shared.request_abort(JobId(id)) {
                 log::info!(
-                    "worker {}: abort requested for job {id} ({})",
-                    shared.name,
-                    job.task
+                    "worker {}: abort requested for job {id} ({task})",
+                    shared.name
                 );
-                job.abort.raise(ABORT_REQUESTED);
             }
         }
     }

@@ -138,6 +138,9 @@ pub(crate) struct Shared {
     /// reply until their outcome is recorded. Any other `doing` job of this worker was
     /// claimed by a statement whose reply was lost: the beat thread gives it back.
     pub(crate) held: Mutex<HashSet<JobId>>,
+    /// Abort requests that arrived for held jobs not started yet (prefetched): the executor
+    /// raises them when it starts the job. Lock order: `running`, then `held`, then this.
+    pub(crate) pending_aborts: Mutex<HashSet<JobId>>,
     /// Jobs claimed and not yet finished by an executor.
     pub(crate) in_flight: AtomicUsize,
     /// Executor threads running: a stopping worker's beat goes on until they are gone.
@@ -192,6 +195,34 @@ impl Shared {
         for id in ids {
             held.remove(&id);
         }
+    }
+
+    /// Delivers an abort request: raises the flag of the running job, or remembers it for a
+    /// held job that has not started (checked under the `running` lock, so a job starting at
+    /// the same moment cannot miss it). Returns the task name when the job runs here.
+    pub(crate) fn request_abort(&self, id: JobId) -> Option<String> {
+        let running = self.running();
+        if let Some(job) = running.get(&id) {
+            job.abort.raise(crate::job::ABORT_REQUESTED);
+            return Some(job.task.clone());
+        }
+        if self.held().contains(&id) {
+            self.pending_aborts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id);
+        }
+        None
+    }
+
+    /// Registers a job as running; true if an abort was requested while it waited.
+    pub(crate) fn start_running(&self, id: JobId, job: RunningJob) -> bool {
+        let mut running = self.running();
+        running.insert(id, job);
+        self.pending_aborts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
     }
 
     /// The ids of the jobs held now.
