@@ -219,6 +219,13 @@ fn verify_modes_against_the_self_signed_local_certificate() {
                 .contains(&format!("not signed by a root in sslrootcert {bundle}")),
             "{e}"
         );
+        // prefer with the same root file: the failed TLS handshake is retried in plain
+        // text, as libpq does.
+        let app = build(&format!("{url}?sslmode=prefer&sslrootcert={bundle}"))
+            .expect("prefer falls back to plain text");
+        assert!(!encrypted(&app), "the fallback connection is plain");
+    } else {
+        skip(&format!("the require/prefer root-file checks: no {bundle}"));
     }
 }
 

@@ -154,6 +154,7 @@ impl Connection {
         deadline: &socket::Deadline,
     ) -> Result<Connection> {
         let mut with_check = opts.wants_check_interval();
+        let mut plain = false;
         loop {
             let (stream, reg) = socket::connect(&rt, opts, target, watchdog, group, deadline)?;
             let mut config = opts.config.clone();
@@ -170,7 +171,12 @@ impl Connection {
                 };
                 config.options(options);
             }
-            let result = match opts.tls.connector(target)? {
+            let connector = if plain {
+                None
+            } else {
+                opts.tls.connector(target)?
+            };
+            let result = match connector {
                 None => {
                     // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
                     // does not use TLS either): do not even ask the server for it.
@@ -220,6 +226,18 @@ impl Connection {
                         );
                         opts.disable_check_interval();
                         with_check = false;
+                        continue;
+                    }
+                    if e.kind() == ErrorKind::Tls
+                        && !plain
+                        && opts.tls.falls_back_to_plain()
+                        && reg.severed() == SeverReason::Local
+                        && Instant::now() < deadline.at
+                    {
+                        log::info!(
+                            "connecting to {target}: {e}; sslmode=prefer, so trying again without TLS"
+                        );
+                        plain = true;
                         continue;
                     }
                     let e = match reg.severed() {

@@ -220,6 +220,12 @@ impl TlsSettings {
         TlsSettings::from_raw(raw)
     }
 
+    /// True for `prefer` (and `allow`): a failed TLS handshake is retried in plain text, as
+    /// libpq does.
+    pub(crate) fn falls_back_to_plain(&self) -> bool {
+        self.mode == SslMode::Prefer
+    }
+
     /// The mode tokio-postgres must be told.
     pub(crate) fn driver_mode(&self) -> tokio_postgres::config::SslMode {
         match self.mode {
