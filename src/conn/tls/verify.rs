@@ -1,10 +1,10 @@
 //! Whom to trust: the rustls client configuration of one connection string.
 //!
 //! Owns reading the PEM files a string names (`sslrootcert`, `sslcert`, `sslkey`), the
-//! system's root store (read once per process and kept), and the two certificate verifiers
-//! rustls lacks: `AcceptAny` for `prefer`/`require` without a root, and `ChainOnly` for
-//! `verify-ca` (and for a root file under `prefer`/`require`); `verify-full` uses webpki's
-//! own. A configuration, once built, does not change.
+//! system's root store (read once per process and kept), and the certificate verifier rustls
+//! lacks, `NoNameCheck`: any certificate for `prefer`/`require` without a root, a chain to a
+//! root for `verify-ca` (and for a root file under `prefer`/`require`), never the name;
+//! `verify-full` uses webpki's own. A configuration, once built, does not change.
 //!
 //! Fails with `Config` for a file that cannot be read, is not PEM, holds no certificate or
 //! key, or whose certificate and key do not match, naming the parameter and the path; with
@@ -33,7 +33,10 @@ pub(super) fn client_config(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match trust {
-        Trust::Any => Arc::new(AcceptAny { algorithms }),
+        Trust::Any => Arc::new(NoNameCheck {
+            roots: None,
+            algorithms,
+        }),
         Trust::System | Trust::File(_) => {
             let roots = match trust {
                 Trust::File(path) => Arc::new(load_roots(path)?),
@@ -44,7 +47,10 @@ pub(super) fn client_config(
                     .build()
                     .map_err(|e| Error::with_source(ErrorKind::Tls, "tls: setting up", e))?
             } else {
-                Arc::new(ChainOnly { roots, algorithms })
+                Arc::new(NoNameCheck {
+                    roots: Some(roots),
+                    algorithms,
+                })
             }
         }
     };
@@ -178,57 +184,18 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     })
 }
 
-/// `prefer` and `require` without a root: any certificate, as libpq does. The handshake's
-/// signatures are still checked, so the session is bound to the key of the certificate shown.
+/// A verifier that never looks at the names in the certificate. Without roots (`prefer` and
+/// `require` without a root file) it accepts any certificate, as libpq does; with roots
+/// (`verify-ca`, or a root file under `prefer`/`require`) the chain must lead to one. Either
+/// way the handshake's signatures are checked, so the session is bound to the key of the
+/// certificate shown.
 #[derive(Debug)]
-struct AcceptAny {
+struct NoNameCheck {
+    roots: Option<Arc<RootCertStore>>,
     algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca` (and `prefer`/`require` with a root file): the chain must lead to a root; the
-/// names in the certificate are not looked at.
-#[derive(Debug)]
-struct ChainOnly {
-    roots: Arc<RootCertStore>,
-    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NoNameCheck {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -237,14 +204,16 @@ impl ServerCertVerifier for ChainOnly {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
