@@ -39,19 +39,6 @@ fn error_times(db: &TestDb, id: JobId) -> Vec<f64> {
         .get(0)
 }
 
-/// Backends of this database that are parked in LISTEN.
-fn listening_backends(db: &TestDb) -> i64 {
-    db.client()
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-              WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                AND query ILIKE 'LISTEN%' AND state = 'idle'",
-            &[],
-        )
-        .expect("reading pg_stat_activity")
-        .get(0)
-}
-
 #[test]
 fn higher_priority_first_then_fifo() {
     let (db, app) = setup();

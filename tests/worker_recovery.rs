@@ -36,19 +36,6 @@ fn status_counts(db: &TestDb) -> HashMap<String, i64> {
         .collect()
 }
 
-/// Backends of this database parked in LISTEN.
-fn listening_backends(db: &TestDb) -> i64 {
-    db.client()
-        .query_one(
-            "SELECT count(*) FROM pg_stat_activity \
-              WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                AND query ILIKE 'LISTEN%' AND state = 'idle'",
-            &[],
-        )
-        .expect("reading pg_stat_activity")
-        .get(0)
-}
-
 #[test]
 fn a_stranded_worker_consumes_the_queue_again_without_a_restart() {
     let (db, direct) = setup();

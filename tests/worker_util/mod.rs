@@ -136,3 +136,16 @@ pub fn worker_rows(client: &mut Client) -> i64 {
 pub fn report_figure(what: &str, d: Duration) {
     println!("MEASURED {what}: {:.1} ms", d.as_secs_f64() * 1000.0);
 }
+
+/// Backends of this database that are parked in LISTEN.
+pub fn listening_backends(db: &TestDb) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity \
+              WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                AND query ILIKE 'LISTEN%' AND state = 'idle'",
+            &[],
+        )
+        .expect("reading pg_stat_activity")
+        .get(0)
+}
