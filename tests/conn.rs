@@ -354,13 +354,12 @@ fn exhausted_pool_names_pool_timeout() {
     app.connection().unwrap();
 }
 
-#[test]
-fn pool_checkout_is_bounded_when_every_pooled_socket_is_stranded() {
-    let _shared = shared_fds();
+/// A migrated database, a proxy in front of it, and an App through the proxy with a pool of
+/// three, `io_timeout` 1 s and the given `pool_timeout`.
+fn pool_of_three_via_proxy(pool_timeout: Duration) -> (TestDb, FaultProxy, App) {
     init_logging();
     let db = TestDb::new();
     let proxy = FaultProxy::start(&db.server_addr());
-    let pool_timeout = Duration::from_secs(5);
     let app = App::builder(db.url_via(&proxy))
         .pool_size(3)
         .io_timeout(Duration::from_secs(1))
@@ -368,6 +367,14 @@ fn pool_checkout_is_bounded_when_every_pooled_socket_is_stranded() {
         .build()
         .unwrap();
     app.migrate().unwrap();
+    (db, proxy, app)
+}
+
+#[test]
+fn pool_checkout_is_bounded_when_every_pooled_socket_is_stranded() {
+    let _shared = shared_fds();
+    let pool_timeout = Duration::from_secs(5);
+    let (_db, proxy, app) = pool_of_three_via_proxy(pool_timeout);
     // Fill the pool: three connections at once, then give them back.
     let mut conns: Vec<_> = (0..3).map(|_| app.connection().unwrap()).collect();
     let old_pids: Vec<i32> = conns.iter_mut().map(|c| backend_pid(c)).collect();
@@ -424,17 +431,8 @@ fn pool_checkout_is_bounded_when_every_pooled_socket_is_stranded() {
 #[test]
 fn pool_checkout_with_a_short_pool_timeout_fails_in_time_when_every_socket_is_stranded() {
     let _shared = shared_fds();
-    init_logging();
-    let db = TestDb::new();
-    let proxy = FaultProxy::start(&db.server_addr());
     let pool_timeout = Duration::from_millis(1500);
-    let app = App::builder(db.url_via(&proxy))
-        .pool_size(3)
-        .io_timeout(Duration::from_secs(1))
-        .pool_timeout(pool_timeout)
-        .build()
-        .unwrap();
-    app.migrate().unwrap();
+    let (_db, proxy, app) = pool_of_three_via_proxy(pool_timeout);
     let conns: Vec<_> = (0..3).map(|_| app.connection().unwrap()).collect();
     drop(conns);
     proxy.strand_all();
