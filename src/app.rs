@@ -446,7 +446,7 @@ impl std::fmt::Debug for PooledConnection {
 }
 
 #[derive(Clone, Debug)]
-enum Schedule {
+pub(crate) enum Schedule {
     Now,
     At(SystemTime),
     In(Duration),
@@ -541,6 +541,18 @@ impl NewJob {
                 )));
             }
         }
+        // What notification payloads and index entries can hold, and a schedule the
+        // database's timestamps can reach.
+        crate::limits::check_name("task name", &self.task)?;
+        if let Some(q) = &self.queue {
+            crate::limits::check_name("queue name", q)?;
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if let Some(v) = v {
+                crate::limits::check_lock(what, v)?;
+            }
+        }
+        crate::limits::check_schedule(&self.schedule)?;
         Ok(())
     }
 

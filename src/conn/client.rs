@@ -71,6 +71,8 @@ struct Inner {
     rt: Runtime,
     reg: Registration,
     io_timeout: Duration,
+    /// An absolute end no round-trip may pass, whatever `io_timeout` says (a shutdown's).
+    deadline: Option<Instant>,
     broken: Option<String>,
     in_tx: bool,
     last_ok: Instant,
@@ -206,6 +208,7 @@ impl Connection {
                             rt,
                             reg,
                             io_timeout: opts.io_timeout,
+                            deadline: None,
                             broken: None,
                             in_tx: false,
                             last_ok: Instant::now(),
@@ -277,6 +280,12 @@ impl Connection {
     /// to run long). A pooled connection gets the App's `io_timeout` back when it is reused.
     pub fn set_io_timeout(&mut self, timeout: Duration) {
         self.inner.io_timeout = timeout;
+    }
+
+    /// Caps every later round-trip at `deadline` (a shutdown's end), on top of `io_timeout`;
+    /// `None` removes the cap.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.inner.deadline = deadline;
     }
 
     /// True once the connection can no longer be used (deadline fired, closed or severed).
@@ -528,6 +537,12 @@ impl Inner {
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
         self.usable(what)?;
+        let (timeout, capped) = match self.deadline {
+            Some(d) if d.saturating_duration_since(Instant::now()) < timeout => {
+                (d.saturating_duration_since(Instant::now()), true)
+            }
+            _ => (timeout, false),
+        };
         self.reg.arm(Instant::now() + timeout);
         let res = self
             .rt
@@ -541,7 +556,14 @@ impl Inner {
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
                 self.reg.sever();
-                let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
+                let why = if capped {
+                    format!(
+                        "no answer within the {} left before the caller's deadline",
+                        fmt_duration(timeout)
+                    )
+                } else {
+                    format!("no answer within {} io_timeout", fmt_duration(timeout))
+                };
                 self.broken = Some(why.clone());
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
