@@ -305,12 +305,14 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        pool::checkout(
+        let conn = pool::checkout(
             &self.inner.pool,
             self.inner.pool_timeout,
             &self.inner.severs,
-        )
-        .map(PooledConnection)
+        )?;
+        // Checked out by a worker's task: a sever of that worker reaches it.
+        conn.lend(crate::conn::watchdog::current_borrower());
+        Ok(PooledConnection(conn))
     }
 
     /// Checks the schema version once per App.
@@ -436,6 +438,12 @@ impl Deref for PooledConnection {
 impl DerefMut for PooledConnection {
     fn deref_mut(&mut self) -> &mut Connection {
         &mut self.0
+    }
+}
+
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        self.0.lend(0);
     }
 }
 

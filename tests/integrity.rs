@@ -51,7 +51,11 @@ fn a_retry_whose_queueing_lock_is_taken_is_superseded_and_recording_goes_on() {
             Err(TaskError::retry("try again"))
         })
         .retry(RetryStrategy::fixed(Duration::ZERO, 5));
-    let first = app.job("flaky").queueing_lock("only-one").defer(&1).unwrap();
+    let first = app
+        .job("flaky")
+        .queueing_lock("only-one")
+        .defer(&1)
+        .unwrap();
     let w = fast_worker(&app, tasks).spawn().unwrap();
     started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
     // While it runs, a second job of the same queueing lock waits (due later, so it stays).
@@ -75,7 +79,10 @@ fn a_retry_whose_queueing_lock_is_taken_is_superseded_and_recording_goes_on() {
     let mut client = db.client();
     assert_eq!(job_row(&mut client, second).unwrap().status, "todo");
     let report = w.shutdown(Duration::from_secs(5));
-    assert!(report.is_clean() && report.cleanup_error().is_none(), "{report}");
+    assert!(
+        report.is_clean() && report.cleanup_error().is_none(),
+        "{report}"
+    );
     assert_eq!(worker_rows(&mut client), 0, "the worker row was retired");
 }
 
@@ -84,9 +91,7 @@ fn a_nul_in_an_error_text_is_recorded_in_a_safe_form() {
     let (db, app) = setup();
     let mut tasks = Tasks::new();
     ok_task(&mut tasks);
-    tasks.register("nul", |_job: &Job| {
-        Err(TaskError::fail("bad\0byte"))
-    });
+    tasks.register("nul", |_job: &Job| Err(TaskError::fail("bad\0byte")));
     tasks.register("nul_panic", |_job: &Job| -> Result<(), TaskError> {
         panic!("panic with a \0 in it")
     });
@@ -218,11 +223,7 @@ fn one_dead_workers_collision_does_not_stop_the_rescue_of_others() {
     let runs = ok_task(&mut tasks);
     let w = fast_worker(&app, tasks).spawn().unwrap();
     let row = wait_status(&db, JobId(ids[2]), "succeeded", Duration::from_secs(10));
-    assert!(
-        row.error_texts()[0].contains("ghost-2"),
-        "{:?}",
-        row.errors
-    );
+    assert!(row.error_texts()[0].contains("ghost-2"), "{:?}", row.errors);
     let row = wait_status(&db, JobId(ids[0]), "cancelled", Duration::from_secs(10));
     assert!(
         row.error_texts()
@@ -267,7 +268,11 @@ fn a_bare_notify_aborts_nothing() {
     std::thread::sleep(Duration::from_millis(1200));
     release_tx.send(()).unwrap();
     wait_status(&db, id, "succeeded", Duration::from_secs(10));
-    assert_eq!(saw_abort.load(Ordering::SeqCst), 0, "should_abort() stayed false");
+    assert_eq!(
+        saw_abort.load(Ordering::SeqCst),
+        0,
+        "should_abort() stayed false"
+    );
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
 
@@ -396,7 +401,9 @@ fn a_worker_whose_outcomes_wait_stops_claiming() {
         .prefetch(2)
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(5), || runs.load(Ordering::SeqCst) >= 4));
+    assert!(wait_until(Duration::from_secs(5), || runs
+        .load(Ordering::SeqCst)
+        >= 4));
     std::thread::sleep(Duration::from_millis(800));
     let ran = runs.load(Ordering::SeqCst);
     let doing: i64 = client
@@ -407,7 +414,10 @@ fn a_worker_whose_outcomes_wait_stops_claiming() {
         .unwrap()
         .get(0);
     assert!(ran <= 4, "{ran} jobs ran while none could be recorded");
-    assert!(doing <= 4, "{doing} jobs claimed while none could be recorded");
+    assert!(
+        doing <= 4,
+        "{doing} jobs claimed while none could be recorded"
+    );
     tx.rollback().unwrap();
     for id in ids {
         wait_status(&db, id, "succeeded", Duration::from_secs(20));
@@ -446,7 +456,9 @@ fn the_shutdown_cleanup_stays_within_the_timeout() {
     // A long io_timeout: only the shutdown's own deadline can bound the cleanup.
     let app_w = app_at(&db.url(), Duration::from_secs(20));
     let w = fast_worker(&app_w, tasks).concurrency(2).spawn().unwrap();
-    assert!(wait_until(Duration::from_secs(5), || runs.load(Ordering::SeqCst) >= 2));
+    assert!(wait_until(Duration::from_secs(5), || runs
+        .load(Ordering::SeqCst)
+        >= 2));
     let t = Instant::now();
     let report = w.shutdown(Duration::from_secs(2));
     let took = t.elapsed();
@@ -462,7 +474,10 @@ fn defer_refuses_what_the_database_cannot_hold() {
     let long = "x".repeat(300);
     let e = app.job("t").queue(&long).defer(&()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
-    assert!(e.to_string().contains("queue name is 300 bytes long"), "{e}");
+    assert!(
+        e.to_string().contains("queue name is 300 bytes long"),
+        "{e}"
+    );
     let e = app.defer(&long, &()).unwrap_err();
     assert!(e.to_string().contains("task name is 300 bytes long"), "{e}");
     let e = app.job("t").lock("l".repeat(3000)).defer(&()).unwrap_err();
@@ -535,7 +550,10 @@ fn a_worker_presumed_dead_starts_none_of_its_rescued_jobs() {
         runs.send(("B", job.id().0)).unwrap();
         Ok(())
     });
-    let b = fast_worker(&direct, tasks_b).name("worker-b").spawn().unwrap();
+    let b = fast_worker(&direct, tasks_b)
+        .name("worker-b")
+        .spawn()
+        .unwrap();
     let b_id = b.worker_id();
     wait_status(&db, block, "succeeded", Duration::from_secs(10));
     wait_status(&db, next, "succeeded", Duration::from_secs(10));
@@ -566,4 +584,80 @@ fn a_worker_presumed_dead_starts_none_of_its_rescued_jobs() {
             "{row:?}"
         );
     }
+}
+
+/// A task blocked in a query through `job.app()` is reached by its worker's sever at the
+/// hard deadline: the thread unwinds and is joined, instead of being abandoned while its job
+/// is requeued and runs again elsewhere.
+#[test]
+fn a_task_blocked_in_a_query_through_its_app_is_severed_at_the_hard_deadline() {
+    let (db, _app) = setup();
+    // A long io_timeout: only the sever can end the query in time.
+    let app = app_at(&db.url(), Duration::from_secs(30));
+    let (started_tx, started_rx) = unbounded::<()>();
+    let mut tasks = Tasks::new();
+    tasks.register("sleepy", move |job: &Job| {
+        started_tx.send(()).unwrap();
+        let mut conn = job.app().connection().map_err(TaskError::fail)?;
+        conn.batch_execute("SELECT pg_sleep(20)")
+            .map_err(TaskError::retry)?;
+        Ok(())
+    });
+    let id = app.defer("sleepy", &()).unwrap();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    started_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let report = w.shutdown(Duration::from_secs(1));
+    let took = t.elapsed();
+    assert!(report.is_clean(), "{report}");
+    assert!(report.sockets_severed() >= 1, "{report}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    let mut client = db.client();
+    assert_eq!(job_row(&mut client, id).unwrap().status, "todo");
+}
+
+/// A pooled connection is never handed out carrying its last user's session state: a
+/// transaction left open by a raw BEGIN, or a LISTEN (whose unread notifications would
+/// pile up).
+#[test]
+fn a_pooled_connection_is_not_reused_inside_a_raw_transaction_or_while_listening() {
+    let (db, _app) = setup();
+    let app = postpone::App::builder(db.url())
+        .pool_size(1)
+        .build()
+        .unwrap();
+    {
+        let mut conn = app.connection().unwrap();
+        conn.batch_execute("BEGIN; CREATE TABLE left_open (x int)")
+            .unwrap();
+    }
+    {
+        let mut conn = app.connection().unwrap();
+        // SAVEPOINT fails outside a transaction block.
+        let e = conn.batch_execute("SAVEPOINT probe").unwrap_err();
+        assert_eq!(e.sqlstate(), Some("25P01"), "{e}");
+        let gone: bool = conn
+            .query_one("SELECT to_regclass('left_open') IS NULL", &[])
+            .unwrap()
+            .get(0);
+        assert!(gone, "the previous user's transaction was rolled back");
+        conn.batch_execute("LISTEN somewhere").unwrap();
+    }
+    let mut client = db.client();
+    for _ in 0..100 {
+        client.batch_execute("NOTIFY somewhere, 'x'").unwrap();
+    }
+    let mut conn = app.connection().unwrap();
+    let n: i64 = conn
+        .query_one("SELECT count(*) FROM pg_listening_channels()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+    // And a transaction the library knows about, started with `execute`, too.
+    conn.execute("BEGIN", &[]).unwrap();
+    drop(conn);
+    let mut conn = app.connection().unwrap();
+    let e = conn.batch_execute("SAVEPOINT probe").unwrap_err();
+    assert_eq!(e.sqlstate(), Some("25P01"), "{e}");
 }

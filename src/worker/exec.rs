@@ -272,7 +272,11 @@ fn run_one(
         job.task
     );
     let started = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| (task.func)(&job)));
+    // Pooled connections the task checks out (`job.app()`) are lent to the worker's group,
+    // so the hard deadline's sever reaches a task blocked in a query.
+    let result = crate::conn::watchdog::lending_to(shared.group, || {
+        catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+    });
     let took = started.elapsed();
     shared.job_duration.observe(took);
 

@@ -206,7 +206,7 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     let severed = if all_exited(&r) {
         0
     } else {
-        shared.app.inner.watchdog.sever_group(shared.group)
+        shared.app.inner.watchdog.close_group(shared.group)
     };
     if !all_exited(&r) {
         let unwind = (p.hard + (p.end - p.hard) / 4).min(p.hard + Duration::from_millis(200));
@@ -331,10 +331,11 @@ fn cleanup(
             "connecting for the shutdown cleanup: no time left in the shutdown timeout",
         ));
     }
+    // A group of its own: the worker's is closed once severed.
     let mut conn = Connection::open(
         &shared.app.inner.opts,
         &shared.app.inner.watchdog,
-        shared.group,
+        shared.app.inner.watchdog.new_group(),
         Some(deadline),
     )?;
     // However many round-trips follow (outcomes in chunks, a refused one isolated), none
