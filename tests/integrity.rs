@@ -661,3 +661,54 @@ fn a_pooled_connection_is_not_reused_inside_a_raw_transaction_or_while_listening
     let e = conn.batch_execute("SAVEPOINT probe").unwrap_err();
     assert_eq!(e.sqlstate(), Some("25P01"), "{e}");
 }
+
+/// A way back to the queue that the database refuses for one job (a trigger of the user's)
+/// fails that job with the reason, and every other job of the same statement is requeued.
+#[test]
+fn a_requeue_the_database_refuses_fails_that_job_alone() {
+    let (db, app) = setup();
+    let mut client = db.client();
+    client
+        .batch_execute(
+            "CREATE FUNCTION refuse_requeue() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.status = 'todo' AND OLD.status = 'doing'
+                    AND NEW.args = '\"poison\"'::jsonb THEN
+                     RAISE EXCEPTION 'this job may not be retried';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_requeue BEFORE UPDATE ON postpone_jobs
+                 FOR EACH ROW EXECUTE FUNCTION refuse_requeue();",
+        )
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let mut tasks = Tasks::new();
+    tasks
+        .register("twice", move |job: &Job| {
+            r.fetch_add(1, Ordering::SeqCst);
+            if job.attempts() == 1 {
+                Err(TaskError::retry("once more"))
+            } else {
+                Ok(())
+            }
+        })
+        .retry(RetryStrategy::fixed(Duration::ZERO, 3));
+    let good: Vec<JobId> = (0..10).map(|i| app.defer("twice", &i).unwrap()).collect();
+    let poison = app.defer("twice", &"poison").unwrap();
+    let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
+    for id in &good {
+        let row = wait_status(&db, *id, "succeeded", Duration::from_secs(10));
+        assert_eq!(row.attempts, 2);
+    }
+    let row = wait_status(&db, poison, "failed", Duration::from_secs(10));
+    assert!(
+        row.error_texts()
+            .iter()
+            .any(|e| e.contains("could not be put back in the queue: this job may not be retried")),
+        "{:?}",
+        row.errors
+    );
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}

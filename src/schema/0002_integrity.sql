@@ -48,8 +48,12 @@ $$;
 -- the reason and the id of the waiting job in its errors ('superseded'); an operator's retry
 -- changes nothing ('collision').
 --
+-- A job that something else refuses (a trigger of the user's) is taken alone: it ends
+-- `failed` with the reason in its errors ('failed'), or, if even that is refused, is left as
+-- it was ('error: <reason>'). No job can make the others fail.
+--
 -- Returns (job_id, outcome) for every job it changed or refused, outcome one of 'todo',
--- 'aborted', 'superseded', 'collision'. A job that fails its guard (finished meanwhile, now
+-- 'aborted', 'superseded', 'collision', 'failed', 'error: ...'. A job that fails its guard (finished meanwhile, now
 -- another worker's or another attempt's) is left alone and not returned. Wakes the workers of
 -- every queue that got a job due now.
 CREATE FUNCTION postpone_requeue(
@@ -64,10 +68,15 @@ DECLARE
     v_queues text[] := '{}';
     v_status text;
     v_other bigint;
+    v_error text;
+    v_one_by_one boolean := false;
     r record;
     q text;
 BEGIN
-    -- Jobs without a queueing lock cannot collide: one statement for all of them.
+    -- Jobs without a queueing lock cannot collide: one statement for all of them, unless
+    -- something else refuses one of them (a trigger of the user's, say): then every job is
+    -- taken one at a time below, each in a block of its own.
+    BEGIN
     WITH u AS (
         SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_delays_us, p_errors, p_give_back)
             AS u(id, worker, attempt, delay_us, error, give_back)
@@ -108,16 +117,22 @@ BEGIN
                         FILTER (WHERE upd.status = 'todo' AND upd.scheduled_at <= now()), '{}')
       INTO v_ids, v_outcomes, v_queues
       FROM upd;
+    EXCEPTION WHEN OTHERS THEN
+        v_one_by_one := true;
+        v_ids := '{}';
+        v_outcomes := '{}';
+        v_queues := '{}';
+    END;
     RETURN QUERY SELECT * FROM unnest(v_ids, v_outcomes);
 
-    -- Jobs with a queueing lock: one at a time, each in a block of its own, so that a
-    -- collision is caught for that job alone.
+    -- Jobs with a queueing lock (or all of them, see above): one at a time, each in a block
+    -- of its own, so that a collision or a refusal is caught for that job alone.
     FOR r IN
         SELECT u.id, u.worker, u.attempt, u.delay_us, u.error, u.give_back, j.queueing_lock
           FROM unnest(p_ids, p_workers, p_attempts, p_delays_us, p_errors, p_give_back)
                AS u(id, worker, attempt, delay_us, error, give_back)
           JOIN postpone_jobs j ON j.id = u.id
-         WHERE j.queueing_lock IS NOT NULL
+         WHERE j.queueing_lock IS NOT NULL OR v_one_by_one
          ORDER BY u.id
     LOOP
         BEGIN
@@ -186,6 +201,33 @@ BEGIN
                     RETURN NEXT;
                 END IF;
             END IF;
+        WHEN OTHERS THEN
+            -- Refused for a reason of its own: at worst the job fails, with the reason.
+            GET STACKED DIAGNOSTICS v_error = MESSAGE_TEXT;
+            BEGIN
+                UPDATE postpone_jobs j
+                   SET status = 'failed', finished_at = now(),
+                       errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
+                           jsonb_build_object('attempt', j.attempts, 'at', now(),
+                               'error', 'could not be put back in the queue: ' || v_error))
+                 WHERE j.id = r.id
+                   AND j.status IS NOT DISTINCT FROM 'doing'
+                   AND (r.worker IS NULL OR j.worker_id IS NOT DISTINCT FROM r.worker)
+                   AND (r.attempt IS NULL OR j.attempts IS NOT DISTINCT FROM r.attempt);
+                IF FOUND THEN
+                    job_id := r.id;
+                    outcome := 'failed';
+                    RETURN NEXT;
+                ELSIF p_admin THEN
+                    job_id := r.id;
+                    outcome := 'error: ' || v_error;
+                    RETURN NEXT;
+                END IF;
+            EXCEPTION WHEN OTHERS THEN
+                job_id := r.id;
+                outcome := 'error: ' || v_error;
+                RETURN NEXT;
+            END;
         END;
     END LOOP;
 

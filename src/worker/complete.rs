@@ -231,6 +231,16 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
                 shared.name,
                 o.key.id
             ),
+            Some("failed") => log::error!(
+                "worker {}: job {} could not be put back in the queue (the database refused it); it ends failed with the reason",
+                shared.name,
+                o.key.id
+            ),
+            Some(e) if e.starts_with("error") => log::error!(
+                "worker {}: job {} could not be put back in the queue nor failed ({e}); it stays running until a lost-claims release takes it",
+                shared.name,
+                o.key.id
+            ),
             Some("aborted") => log::info!(
                 "worker {}: job {} ends aborted instead of running again: its abort was requested",
                 shared.name,
