@@ -33,7 +33,9 @@ $$;
 --   p_ids        the jobs;
 --   p_workers    when not NULL, the job must be `doing` under this worker ...
 --   p_attempts   ... and at this attempt: the fence of the claim that ran it;
---   p_delays_us  when it is due again, in microseconds from now (NULL: now; at most 100 years);
+--   p_delays_us  when it is due again, in microseconds from now (at most 100 years); NULL:
+--                due at once, keeping its scheduled time (a rescued or released job keeps
+--                its place and the instant it was scheduled for);
 --   p_errors     a text appended to the job's errors for this attempt, or NULL;
 --   p_give_back  true when the attempt never ran: it is counted back.
 -- Without p_admin a job must be `doing`. With p_admin (an operator's retry) it must have
@@ -85,8 +87,9 @@ BEGIN
            SET status = CASE WHEN p_admin THEN 'todo'
                              WHEN j.abort_requested THEN 'aborted' ELSE 'todo' END,
                scheduled_at = CASE WHEN NOT p_admin AND j.abort_requested THEN j.scheduled_at
-                                   ELSE now() + least(greatest(coalesce(u.delay_us, 0), 0),
-                                                      3155760000000000)
+                                   WHEN p_admin THEN now()
+                                   WHEN u.delay_us IS NULL THEN least(j.scheduled_at, now())
+                                   ELSE now() + least(greatest(u.delay_us, 0), 3155760000000000)
                                                 * interval '1 microsecond' END,
                attempts = CASE WHEN p_admin THEN 0
                                WHEN coalesce(u.give_back, false) THEN greatest(j.attempts - 1, 0)
@@ -140,8 +143,9 @@ BEGIN
                SET status = CASE WHEN p_admin THEN 'todo'
                                  WHEN j.abort_requested THEN 'aborted' ELSE 'todo' END,
                    scheduled_at = CASE WHEN NOT p_admin AND j.abort_requested THEN j.scheduled_at
-                                       ELSE now() + least(greatest(coalesce(r.delay_us, 0), 0),
-                                                          3155760000000000)
+                                       WHEN p_admin THEN now()
+                                       WHEN r.delay_us IS NULL THEN least(j.scheduled_at, now())
+                                       ELSE now() + least(greatest(r.delay_us, 0), 3155760000000000)
                                                     * interval '1 microsecond' END,
                    attempts = CASE WHEN p_admin THEN 0
                                    WHEN coalesce(r.give_back, false)

@@ -195,9 +195,10 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
         .map(|o| o.error.as_deref().map(limits::safe_text))
         .collect();
     let done: HashMap<i64, String> = if group[0].requeues() {
-        let delays: Vec<i64> = group
+        // A released attempt keeps its job's schedule; a retry is due after its delay.
+        let delays: Vec<Option<i64>> = group
             .iter()
-            .map(|o| limits::delay_micros(o.delay))
+            .map(|o| (o.word == "retry").then(|| limits::delay_micros(o.delay)))
             .collect();
         let give_back: Vec<bool> = group.iter().map(|o| o.word == "release").collect();
         conn.query_cached(
