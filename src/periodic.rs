@@ -1,5 +1,6 @@
-//! Periodic tasks: cron schedules registered with [`Tasks::periodic`], and the deferral of
-//! one scheduled instant.
+//! Periodic tasks: the registry of cron schedules ([`Schedules`], which a [`Tasks`](crate::Tasks)
+//! holds next to its tasks and fills through [`Tasks::periodic`](crate::Tasks::periodic)), and
+//! the deferral of one scheduled instant.
 //!
 //! A schedule is a cron expression read by the `croner` crate: 5 fields (minute, hour, day
 //! of month, month, day of week), or 6 with a leading seconds field, or one of the aliases
@@ -28,9 +29,8 @@ use serde::Serialize;
 
 use crate::conn::Connection;
 use crate::error::{fmt_duration, Result};
-use crate::job::{JobId, RawJson};
 use crate::store;
-use crate::task::Tasks;
+use crate::types::{JobId, RawJson};
 
 /// The catch-up window of a schedule unless [`PeriodicOptions::catch_up`] says otherwise.
 pub(crate) const DEFAULT_CATCH_UP: Duration = Duration::from_secs(10 * 60);
@@ -43,7 +43,8 @@ pub(crate) const MAX_CATCH_UP: Duration = Duration::from_secs(24 * 3600);
 /// Records of deferred instants are kept at least this long, whatever the retention.
 pub(crate) const PERIODIC_KEEP_MIN: Duration = Duration::from_secs(2 * 24 * 3600);
 
-/// A periodic schedule of a task; returned by [`Tasks::periodic`] to adjust.
+/// A periodic schedule of a task; returned by [`Tasks::periodic`](crate::Tasks::periodic) and
+/// [`Schedules::add`] to adjust.
 ///
 /// ```
 /// use std::time::Duration;
@@ -104,7 +105,7 @@ impl PeriodicOptions {
     /// The arguments every job of this schedule gets, serialized now (a value that does not
     /// serialize is reported when the worker is spawned). Defaults to JSON `null`.
     pub fn args<A: Serialize + ?Sized>(&mut self, args: &A) -> &mut PeriodicOptions {
-        match crate::app::serialize_args(args) {
+        match crate::types::serialize_args(args) {
             Ok(json) => self.args = json,
             Err(e) => self.problems.push(format!(
                 "periodic task {}: {e}",
@@ -172,11 +173,12 @@ impl PeriodicOptions {
         next_after(self.cron.as_ref()?, t)
     }
 
-    /// Everything wrong with this schedule, for the worker's validation.
-    pub(crate) fn check(&self, tasks: &Tasks) -> Vec<String> {
+    /// Everything wrong with this schedule, for the worker's validation; `registered` tells
+    /// whether a task name is known.
+    pub(crate) fn check(&self, registered: impl Fn(&str) -> bool) -> Vec<String> {
         let mut out = self.problems.clone();
         let who = describe(&self.task, &self.id);
-        if !tasks.map.contains_key(&self.task) {
+        if !registered(&self.task) {
             out.push(format!(
                 "periodic task {who}: no task {:?} is registered",
                 self.task
@@ -217,19 +219,40 @@ pub(crate) fn describe(task: &str, id: &str) -> String {
     }
 }
 
-impl Tasks {
-    /// Defers `task` on a cron schedule, from every worker given these tasks; each instant
-    /// is deferred exactly once, whatever the number of workers and hosts. The task must be
-    /// registered in this registry too. A malformed expression is reported when the worker
-    /// is spawned (registering never panics).
-    ///
-    /// `schedule` has 5 fields (`minute hour day-of-month month day-of-week`, as in crontab),
-    /// or 6 with a leading seconds field, or is one of `@yearly`, `@annually`, `@monthly`,
-    /// `@weekly`, `@daily`, `@midnight`, `@hourly`. Ranges, steps, lists and names
-    /// (`MON-FRI`, `JAN`) are accepted, as are `L`, `W` and `#`. Times are UTC.
-    ///
-    /// See [`PeriodicOptions`] for the arguments, id, queue and catch-up window.
-    pub fn periodic(&mut self, task: impl Into<String>, schedule: &str) -> &mut PeriodicOptions {
+/// The registry of periodic schedules, kept next to the tasks they defer.
+///
+/// A [`Tasks`](crate::Tasks) holds one, filled by [`Tasks::periodic`](crate::Tasks::periodic);
+/// it dereferences to the list of its [`PeriodicOptions`].
+///
+/// ```
+/// let mut tasks = postpone::Tasks::new();
+/// tasks.register("report", |_job| Ok(()));
+/// tasks.periodic("report", "0 8 * * MON-FRI");
+/// assert_eq!(tasks.schedules().len(), 1);
+/// assert_eq!(tasks.schedules()[0].schedule(), "0 8 * * MON-FRI");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Schedules {
+    list: Vec<PeriodicOptions>,
+}
+
+impl std::ops::Deref for Schedules {
+    type Target = [PeriodicOptions];
+    fn deref(&self) -> &[PeriodicOptions] {
+        &self.list
+    }
+}
+
+impl Schedules {
+    /// An empty registry.
+    pub fn new() -> Schedules {
+        Schedules::default()
+    }
+
+    /// Adds a schedule of `task`; see [`Tasks::periodic`](crate::Tasks::periodic), which
+    /// calls this, for the expression syntax. A malformed expression is recorded and
+    /// reported when the worker is spawned (adding never panics).
+    pub fn add(&mut self, task: impl Into<String>, schedule: &str) -> &mut PeriodicOptions {
         let task = task.into();
         let mut problems = Vec::new();
         let cron = match parse(schedule) {
@@ -239,7 +262,7 @@ impl Tasks {
                 None
             }
         };
-        self.periodic.push(PeriodicOptions {
+        self.list.push(PeriodicOptions {
             task,
             expression: schedule.to_owned(),
             cron,
@@ -252,7 +275,7 @@ impl Tasks {
             catch_up: DEFAULT_CATCH_UP,
             problems,
         });
-        self.periodic.last_mut().expect("just pushed")
+        self.list.last_mut().expect("just pushed")
     }
 }
 
@@ -443,15 +466,15 @@ mod tests {
 
     #[test]
     fn registration_records_problems_instead_of_panicking() {
-        let mut tasks = Tasks::new();
-        tasks.register("a", |_| Ok(()));
-        tasks.periodic("a", "nonsense");
-        tasks.periodic("b", "@hourly");
+        let mut tasks = Schedules::new();
+        let known = |t: &str| t == "a";
+        tasks.add("a", "nonsense");
+        tasks.add("b", "@hourly");
         tasks
-            .periodic("a", "@hourly")
+            .add("a", "@hourly")
             .catch_up(Duration::from_secs(2 * 86400))
             .queue(" ");
-        let p: Vec<Vec<String>> = tasks.periodic.iter().map(|s| s.check(&tasks)).collect();
+        let p: Vec<Vec<String>> = tasks.iter().map(|s| s.check(known)).collect();
         assert!(
             p[0][0].contains("invalid cron schedule \"nonsense\""),
             "{p:?}"
@@ -462,10 +485,10 @@ mod tests {
             "{p:?}"
         );
         assert!(p[2].iter().any(|m| m.contains("invalid queue")), "{p:?}");
-        let ok = tasks.periodic("a", "@hourly").id("x").clone();
+        let ok = tasks.add("a", "@hourly").id("x").clone();
         assert_eq!(ok.args.0, "null");
         assert_eq!(ok.catch_up, DEFAULT_CATCH_UP);
-        assert!(ok.check(&tasks).is_empty());
+        assert!(ok.check(known).is_empty());
         assert!(PERIODIC_KEEP_MIN > MAX_CATCH_UP);
     }
 }

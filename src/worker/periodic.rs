@@ -79,7 +79,7 @@ impl WorkerBuilder {
 pub(crate) fn validate(tasks: &Tasks, opts: &WorkerOptions) -> Result<()> {
     let mut problems = Vec::new();
     for (i, spec) in tasks.periodic.iter().enumerate() {
-        problems.extend(spec.check(tasks));
+        problems.extend(spec.check(|t| tasks.contains(t)));
         let dup = tasks.periodic[..i]
             .iter()
             .any(|o| o.task == spec.task && o.id == spec.id);
