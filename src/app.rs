@@ -23,6 +23,7 @@ use crate::insert::{self, Inserter, JobBuilder, NewJob};
 pub use crate::pooled::PooledConnection;
 use crate::schema;
 use crate::types::{JobId, TaskArgs, TaskDefaults};
+use crate::wait::{self, JobResult};
 
 /// The application handle: defers jobs and owns the connection pool.
 ///
@@ -60,6 +61,8 @@ pub(crate) struct AppInner {
     severs: AtomicU64,
     schema_ok: AtomicBool,
     defaults: TaskDefaults,
+    /// Longest wait between two reads of a waited-for job.
+    wait_poll: Duration,
 }
 
 impl std::fmt::Debug for App {
@@ -93,6 +96,7 @@ pub struct AppBuilder {
     tcp_user_timeout: Option<Duration>,
     lazy: bool,
     defaults: TaskDefaults,
+    wait_poll: Duration,
     ssl_mode: Option<SslMode>,
     ssl_root_cert: Option<PathBuf>,
     ssl_client_cert: Option<(PathBuf, PathBuf)>,
@@ -249,6 +253,14 @@ impl AppBuilder {
         self
     }
 
+    /// How often [`App::wait`] reads the job's row when no notification comes, for tests
+    /// of the notification path and of the backstop (feature `test-util`). Defaults to 1 s.
+    #[cfg(feature = "test-util")]
+    pub fn wait_poll_interval(mut self, interval: Duration) -> AppBuilder {
+        self.wait_poll = interval;
+        self
+    }
+
     /// Parses the URL, starts the watchdog and the pool, and (unless [`lazy`](Self::lazy))
     /// opens one connection to check that the server answers.
     pub fn build(self) -> Result<App> {
@@ -317,6 +329,7 @@ impl AppBuilder {
                 severs: AtomicU64::new(0),
                 schema_ok: AtomicBool::new(false),
                 defaults: self.defaults,
+                wait_poll: self.wait_poll,
             }),
         })
     }
@@ -344,6 +357,7 @@ impl App {
             tcp_user_timeout: None,
             lazy: false,
             defaults: TaskDefaults::default(),
+            wait_poll: wait::POLL_INTERVAL,
             ssl_mode: None,
             ssl_root_cert: None,
             ssl_client_cert: None,
@@ -456,6 +470,66 @@ impl App {
         insert::insert_batch_in(self, client, jobs)
     }
 
+    /// Waits until job `id` is finished (succeeded, failed, cancelled or aborted) and
+    /// returns its status with the output its task recorded, from any process: the job may
+    /// have been deferred and run anywhere.
+    ///
+    /// The wait uses a connection of its own, woken by a notification when the job finishes,
+    /// and reads the job's row at least every second as a backstop. It is bounded by
+    /// `timeout` (then an error of kind [`Timeout`](ErrorKind::Timeout) that names the
+    /// job's status), and each read by the App's `io_timeout`, so a connection lost or gone
+    /// half-open during the wait is an error, never a hang. A job that does not exist, or
+    /// was deleted when it finished (a worker with `delete_finished`), is an error of kind
+    /// [`NotFound`](ErrorKind::NotFound).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::Duration;
+    /// let id = app.defer("thumbnail", &serde_json::json!({"image": 7}))?;
+    /// let result = app.wait(id, Duration::from_secs(30))?;
+    /// if result.succeeded() {
+    ///     let size: (u32, u32) = result.output_as()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
+        let mut conn = self.dedicated()?;
+        wait::wait(&mut conn, id, timeout, self.inner.wait_poll)
+    }
+
+    /// Defers a job of the typed task whose arguments are `args`, then [`wait`](Self::wait)s
+    /// for it; see [`JobBuilder::defer_and_wait`] for the other options.
+    pub fn enqueue_and_wait<A: TaskArgs>(&self, args: &A, timeout: Duration) -> Result<JobResult> {
+        self.job(A::TASK).defer_and_wait(args, timeout)
+    }
+
+    /// The status of job `id` now, with its output and latest progress, whether it has
+    /// finished or not; [`NotFound`](ErrorKind::NotFound) if there is no such job.
+    pub fn job_result(&self, id: JobId) -> Result<JobResult> {
+        let mut conn = self.connection()?;
+        wait::read(&mut conn, id)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("reading job {id}: there is no such job"),
+            )
+        })
+    }
+
+    /// A connection of its own (not pooled), schema checked, in the App's watchdog group so
+    /// that [`sever_all`](Self::sever_all) reaches it.
+    fn dedicated(&self) -> Result<Connection> {
+        let mut conn = Connection::open(
+            &self.inner.opts,
+            &self.inner.watchdog,
+            self.inner.group,
+            None,
+        )?;
+        self.ensure_schema(&mut conn)?;
+        Ok(conn)
+    }
+
     /// Severs every socket of this App's pool at once: every blocked round-trip returns an
     /// error within milliseconds and its connection is discarded, and so does every call
     /// waiting for a pooled connection (a connect in progress included). Returns how many
@@ -490,6 +564,10 @@ impl Inserter for App {
 
     fn defaults(&self) -> &TaskDefaults {
         &self.inner.defaults
+    }
+
+    fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
+        App::wait(self, id, timeout)
     }
 }
 

@@ -27,6 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::pooled::PooledConnection;
 use crate::store;
 use crate::types::{serialize_args, JobId, RawJson, TaskArgs, TaskDefaults};
+use crate::wait::JobResult;
 
 /// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
 pub(crate) static DEFAULT_QUEUE: &str = "default";
@@ -42,6 +43,8 @@ pub(crate) trait Inserter: Sync {
     fn pooled(&self) -> Result<PooledConnection>;
     /// The tasks' default queues and priorities.
     fn defaults(&self) -> &TaskDefaults;
+    /// Waits for a job to finish (`App::wait`).
+    fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult>;
 }
 
 /// A job bound to the App that will insert it: the shape of [`JobBuilder`].
@@ -260,6 +263,32 @@ impl<'a> NewJob<Bound<'a>> {
         let (app, row) = self.prepare(args)?;
         let mut conn = app.pooled()?;
         row.insert_on(&mut conn)
+    }
+
+    /// Inserts the job through the App's pool, then waits until it is finished and returns
+    /// its status and output: [`App::wait`](crate::App::wait) with the id, whose errors and
+    /// bounds apply (`timeout` counts from the insert).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::Duration;
+    /// let result = app
+    ///     .job("add")
+    ///     .queue("math")
+    ///     .defer_and_wait(&(2, 3), Duration::from_secs(10))?;
+    /// assert_eq!(result.output_as::<i64>()?, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn defer_and_wait<A: Serialize + ?Sized>(
+        self,
+        args: &A,
+        timeout: Duration,
+    ) -> Result<JobResult> {
+        let app = self.target.0;
+        let id = self.defer(args)?;
+        app.wait(id, timeout)
     }
 
     /// Inserts the job with the caller's client, typically inside its transaction: the job

@@ -7,12 +7,17 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 use crate::app::App;
+use crate::error::{Error, ErrorKind, Result};
+use crate::store;
 use crate::task_error::TaskError;
+use crate::types::serialize_args;
 // The worker and the admin API name these through `crate::job`.
 pub(crate) use crate::types::{JobId, JobStatus, RawJson};
 
@@ -63,6 +68,39 @@ pub struct Job {
     pub(crate) lock: Option<String>,
     pub(crate) abort: Arc<AbortFlag>,
     pub(crate) app: App,
+    /// What the task records while it runs (`Default` when the worker builds the job).
+    pub(crate) extras: JobExtras,
+}
+
+/// The largest output a job may record, as JSON text.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// The largest progress value a job may record, as JSON text.
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// State a running job accumulates: its output until the worker records it with the
+/// outcome, and the periodic instant once read.
+#[derive(Debug, Default)]
+pub(crate) struct JobExtras {
+    output: Mutex<Option<RawJson>>,
+    instant: OnceLock<Option<SystemTime>>,
+}
+
+/// Serializes `value` as a job's `what`, refusing more than `max` bytes of JSON.
+fn bounded_json<T: Serialize + ?Sized>(what: &str, value: &T, max: usize) -> Result<RawJson> {
+    let json =
+        serialize_args(value).map_err(|e| e.context(format_args!("recording the {what}")))?;
+    if json.0.len() > max {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "recording the {what}: it is {} bytes of JSON, more than the {} allowed; store large results elsewhere and record a reference to them",
+                json.0.len(),
+                max
+            ),
+        ));
+    }
+    Ok(json)
 }
 
 impl fmt::Debug for Job {
@@ -139,5 +177,96 @@ impl Job {
     /// The application, to reach the database (`job.app().connection()`) or defer more jobs.
     pub fn app(&self) -> &App {
         &self.app
+    }
+
+    /// Sets the job's output: a JSON value stored on the job if, and only if, the task then
+    /// succeeds, in the same statement that records the success (a retried, failed or
+    /// cancelled attempt records none). A later call replaces an earlier one. Readers get it
+    /// from [`App::wait`](crate::App::wait) and the admin API's job detail.
+    ///
+    /// Nothing is written yet, so this never blocks; a value that does not serialize, or
+    /// whose JSON is larger than [`MAX_OUTPUT_BYTES`], is an error of kind `InvalidInput`
+    /// (and the output set before, if any, is kept).
+    ///
+    /// ```
+    /// # use postpone::{Job, TaskError};
+    /// fn resize(job: &Job) -> Result<(), TaskError> {
+    ///     // ... resize ...
+    ///     job.set_output(&serde_json::json!({"width": 640, "height": 480}))?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn set_output<T: Serialize + ?Sized>(&self, output: &T) -> Result<()> {
+        let json = bounded_json("job output", output, MAX_OUTPUT_BYTES)?;
+        *self.extras.output.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        Ok(())
+    }
+
+    /// Takes the output set by the task, for the worker to record with a success.
+    pub(crate) fn take_output(&self) -> Option<RawJson> {
+        self.extras
+            .output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Records the job's progress now: any JSON value (a percentage, a step name, counts),
+    /// replacing the previous one, with the time it was written. It is written at once, on a
+    /// pooled connection under the App's `io_timeout`, so a watcher sees it while the task
+    /// runs (admin job detail, [`App::job_result`](crate::App::job_result)).
+    ///
+    /// Errors: JSON larger than [`MAX_PROGRESS_BYTES`] (kind `InvalidInput`); the database
+    /// unreachable or slow (`Timeout`, `Connect`...); the job no longer running as this
+    /// attempt (`InvalidState`: it was requeued after its worker was presumed dead). A task
+    /// may ignore these errors and carry on: progress is informative.
+    ///
+    /// ```
+    /// # use postpone::{Job, TaskError};
+    /// fn import(job: &Job) -> Result<(), TaskError> {
+    ///     for chunk in 0..10 {
+    ///         // ... import chunk ...
+    ///         let _ = job.set_progress(&serde_json::json!({"done": chunk + 1, "of": 10}));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn set_progress<T: Serialize + ?Sized>(&self, progress: &T) -> Result<()> {
+        let json = bounded_json("job progress", progress, MAX_PROGRESS_BYTES)?;
+        let mut conn = self.app.connection()?;
+        let n = conn.execute_cached(
+            "recording a job's progress",
+            store::JOB_PROGRESS_SET,
+            &[&self.id.0, &json, &self.attempts],
+        )?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "recording the progress of job {}: it is no longer running as attempt {} (it was requeued after its worker was presumed dead, or finished)",
+                    self.id, self.attempts
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The instant of the periodic schedule this job was deferred for, or `None` if no
+    /// periodic schedule deferred it. The instant is the one of the schedule (in its time
+    /// zone, as a point in time), not the time the job started, so a task that runs late, or
+    /// again after a retry, still knows which period it covers. Read from the database on the
+    /// first call (under the App's `io_timeout`), then remembered.
+    pub fn periodic_instant(&self) -> Result<Option<SystemTime>> {
+        if let Some(v) = self.extras.instant.get() {
+            return Ok(*v);
+        }
+        let mut conn = self.app.connection()?;
+        let rows = conn.query_cached(
+            "reading the periodic instant of a job",
+            store::JOB_PERIODIC_INSTANT,
+            &[&self.id.0],
+        )?;
+        let v: Option<SystemTime> = rows.first().and_then(|r| r.get(0));
+        Ok(*self.extras.instant.get_or_init(|| v))
     }
 }

@@ -33,6 +33,7 @@ mod task;
 mod task_error;
 mod typed;
 mod types;
+mod wait;
 mod worker;
 
 pub use postgres;
@@ -46,7 +47,7 @@ pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification};
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
-pub use job::Job;
+pub use job::{Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};
 pub use periodic::{PeriodicOptions, Schedules};
 pub use retention::{PruneReport, Retention};
 pub use retry::RetryStrategy;
@@ -54,6 +55,7 @@ pub use task::{TaskOptions, Tasks};
 pub use task_error::TaskError;
 pub use typed::Task;
 pub use types::{JobId, JobStatus, TaskArgs, TaskDefaults};
+pub use wait::JobResult;
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,

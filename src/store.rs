@@ -73,7 +73,8 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort
 
 /// Records the outcomes of many jobs of worker `$1` at once. Arrays: `$2` ids, `$3` outcome
 /// (`succeeded`, `failed`, `cancelled`, `aborted`, `retry`, `release`, `delete`), `$4` retry
-/// delay in microseconds, `$5` error text (appended to the job's errors). Returns the ids
+/// delay in microseconds, `$5` error text (appended to the job's errors), `$6` output (stored
+/// with `succeeded` only). Returns the ids
 /// whose outcome was recorded; a missing id was no longer this worker's.
 ///
 /// The plan must drive from the outcomes and reach each row by primary key, whatever the
@@ -85,8 +86,8 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort
 /// 12-16 ms in both cases.
 pub(crate) const JOB_FINISH_BATCH: &str = "
 WITH o AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[])
-        AS o(id, outcome, delay_us, error)
+    SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::jsonb[])
+        AS o(id, outcome, delay_us, error, output)
 ), updated AS (
     UPDATE postpone_jobs j
        SET status = CASE WHEN o.outcome IN ('retry', 'release') THEN 'todo' ELSE o.outcome END,
@@ -99,6 +100,7 @@ WITH o AS (
            finished_at = CASE WHEN o.outcome IN ('retry', 'release') THEN NULL ELSE now() END,
            abort_requested = CASE WHEN o.outcome IN ('retry', 'release') THEN false
                                   ELSE j.abort_requested END,
+           output = CASE WHEN o.outcome = 'succeeded' THEN o.output ELSE j.output END,
            errors = CASE WHEN o.error IS NULL THEN j.errors
                          ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                              jsonb_build_object('attempt', j.attempts, 'at', now(),
@@ -307,7 +309,8 @@ pub(crate) const JOB_GET: &str = concat!(
     job_columns!(),
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1)
+       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       j.output, j.progress, j.progress_at
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -393,6 +396,26 @@ SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.las
        (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
   FROM postpone_workers w
  ORDER BY w.id";
+
+// ---------------------------------------------------------------------------------------
+// Results: progress, output and waiting for a job (job.rs, wait.rs).
+// ---------------------------------------------------------------------------------------
+
+/// Records the progress `$2` of job `$1`, if it still runs as attempt `$3`.
+pub(crate) const JOB_PROGRESS_SET: &str = "
+UPDATE postpone_jobs SET progress = $2::jsonb, progress_at = now()
+ WHERE id = $1 AND status = 'doing' AND attempts = $3";
+
+/// The periodic instant job `$1` was deferred for.
+pub(crate) const JOB_PERIODIC_INSTANT: &str =
+    "SELECT instant FROM postpone_periodic WHERE job_id = $1 LIMIT 1";
+
+/// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
+pub(crate) const JOB_RESULT: &str = "
+SELECT status, output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
+
+/// The channel on which finished job ids are announced (see migration 3).
+pub(crate) const DONE_CHANNEL: &str = "postpone_done";
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,7 @@ use super::{Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
 use crate::store;
+use crate::types::RawJson;
 
 /// Most outcomes recorded by one statement.
 pub(crate) const MAX_BATCH: usize = 1000;
@@ -139,11 +140,12 @@ pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) 
         .map(|o| o.delay.as_micros().min(i64::MAX as u128) as i64)
         .collect();
     let errors: Vec<Option<&str>> = batch.iter().map(|o| o.error.as_deref()).collect();
+    let outputs: Vec<Option<&RawJson>> = batch.iter().map(|o| o.output.as_ref()).collect();
     let worker = shared.id();
     let rows = conn.query_cached(
         "recording job outcomes",
         store::JOB_FINISH_BATCH,
-        &[&worker, &ids, &words, &delays, &errors],
+        &[&worker, &ids, &words, &delays, &errors, &outputs],
     )?;
     shared.unhold(batch.iter().map(|o| o.id));
     shared

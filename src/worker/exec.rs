@@ -168,6 +168,7 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
         lock: claimed.lock,
         abort: abort.clone(),
         app: shared.app.clone(),
+        extras: Default::default(),
     };
     let attempt = job.attempts();
     let Some(task) = task else {
@@ -394,6 +395,11 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         word,
         delay,
         error,
+        output: if word == "succeeded" {
+            job.take_output()
+        } else {
+            None
+        },
     }
 }
 

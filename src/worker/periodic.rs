@@ -64,8 +64,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Replaces the clock that periodic schedules read (for tests that drive time).
-    #[doc(hidden)]
+    /// Replaces the clock that periodic schedules read, for tests that drive time (feature
+    /// `test-util`). Defaults to the system clock.
+    #[cfg(feature = "test-util")]
     pub fn periodic_clock(
         mut self,
         clock: impl Fn() -> SystemTime + Send + Sync + 'static,
