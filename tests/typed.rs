@@ -38,7 +38,7 @@ impl Task for Add {
 
 #[test]
 fn typed_tasks_are_added_and_enqueued_without_a_string_name() {
-    let (db, app) = setup();
+    let (db, _setup_app) = setup();
     let runs = Arc::new(AtomicU64::new(0));
     let mut tasks = Tasks::new();
     tasks
