@@ -5,7 +5,16 @@
 //! A schedule is a cron expression read by the `croner` crate: 5 fields (minute, hour, day
 //! of month, month, day of week), or 6 with a leading seconds field, or one of the aliases
 //! `@yearly` (`@annually`), `@monthly`, `@weekly`, `@daily` (`@midnight`), `@hourly`.
-//! Instants are computed in UTC.
+//! Instants are computed in UTC, or in the schedule's [time zone](PeriodicOptions::time_zone)
+//! (IANA names, read with `jiff` from the system's time zone database).
+//!
+//! In a time zone, the expression matches wall-clock times, and each matching wall-clock
+//! time is deferred once. Across daylight saving changes this means: a time that falls in
+//! a skipped hour (02:30 on a spring-forward night) is deferred at the end of the gap (03:00
+//! in the new offset), once however many times of the gap match; a time that occurs twice
+//! (01:30 on a fall-back night) is deferred at its first occurrence only. So a daily job runs
+//! once every day, and a job every 15 minutes does not run during the repeated hour's second
+//! pass: schedules that must run at a fixed real-time interval are best left in UTC.
 //!
 //! Every worker that was given the schedule defers its jobs (from its `postpone-periodic`
 //! thread, see `worker/periodic.rs`). Each instant is deferred exactly once across all
@@ -22,7 +31,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use serde::Serialize;
@@ -77,6 +86,8 @@ pub struct PeriodicOptions {
     pub(crate) lock: Option<String>,
     pub(crate) queueing_lock: Option<String>,
     pub(crate) catch_up: Duration,
+    pub(crate) time_zone: Option<(String, jiff::tz::TimeZone)>,
+    pub(crate) run_on_start: bool,
     pub(crate) problems: Vec<String>,
 }
 
@@ -89,6 +100,8 @@ impl fmt::Debug for PeriodicOptions {
             .field("args", &self.args.0)
             .field("queue", &self.queue)
             .field("catch_up", &self.catch_up)
+            .field("time_zone", &self.time_zone.as_ref().map(|(n, _)| n))
+            .field("run_on_start", &self.run_on_start)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +162,45 @@ impl PeriodicOptions {
         self
     }
 
+    /// The time zone whose wall clock the expression is read in, by IANA name
+    /// (`"Europe/Paris"`, `"America/New_York"`); see the module docs for how daylight saving
+    /// changes are handled. An unknown name is reported when the worker is spawned.
+    /// Defaults to UTC.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// let mut tasks = postpone::Tasks::new();
+    /// let s = tasks.periodic("report", "0 9 * * *").time_zone("Asia/Tokyo");
+    /// // 2024-01-01T00:00:00Z is 09:00 in Tokyo (UTC+9).
+    /// let midnight_utc = UNIX_EPOCH + Duration::from_secs(1_704_067_200);
+    /// assert_eq!(
+    ///     s.next_after(midnight_utc - Duration::from_secs(1)),
+    ///     Some(midnight_utc)
+    /// );
+    /// ```
+    pub fn time_zone(&mut self, name: &str) -> &mut PeriodicOptions {
+        match jiff::tz::TimeZone::get(name) {
+            Ok(tz) => self.time_zone = Some((name.to_owned(), tz)),
+            Err(e) => self.problems.push(format!(
+                "periodic task {}: unknown time zone {name:?} ({e}); use an IANA name such as \"Europe/Paris\"",
+                describe(&self.task, &self.id)
+            )),
+        }
+        self
+    }
+
+    /// Also defers one job as soon as each worker given this schedule starts (its instant
+    /// is the start time, to the second), then follows the schedule. Defaults to false.
+    pub fn run_on_start(&mut self, yes: bool) -> &mut PeriodicOptions {
+        self.run_on_start = yes;
+        self
+    }
+
+    /// The name of its time zone, or `None` for UTC.
+    pub fn time_zone_name(&self) -> Option<&str> {
+        self.time_zone.as_ref().map(|(n, _)| n.as_str())
+    }
+
     /// The task name.
     pub fn task(&self) -> &str {
         &self.task
@@ -170,7 +222,11 @@ impl PeriodicOptions {
     /// assert_eq!(every5.next_after(t), Some(UNIX_EPOCH + Duration::from_secs(300)));
     /// ```
     pub fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
-        next_after(self.cron.as_ref()?, t)
+        let cron = self.cron.as_ref()?;
+        match &self.time_zone {
+            None => next_after(cron, t),
+            Some((_, tz)) => next_after_in(cron, tz, t),
+        }
     }
 
     /// Everything wrong with this schedule, for the worker's validation; `registered` tells
@@ -273,6 +329,8 @@ impl Schedules {
             lock: None,
             queueing_lock: None,
             catch_up: DEFAULT_CATCH_UP,
+            time_zone: None,
+            run_on_start: false,
             problems,
         });
         self.list.last_mut().expect("just pushed")
@@ -345,6 +403,74 @@ fn from_utc(t: DateTime<Utc>) -> Option<SystemTime> {
 pub(crate) fn next_after(cron: &Cron, t: SystemTime) -> Option<SystemTime> {
     let from = to_utc(t)?;
     from_utc(cron.find_next_occurrence(&from, false).ok()?)
+}
+
+/// Most wall-clock candidates examined for one instant in a time zone (a schedule every
+/// second walks 3,600 of them through a repeated hour).
+const MAX_ZONED_STEPS: usize = 10_000;
+
+/// The first instant strictly after `t` whose wall-clock time in `tz` matches `cron`; see
+/// the module docs for daylight saving changes. The expression is evaluated on wall-clock
+/// times carried in a `DateTime<Utc>` that stands for the civil time, then each candidate is
+/// placed on the time line: unambiguous times directly, a repeated time at its first
+/// occurrence, a skipped time at the end of its gap. That placement never goes backwards, so
+/// the instants come out in order.
+pub(crate) fn next_after_in(
+    cron: &Cron,
+    tz: &jiff::tz::TimeZone,
+    t: SystemTime,
+) -> Option<SystemTime> {
+    let secs = i64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
+    let ts = jiff::Timestamp::from_second(secs).ok()?;
+    let mut wall = tz.to_datetime(ts);
+    for _ in 0..MAX_ZONED_STEPS {
+        let carried = DateTime::<Utc>::from_naive_utc_and_offset(
+            chrono::NaiveDate::from_ymd_opt(
+                wall.year().into(),
+                wall.month() as u32,
+                wall.day() as u32,
+            )?
+            .and_hms_opt(
+                wall.hour() as u32,
+                wall.minute() as u32,
+                wall.second() as u32,
+            )?,
+            Utc,
+        );
+        let next = cron.find_next_occurrence(&carried, false).ok()?;
+        wall = jiff::civil::DateTime::new(
+            i16::try_from(next.year()).ok()?,
+            next.month() as i8,
+            next.day() as i8,
+            next.hour() as i8,
+            next.minute() as i8,
+            next.second() as i8,
+            0,
+        )
+        .ok()?;
+        let at = place(tz, wall)?;
+        if at > ts {
+            return UNIX_EPOCH
+                .checked_add(Duration::from_secs(u64::try_from(at.as_second()).ok()?));
+        }
+    }
+    None
+}
+
+/// The instant of wall-clock time `wall` in `tz`: a repeated time at its first occurrence, a
+/// skipped one at the end of the gap.
+fn place(tz: &jiff::tz::TimeZone, wall: jiff::civil::DateTime) -> Option<jiff::Timestamp> {
+    use jiff::tz::AmbiguousOffset as A;
+    match tz.to_ambiguous_timestamp(wall).offset() {
+        A::Unambiguous { offset } => offset.to_timestamp(wall).ok(),
+        A::Fold { before, .. } => before.to_timestamp(wall).ok(),
+        A::Gap { after, .. } => {
+            // Read with the offset after the gap, the time lands before the transition: the
+            // transition that follows is the end of the gap.
+            let before_gap = after.to_timestamp(wall).ok()?;
+            tz.following(before_gap).next().map(|tr| tr.timestamp())
+        }
+    }
 }
 
 /// What deferring one instant did.
@@ -445,6 +571,87 @@ mod tests {
         let weekdays = parse("0 9 * * MON-FRI").unwrap();
         // 2023-11-14 is a Tuesday: next is Wednesday 09:00.
         assert_eq!(next_after(&weekdays, t), Some(at(1_700_038_800)));
+    }
+
+    fn zoned(expr: &str, tz: &str, from: u64) -> Vec<u64> {
+        let cron = parse(expr).unwrap();
+        let tz = jiff::tz::TimeZone::get(tz).unwrap();
+        let mut t = at(from);
+        let mut out = Vec::new();
+        for _ in 0..6 {
+            t = next_after_in(&cron, &tz, t).unwrap();
+            out.push(t.duration_since(UNIX_EPOCH).unwrap().as_secs());
+        }
+        out
+    }
+
+    #[test]
+    fn a_time_zone_moves_instants_and_handles_the_dst_gap() {
+        // 2024-03-10 in New York: 02:00 EST jumps to 03:00 EDT (07:00Z).
+        // Daily at 02:30: the 9th at 07:30Z (EST), the 10th falls in the gap and runs when
+        // the gap ends (07:00Z), the 11th at 06:30Z (EDT).
+        let from = 1_709_942_400; // 2024-03-09T00:00:00Z
+        let got = zoned("30 2 * * *", "America/New_York", from);
+        assert_eq!(
+            &got[..3],
+            &[1_709_969_400, 1_710_054_000, 1_710_138_600],
+            "{got:?}"
+        );
+        // Every 20 minutes through the gap: 01:40 EST, then the gap's 02:00/02:20/02:40 all
+        // land on its end (once), then 03:20 EDT: never backwards, never twice.
+        let got = zoned("*/20 * * * *", "America/New_York", 1_710_052_200); // 06:30Z = 01:30 EST
+        assert_eq!(
+            got,
+            vec![
+                1_710_052_800,         // 06:40Z = 01:40 EST
+                1_710_054_000,         // 07:00Z = 03:00 EDT, end of the gap
+                1_710_054_000 + 1_200, // 03:20 EDT
+                1_710_054_000 + 2_400, // 03:40 EDT
+                1_710_054_000 + 3_600, // 04:00 EDT
+                1_710_054_000 + 4_800, // 04:20 EDT
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_hour_defers_each_wall_clock_time_once() {
+        // 2024-11-03 in New York: 02:00 EDT falls back to 01:00 EST; 01:xx happens twice
+        // (05:xxZ in EDT, then 06:xxZ in EST).
+        let from = 1_730_592_000; // 2024-11-03T00:00:00Z (20:00 EDT on the 2nd)
+        let got = zoned("30 1 * * *", "America/New_York", from);
+        // 01:30 EDT (05:30Z) only, then 01:30 EST the next day (06:30Z on the 4th).
+        assert_eq!(&got[..2], &[1_730_611_800, 1_730_611_800 + 86_400 + 3_600]);
+        // Every 30 minutes: 01:00 and 01:30 on the first pass, then 02:00 EST.
+        let got = zoned("*/30 * * * *", "America/New_York", 1_730_610_000 - 1); // 00:59:59 EDT
+        assert_eq!(
+            got,
+            vec![
+                1_730_610_000, // 05:00Z = 01:00 EDT
+                1_730_611_800, // 05:30Z = 01:30 EDT
+                1_730_617_200, // 07:00Z = 02:00 EST
+                1_730_619_000, // 02:30 EST
+                1_730_620_800, // 03:00 EST
+                1_730_622_600, // 03:30 EST
+            ]
+        );
+        // A start inside the second pass goes on after it, not back.
+        let got = zoned("*/30 * * * *", "America/New_York", 1_730_613_600 + 60); // 01:01 EST
+        assert_eq!(got[0], 1_730_617_200);
+    }
+
+    #[test]
+    fn unknown_time_zones_are_reported() {
+        let mut s = Schedules::new();
+        s.add("a", "@daily").time_zone("Mars/Olympus_Mons");
+        let p = s[0].check(|_| true);
+        assert!(
+            p[0].contains("unknown time zone \"Mars/Olympus_Mons\""),
+            "{p:?}"
+        );
+        assert_eq!(s[0].time_zone_name(), None);
+        s.add("a", "@daily").id("x").time_zone("Europe/Paris");
+        assert_eq!(s[1].time_zone_name(), Some("Europe/Paris"));
+        assert!(s[1].check(|_| true).is_empty());
     }
 
     #[test]

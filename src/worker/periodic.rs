@@ -17,7 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
 
@@ -113,6 +113,8 @@ pub(crate) struct Schedule {
     /// matches again.
     next: Option<SystemTime>,
     primed: bool,
+    /// The run-on-start job is deferred (or was not asked for).
+    started: bool,
 }
 
 /// The schedules of `tasks`, with their queue and priority resolved against the tasks'
@@ -133,6 +135,7 @@ pub(crate) fn schedules(tasks: &Tasks) -> Vec<Schedule> {
                     .priority
                     .or_else(|| task.and_then(|t| t.priority))
                     .unwrap_or(0),
+                started: !spec.run_on_start,
                 spec: spec.clone(),
                 next: None,
                 primed: false,
@@ -245,6 +248,21 @@ fn defer_due(
 ) -> Result<()> {
     for s in schedules.iter_mut() {
         let window_start = now.checked_sub(s.spec.catch_up).unwrap_or(now);
+        if !s.started {
+            // Its instant is the start time, to the second (instants are whole seconds).
+            let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+            let at = UNIX_EPOCH + Duration::from_secs(secs);
+            let c = connection(shared, conn)?;
+            let who = describe(&s.spec.task, &s.spec.id);
+            let done = periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
+                .map_err(|e| e.context(format_args!("periodic task {who}: run on start")))?;
+            log::info!(
+                "worker {}: periodic task {who}: run on start at {}: {done:?}",
+                shared.name,
+                rfc3339(at)
+            );
+            s.started = true;
+        }
         if !s.primed {
             let c = connection(shared, conn)?;
             let latest = periodic::latest_instant(c, &s.spec)?;
