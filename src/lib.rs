@@ -6,7 +6,7 @@
 //!   cancel, abort, stats, prune...). Libraries that only defer jobs can turn it off with
 //!   `default-features = false`.
 //! - `test-util`: helpers for the tests of programs that use postpone, in
-//!   [`testing`]: run the jobs a piece of code deferred, synchronously, and assert what was
+//!   `postpone::testing`: run the jobs a piece of code deferred, synchronously, and assert what was
 //!   deferred, against the real database.
 //!
 //! # Re-exports
@@ -31,6 +31,8 @@ mod schema;
 mod store;
 mod task;
 mod task_error;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod typed;
 mod types;
 mod wait;

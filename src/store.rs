@@ -417,6 +417,51 @@ SELECT status, output, progress, progress_at, errors FROM postpone_jobs WHERE id
 /// The channel on which finished job ids are announced (see migration 3).
 pub(crate) const DONE_CHANNEL: &str = "postpone_done";
 
+// ---------------------------------------------------------------------------------------
+// Test helpers for users (testing.rs, feature `test-util`): jobs run in the test's thread,
+// outside any worker (worker_id stays NULL).
+// ---------------------------------------------------------------------------------------
+
+/// The newest job id (0 when there is none).
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_MARK: &str = "SELECT coalesce(max(id), 0)::bigint FROM postpone_jobs";
+
+/// Jobs with an id above `$1`, oldest first.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_DEFERRED: &str = "
+SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, status
+  FROM postpone_jobs WHERE id > $1 ORDER BY id";
+
+/// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
+/// first then oldest.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_CLAIM: &str = "
+UPDATE postpone_jobs
+   SET status = 'doing', attempts = attempts + 1, started_at = now()
+ WHERE id = (SELECT id FROM postpone_jobs
+              WHERE status = 'todo' AND id > $1 AND ($2 OR scheduled_at <= now())
+              ORDER BY priority DESC, id
+              LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+RETURNING id, queue, task, args, attempts, priority, lock";
+
+/// Records the outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2` (`todo` for a
+/// retry after `$3` microseconds), output `$4`, error `$5` appended to its errors.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_FINISH: &str = "
+UPDATE postpone_jobs j
+   SET status = $2::text,
+       scheduled_at = CASE WHEN $2::text = 'todo'
+                           THEN now() + $3::bigint * interval '1 microsecond'
+                           ELSE j.scheduled_at END,
+       started_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE j.started_at END,
+       finished_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE now() END,
+       output = $4::jsonb,
+       errors = CASE WHEN $5::text IS NULL THEN j.errors
+                     ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
+                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $5::text)) END
+ WHERE j.id = $1 AND j.status = 'doing'";
+
 #[cfg(test)]
 mod tests {
     use super::*;
