@@ -388,12 +388,14 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        pool::checkout(
+        let conn = pool::checkout(
             &self.inner.pool,
             self.inner.pool_timeout,
             &self.inner.severs,
-        )
-        .map(PooledConnection::new)
+        )?;
+        // Checked out by a worker's task: a sever of that worker reaches it.
+        conn.lend(crate::conn::watchdog::current_borrower());
+        Ok(PooledConnection::new(conn))
     }
 
     /// Checks the schema version once per App.

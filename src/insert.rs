@@ -218,6 +218,26 @@ impl<S> NewJob<S> {
                 )));
             }
         }
+        // What notification payloads and index entries can hold, and a schedule the
+        // database's timestamps can reach.
+        crate::limits::check_name("task name", &self.task)?;
+        if let Some(q) = &self.queue {
+            crate::limits::check_name("queue name", q)?;
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if let Some(v) = v {
+                crate::limits::check_lock(what, v)?;
+            }
+        }
+        match self.schedule {
+            Schedule::In(d) => crate::limits::check_schedule(d)?,
+            Schedule::At(t) => {
+                if let Ok(d) = t.duration_since(SystemTime::now()) {
+                    crate::limits::check_schedule(d)?;
+                }
+            }
+            Schedule::Now => {}
+        }
         Ok(())
     }
 

@@ -25,6 +25,9 @@ pub(crate) use crate::types::{JobId, JobStatus, RawJson};
 pub(crate) const ABORT_REQUESTED: u8 = 1;
 pub(crate) const ABORT_SHUTDOWN: u8 = 2;
 pub(crate) const ABORT_TIMEOUT: u8 = 4;
+/// The worker was presumed dead by another (its heartbeat went stale): this attempt's outcome
+/// will be refused, and the job runs again elsewhere.
+pub(crate) const ABORT_LOST: u8 = 8;
 
 /// Raised by the worker, read by the task through [`Job::should_abort`].
 #[derive(Debug, Default)]

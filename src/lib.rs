@@ -23,6 +23,7 @@ mod conn;
 mod error;
 mod insert;
 mod job;
+mod limits;
 mod periodic;
 mod pooled;
 mod retention;

@@ -27,6 +27,12 @@ impl DerefMut for PooledConnection {
     }
 }
 
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        self.0.lend(0);
+    }
+}
+
 impl std::fmt::Debug for PooledConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         (**self).fmt(f)

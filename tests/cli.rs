@@ -129,7 +129,7 @@ fn every_command_against_a_real_database() {
 
     assert_eq!(
         ok(url, &["migrate"]),
-        "applied migration(s) 1, 3; schema is at version 3\n"
+        "applied migration(s) 1, 2, 3; schema is at version 3\n"
     );
     assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 3)\n");
     assert_eq!(

@@ -29,6 +29,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("0001_init.sql"),
     },
     Migration {
+        version: 2,
+        name: "integrity",
+        sql: include_str!("0002_integrity.sql"),
+    },
+    Migration {
         version: 3,
         name: "results",
         sql: include_str!("0003_results.sql"),
