@@ -188,6 +188,13 @@ pub struct JobDetail {
     /// The scheduled instant it was deferred for, if a periodic schedule deferred it.
     #[serde(serialize_with = "ser_opt_time")]
     pub periodic_instant: Option<SystemTime>,
+    /// The output its task recorded with its success ([`Job::set_output`](crate::Job::set_output)).
+    pub output: Option<serde_json::Value>,
+    /// The latest progress its task recorded ([`Job::set_progress`](crate::Job::set_progress)).
+    pub progress: Option<serde_json::Value>,
+    /// When that progress was recorded.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub progress_at: Option<SystemTime>,
 }
 
 /// What [`Admin::abort`] did.
@@ -299,6 +306,9 @@ impl Admin {
             worker_name: row.get(16),
             periodic_id: row.get(17),
             periodic_instant: row.get(18),
+            output: json_column(row, 19),
+            progress: json_column(row, 20),
+            progress_at: row.get(21),
         })
     }
 

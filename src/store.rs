@@ -45,7 +45,8 @@ SELECT id, queue, task, args, attempts, priority, lock, abort_requested, schedul
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the
 /// claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`, `aborted`, `delete`),
-/// `$5` error text (appended to the job's errors). Returns the ids whose outcome was
+/// `$5` error text (appended to the job's errors), `$6` output (stored with `succeeded`
+/// only, see `Job::set_output`). Returns the ids whose outcome was
 /// recorded; a missing id was no longer that attempt's (it was requeued after its worker was
 /// presumed dead, and maybe claimed again). Outcomes that put a job back in the queue go
 /// through [`JOB_REQUEUE`] instead.
@@ -62,12 +63,14 @@ SELECT id, queue, task, args, attempts, priority, lock, abort_requested, schedul
 /// texts are made safe by the caller (no NUL, bounded length).
 pub(crate) const JOB_FINISH_BATCH: &str = "
 WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[])
-        AS o(id, worker, attempt, outcome, error)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
+                         $6::jsonb[])
+        AS o(id, worker, attempt, outcome, error, output)
 ), updated AS (
     UPDATE postpone_jobs j
        SET status = o.outcome,
            finished_at = now(),
+           output = CASE WHEN o.outcome = 'succeeded' THEN o.output ELSE j.output END,
            errors = CASE WHEN o.error IS NULL THEN j.errors
                          ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                              jsonb_build_object('attempt', j.attempts, 'at', now(),
@@ -256,7 +259,8 @@ pub(crate) const JOB_GET: &str = concat!(
     job_columns!(),
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1)
+       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       j.output, j.progress, j.progress_at
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -337,3 +341,68 @@ SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.las
        (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
   FROM postpone_workers w
  ORDER BY w.id";
+
+// ---------------------------------------------------------------------------------------
+// Results: progress, output and waiting for a job (job.rs, wait.rs).
+// ---------------------------------------------------------------------------------------
+
+/// Records the progress `$2` of job `$1`, if it still runs as attempt `$3`.
+pub(crate) const JOB_PROGRESS_SET: &str = "
+UPDATE postpone_jobs SET progress = $2::jsonb, progress_at = now()
+ WHERE id = $1 AND status = 'doing' AND attempts = $3";
+
+/// The periodic instant job `$1` was deferred for.
+pub(crate) const JOB_PERIODIC_INSTANT: &str =
+    "SELECT instant FROM postpone_periodic WHERE job_id = $1 LIMIT 1";
+
+/// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
+pub(crate) const JOB_RESULT: &str = "
+SELECT status, output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
+
+/// The channel on which finished job ids are announced (see migration 4).
+pub(crate) const DONE_CHANNEL: &str = "postpone_done";
+
+// ---------------------------------------------------------------------------------------
+// Test helpers for users (testing.rs, feature `test-util`): jobs run in the test's thread,
+// outside any worker (worker_id stays NULL).
+// ---------------------------------------------------------------------------------------
+
+/// The newest job id (0 when there is none).
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_MARK: &str = "SELECT coalesce(max(id), 0)::bigint FROM postpone_jobs";
+
+/// Jobs with an id above `$1`, oldest first.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_DEFERRED: &str = "
+SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, status
+  FROM postpone_jobs WHERE id > $1 ORDER BY id";
+
+/// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
+/// first then oldest.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_CLAIM: &str = "
+UPDATE postpone_jobs
+   SET status = 'doing', attempts = attempts + 1, started_at = now()
+ WHERE id = (SELECT id FROM postpone_jobs
+              WHERE status = 'todo' AND id > $1 AND ($2 OR scheduled_at <= now())
+              ORDER BY priority DESC, id
+              LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+RETURNING id, queue, task, args, attempts, priority, lock";
+
+/// Records the outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2` (`todo` for a
+/// retry after `$3` microseconds), output `$4`, error `$5` appended to its errors.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_FINISH: &str = "
+UPDATE postpone_jobs j
+   SET status = $2::text,
+       scheduled_at = CASE WHEN $2::text = 'todo'
+                           THEN now() + $3::bigint * interval '1 microsecond'
+                           ELSE j.scheduled_at END,
+       started_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE j.started_at END,
+       finished_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE now() END,
+       output = $4::jsonb,
+       errors = CASE WHEN $5::text IS NULL THEN j.errors
+                     ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
+                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $5::text)) END
+ WHERE j.id = $1 AND j.status = 'doing'";

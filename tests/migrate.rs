@@ -296,7 +296,8 @@ fn schema_objects_exist() {
     let row = c
         .query_one(
             "SELECT t.tgenabled::text, pg_get_triggerdef(t.oid) FROM pg_trigger t \
-             WHERE t.tgrelid = 'postpone_jobs'::regclass AND NOT t.tgisinternal",
+             WHERE t.tgrelid = 'postpone_jobs'::regclass AND NOT t.tgisinternal \
+               AND t.tgname = 'postpone_jobs_notify'",
             &[],
         )
         .unwrap();
