@@ -16,7 +16,8 @@ mod task;
 mod worker;
 
 pub use admin::{
-    AbortOutcome, Admin, AttemptError, JobDetail, JobFilter, JobInfo, QueueCounts, WorkerInfo,
+    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
+    JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
 pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
 pub use conn::tls::SslMode;

@@ -75,8 +75,13 @@ fn json(url: &str, args: &[&str]) -> Value {
 
 /// Runs a command that must fail with exit 2 and `says` in its one error message.
 fn fails(url: Option<&str>, args: &[&str], says: &str) {
+    fails_with(url, args, 2, says)
+}
+
+/// Runs a command that must fail with exit `code` and `says` in its one error message.
+fn fails_with(url: Option<&str>, args: &[&str], code: i32, says: &str) {
     let o = run_with(url, args.iter().copied());
-    assert_eq!(o.code, 2, "{args:?}: {o:?}");
+    assert_eq!(o.code, code, "{args:?}: {o:?}");
     assert!(o.stdout.is_empty(), "{args:?}: {o:?}");
     assert!(o.stderr.starts_with("error: "), "{args:?}: {o:?}");
     assert!(
@@ -97,6 +102,21 @@ fn table(text: &str) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+/// `user@host:port/db` as the tool names the database of `url`.
+fn db_name(url: &str) -> String {
+    let c: postgres::Config = url.parse().unwrap();
+    let host = match &c.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        _ => unreachable!(),
+    };
+    format!(
+        "{}@{host}:{}/{}",
+        c.get_user().unwrap(),
+        c.get_ports()[0],
+        c.get_dbname().unwrap()
+    )
 }
 
 fn status_of(url: &str, id: JobId) -> String {
@@ -121,9 +141,10 @@ fn every_command_against_a_real_database() {
             .starts_with("unhealthy: schema not installed: run `postpone migrate`"),
         "{o:?}"
     );
-    fails(
+    fails_with(
         Some(url),
         &["workers"],
+        7,
         "schema not installed: run `postpone migrate`",
     );
 
@@ -142,7 +163,8 @@ fn every_command_against_a_real_database() {
     );
     assert_eq!(
         json(url, &["healthcheck"]),
-        serde_json::json!({"healthy": true, "schema_version": 1})
+        serde_json::json!({"healthy": true, "schema_version": 1, "supported_version": 1,
+                           "database": db_name(url)})
     );
 
     // defer, with each option.
@@ -170,9 +192,10 @@ fn every_command_against_a_real_database() {
         ),
         serde_json::json!({"id": 2, "status": "todo"})
     );
-    fails(
+    fails_with(
         Some(url),
         &["defer", "resize", "--queueing-lock", "r1"],
+        4,
         "a job with queueing lock \"r1\" is already waiting",
     );
     // (The refused insert used up id 3.)
@@ -202,6 +225,10 @@ fn every_command_against_a_real_database() {
             "ATTEMPTS",
             "PRIORITY",
             "SCHEDULED (UTC)",
+            "FINISHED (UTC)",
+            "DURATION",
+            "LOCK",
+            "LAST ERROR",
             "ARGS"
         ]
     );
@@ -216,12 +243,16 @@ fn every_command_against_a_real_database() {
             "0",
             "-1",
             "2030-01-02 03:04:05",
-            "[1,2]"
+            "-",
+            "-",
+            "-",
+            "-",
+            "[1, 2]"
         ]
     );
     assert_eq!(t[2][..4], ["2", "todo", "default", "resize"]);
     assert_eq!(t[3][..6], ["1", "todo", "emails", "send_email", "0", "5"]);
-    assert_eq!(t[3][7], r#"{"to":"a@b.c"}"#);
+    assert_eq!(t[3][9..], ["user:1", "-", r#"{"to": "a@b.c"}"#]);
     let t = table(&ok(url, &["jobs", "--status", "todo", "--queue", "emails"]));
     assert_eq!(t.len(), 2);
     assert_eq!(t[1][0], "1");
@@ -230,13 +261,20 @@ fn every_command_against_a_real_database() {
         table(&ok(url, &["jobs", "--queueing-lock", "r1"]))[1][0],
         "2"
     );
-    assert_eq!(table(&ok(url, &["jobs", "--limit", "1"])).len(), 2);
+    // A cut listing says so, and how to go on.
+    let t = table(&ok(url, &["jobs", "--limit", "1"]));
+    assert_eq!(t.len(), 3);
+    assert_eq!(
+        t[2],
+        ["-- 1 job(s) shown; more match: add --after id:desc:4:4 (or --all)"]
+    );
     assert_eq!(
         ok(url, &["jobs", "--status", "failed,aborted"]),
         "no jobs\n"
     );
     let list = json(url, &["jobs", "--task", "resize"]);
-    let list = list.as_array().unwrap();
+    assert_eq!(list["next_cursor"], Value::Null);
+    let list = list["jobs"].as_array().unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], 2);
     assert_eq!(list[0]["args"], Value::Null);
@@ -255,7 +293,7 @@ fn every_command_against_a_real_database() {
         "priority:        5",
         "lock:            user:1",
         "queueing lock:   -",
-        r#"args:            {"to":"a@b.c"}"#,
+        r#"args:            {"to": "a@b.c"}"#,
         "started (UTC):   -",
         "worker:          -",
         "abort requested: no",
@@ -273,9 +311,10 @@ fn every_command_against_a_real_database() {
     // cancel, retry, cancel --delete, abort of a waiting job.
     assert_eq!(ok(url, &["cancel", "2"]), "job 2 cancelled\n");
     assert_eq!(status_of(url, JobId(2)), "cancelled");
-    fails(
+    fails_with(
         Some(url),
         &["cancel", "2"],
+        4,
         "cannot cancel job 2: it is cancelled",
     );
     assert_eq!(ok(url, &["retry", "2"]), "job 2 is waiting again (todo)\n");
@@ -284,7 +323,7 @@ fn every_command_against_a_real_database() {
         ok(url, &["cancel", "2", "--delete"]),
         "job 2 cancelled and deleted\n"
     );
-    fails(Some(url), &["job", "2"], "job 2 not found");
+    fails_with(Some(url), &["job", "2"], 3, "job 2 not found");
     assert_eq!(
         json(url, &["abort", "4"]),
         serde_json::json!({"id": 4, "status": "cancelled", "abort": "cancelled"})
@@ -303,10 +342,17 @@ fn every_command_against_a_real_database() {
             "FAILED",
             "CANCELLED",
             "ABORTED",
+            "FAIL%",
+            "P50",
+            "P95",
+            "P99",
             "OLDEST TODO"
         ]
     );
-    assert_eq!(t[1], ["default", "0", "0", "0", "0", "0", "1", "0", "-"]);
+    assert_eq!(
+        t[1],
+        ["default", "0", "0", "0", "0", "0", "1", "0", "-", "-", "-", "-", "-"]
+    );
     assert_eq!(t[2][..8], ["emails", "1", "0", "0", "0", "0", "0", "0"]);
     let s = json(url, &["stats"]);
     assert_eq!(s[1]["queue"], "emails");
@@ -353,12 +399,15 @@ fn every_command_against_a_real_database() {
             "PID",
             "QUEUES",
             "THREADS",
-            "RUNNING",
+            "CLAIMED",
             "HEARTBEAT AGE",
+            "STATE",
             "STARTED (UTC)"
         ]
     );
-    assert_eq!(t.len(), 2);
+    assert_eq!(t.len(), 3);
+    assert!(t[2][0].starts_with("-- CLAIMED: "), "{t:?}");
+    assert_eq!(t[1][8], "live");
     assert_eq!(t[1][1], "cli-test-worker");
     assert_eq!(t[1][3], std::process::id().to_string());
     assert_eq!(t[1][4..7], ["slow", "2", "1"]);
@@ -374,7 +423,7 @@ fn every_command_against_a_real_database() {
     assert_eq!(
         ok(url, &["abort", &id.to_string()]),
         format!(
-            "job {id}: abort requested; its task sees should_abort() and the job ends aborted\n"
+            "job {id}: abort requested; a running task sees should_abort(), and the job ends aborted (without running, if no thread has started it yet)\n"
         )
     );
     assert!(wait_until(Duration::from_secs(5), || status_of(
@@ -419,7 +468,7 @@ fn every_command_against_a_real_database() {
         .unwrap();
     assert!(o.status.success());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v[0]["id"], 1);
+    assert_eq!(v["jobs"][0]["id"], 1);
 }
 
 #[test]
@@ -484,23 +533,35 @@ fn bad_input_exits_2_with_a_message() {
         &["job", "abc"],
         "invalid job id \"abc\": expected a whole number",
     );
-    fails(u, &["job", "99999"], "error: job 99999 not found");
+    fails_with(u, &["job", "99999"], 3, "error: job 99999 not found");
     fails(u, &["job"], "required arguments were not provided");
-    fails(u, &["retry", "99999"], "job 99999 not found");
-    fails(
+    fails_with(u, &["retry", "99999"], 3, "job 99999 not found");
+    fails_with(
         u,
         &["retry", waiting],
+        4,
         "cannot retry job 2: it is todo; only failed, cancelled or aborted jobs can be retried",
     );
     fails(u, &["retry", "1.5"], "invalid job id");
-    fails(u, &["cancel", done], "cannot cancel job 1: it is succeeded");
-    fails(u, &["cancel", "99999", "--delete"], "job 99999 not found");
-    fails(
+    fails_with(
         u,
-        &["cancel", "--delete"],
-        "required arguments were not provided",
+        &["cancel", done],
+        4,
+        "cannot cancel job 1: it is succeeded",
     );
-    fails(u, &["abort", done], "cannot abort job 1: it is succeeded");
+    fails_with(
+        u,
+        &["cancel", "99999", "--delete"],
+        3,
+        "job 99999 not found",
+    );
+    fails(u, &["cancel", "--delete"], "give a job id, or select jobs");
+    fails_with(
+        u,
+        &["abort", done],
+        4,
+        "cannot abort job 1: it is succeeded",
+    );
     fails(u, &["abort", "-5"], "unexpected argument '-5'");
     fails(u, &["stats", "extra"], "unexpected argument 'extra'");
     fails(
@@ -546,14 +607,23 @@ fn bad_input_exits_2_with_a_message() {
     assert_eq!(t[1][6], "infinity");
     let shown = ok(&url, &["job", "3"]);
     assert!(shown.contains("created (UTC):   -infinity"), "{shown}");
-    let v = json(&url, &["job", "3"]);
-    assert_eq!(v["scheduled_at"], "infinity");
-    assert!(v["args"].as_str().unwrap().contains("\"n\""), "{v}");
+    // The number is printed exactly as stored (401 digits), not rounded or quoted.
+    let raw = ok(&url, &["job", "3", "--json"]);
+    assert!(
+        raw.contains(&format!("\"args\": {{\"n\": 1{}}}", "0".repeat(400))),
+        "{raw}"
+    );
+    assert!(raw.contains("\"scheduled_at\": \"infinity\""), "{raw}");
     ok(&url, &["stats"]);
 
     // Servers that cannot be used.
-    fails(Some(UNREACHABLE), &["stats"], "cannot reach the database");
-    fails(Some(UNREACHABLE), &["migrate"], "Connection refused");
+    fails_with(
+        Some(UNREACHABLE),
+        &["stats"],
+        5,
+        "cannot reach the database",
+    );
+    fails_with(Some(UNREACHABLE), &["migrate"], 5, "Connection refused");
     fails(
         Some("postgres://host:notaport/db"),
         &["jobs"],

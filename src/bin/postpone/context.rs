@@ -1,32 +1,144 @@
-//! What every command shares: the global options, the connection, the JSON writer and the
-//! error type that `main` turns into a message and an exit code.
+//! What every command shares: the global options, which database to use (libpq's
+//! environment variables included), the connection with the schema check, the JSON writer,
+//! and the error type with its documented exit code.
 
 use std::io::{self, Write};
+use std::process::ExitCode;
 use std::time::Duration;
 
-use postpone::App;
+use postpone::{App, ErrorKind};
 use serde::Serialize;
+
+/// The exit codes, documented in docs/cli.md (a test keeps the two in step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 1: `healthcheck` found the database or its workers unhealthy.
+    Unhealthy = 1,
+    /// 2: bad arguments, or a failure without a code of its own.
+    Usage = 2,
+    /// 3: the job (or other named thing) does not exist.
+    NotFound = 3,
+    /// 4: the job's status does not allow the operation (or its queueing lock is taken).
+    WrongState = 4,
+    /// 5: the database could not be reached, or did not answer within `--timeout`.
+    Unreachable = 5,
+    /// 6: the server refused: authentication failed or the role lacks a privilege.
+    PermissionDenied = 6,
+    /// 7: the schema is not installed, is older than this postpone, or is not recorded.
+    SchemaMissing = 7,
+    /// 8: the schema is newer than this postpone.
+    SchemaNewer = 8,
+}
+
+impl Exit {
+    /// Every code, in order, with its name in JSON errors and its meaning.
+    pub const ALL: [(Exit, &'static str, &'static str); 8] = [
+        (Exit::Unhealthy, "unhealthy", "healthcheck: a check failed"),
+        (Exit::Usage, "usage", "bad arguments, or another failure"),
+        (Exit::NotFound, "not_found", "no such job"),
+        (
+            Exit::WrongState,
+            "wrong_state",
+            "the job's status does not allow it (or its queueing lock is taken)",
+        ),
+        (
+            Exit::Unreachable,
+            "unreachable",
+            "database unreachable, or no answer within --timeout",
+        ),
+        (
+            Exit::PermissionDenied,
+            "permission_denied",
+            "authentication failed or privilege missing",
+        ),
+        (
+            Exit::SchemaMissing,
+            "schema_missing",
+            "schema not installed, older than this postpone, or unrecorded",
+        ),
+        (
+            Exit::SchemaNewer,
+            "schema_newer",
+            "schema newer than this postpone",
+        ),
+    ];
+
+    /// Its name in JSON errors.
+    pub fn name(self) -> &'static str {
+        Exit::ALL
+            .iter()
+            .find(|(e, _, _)| *e == self)
+            .map_or("usage", |(_, n, _)| n)
+    }
+
+    /// The code for a library error.
+    pub fn of(e: &postpone::Error) -> Exit {
+        if let Some(code) = e.sqlstate() {
+            // insufficient_privilege, invalid_authorization_specification, invalid_password
+            if code == "42501" || code.starts_with("28") {
+                return Exit::PermissionDenied;
+            }
+        }
+        match e.kind() {
+            ErrorKind::NotFound => Exit::NotFound,
+            ErrorKind::InvalidState | ErrorKind::AlreadyEnqueued => Exit::WrongState,
+            ErrorKind::Connect | ErrorKind::Timeout | ErrorKind::Closed | ErrorKind::Tls => {
+                Exit::Unreachable
+            }
+            ErrorKind::SchemaMissing | ErrorKind::SchemaOutdated => Exit::SchemaMissing,
+            ErrorKind::SchemaNewer => Exit::SchemaNewer,
+            _ => Exit::Usage,
+        }
+    }
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> ExitCode {
+        ExitCode::from(e as u8)
+    }
+}
 
 /// Options given before or after the command, read by every command.
 #[derive(Debug)]
 pub struct Context {
-    /// The database URL or key=value string.
+    /// The connection string (URL or key=value).
     pub database_url: String,
+    /// Where it came from: `--database-url`, `DATABASE_URL`, `PG* environment`, `default`.
+    pub source: &'static str,
+    /// `user@host:port/db`, without the password.
+    pub database: String,
     /// Print JSON instead of tables.
     pub json: bool,
     /// Deadline of connecting and of every round-trip.
     pub timeout: Duration,
+    /// `-v` given.
+    pub verbose: bool,
 }
 
 impl Context {
-    /// Connects with the `--timeout` deadlines and a pool of two.
-    pub fn connect(&self) -> Result<App, postpone::Error> {
+    /// Connects with the `--timeout` deadlines and a pool of two, without checking the
+    /// schema (for `migrate` and `healthcheck`).
+    pub fn connect_unchecked(&self) -> Result<App, CliError> {
+        if self.verbose {
+            eprintln!(
+                "postpone: database {} (from {})",
+                self.database, self.source
+            );
+        }
         App::builder(self.database_url.clone())
             .pool_size(2)
             .connect_timeout(self.timeout)
             .io_timeout(self.timeout)
             .pool_timeout(self.timeout + Duration::from_secs(1))
             .build()
+            .map_err(CliError::from)
+    }
+
+    /// Connects, and refuses a schema that is missing, older or newer than this postpone.
+    pub fn connect(&self) -> Result<App, CliError> {
+        let app = self.connect_unchecked()?;
+        app.admin().check_schema()?;
+        Ok(app)
     }
 }
 
@@ -35,15 +147,22 @@ impl Context {
 pub enum CliError {
     /// Bad arguments: clap's message (it starts with `error:` and shows the usage).
     Usage(clap::Error),
-    /// A failed operation.
-    Failed(String),
+    /// A failed operation, with its exit code.
+    Failed(Exit, String),
     /// Writing the output failed (a closed pipe, say).
     Output(io::Error),
 }
 
+impl CliError {
+    /// A failure of the tool itself (bad input found after parsing): exit 2.
+    pub fn usage(msg: impl Into<String>) -> CliError {
+        CliError::Failed(Exit::Usage, msg.into())
+    }
+}
+
 impl From<postpone::Error> for CliError {
     fn from(e: postpone::Error) -> CliError {
-        CliError::Failed(e.to_string())
+        CliError::Failed(Exit::of(&e), e.to_string())
     }
 }
 
@@ -53,10 +172,198 @@ impl From<io::Error> for CliError {
     }
 }
 
-/// Writes `value` as pretty JSON and a newline.
+/// Writes `value` as pretty JSON and a newline. A closed pipe stays a closed pipe (so that
+/// `postpone jobs --json | head` ends quietly).
 pub fn json<T: Serialize + ?Sized>(out: &mut dyn Write, value: &T) -> Result<(), CliError> {
-    serde_json::to_writer_pretty(&mut *out, value)
-        .map_err(|e| CliError::Output(io::Error::other(e)))?;
+    serde_json::to_writer_pretty(&mut *out, value).map_err(|e| match e.io_error_kind() {
+        Some(kind) => CliError::Output(io::Error::new(kind, e)),
+        None => CliError::Output(io::Error::other(e)),
+    })?;
     writeln!(out)?;
     Ok(())
+}
+
+/// Which database to use, as libpq would: `--database-url` or `DATABASE_URL` if given
+/// (with `PGPASSWORD` and `PGSSLMODE` filling in what it does not say), else `PGHOST`,
+/// `PGPORT`, `PGUSER`, `PGPASSWORD`, `PGDATABASE`, `PGSSLMODE` over the defaults
+/// `127.0.0.1`, `5432`, `postgres`, and a database named as the user.
+pub fn resolve_database(
+    given: Option<String>,
+    from_flag: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (String, &'static str) {
+    let var = |k: &str| env(k).filter(|v| !v.is_empty());
+    if let Some(url) = given {
+        let source = if from_flag {
+            "--database-url"
+        } else {
+            "DATABASE_URL"
+        };
+        let mut url = url;
+        for (key, var_name) in [("password", "PGPASSWORD"), ("sslmode", "PGSSLMODE")] {
+            if let Some(v) = var(var_name) {
+                url = with_param(&url, key, &v);
+            }
+        }
+        return (url, source);
+    }
+    let any = [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "PGSSLMODE",
+    ]
+    .iter()
+    .any(|k| var(k).is_some());
+    let user = var("PGUSER").unwrap_or_else(|| "postgres".to_owned());
+    let mut s = format!(
+        "host={} port={} user={} dbname={}",
+        quote(&var("PGHOST").unwrap_or_else(|| "127.0.0.1".to_owned())),
+        quote(&var("PGPORT").unwrap_or_else(|| "5432".to_owned())),
+        quote(&user),
+        quote(&var("PGDATABASE").unwrap_or_else(|| user.clone())),
+    );
+    if let Some(p) = var("PGPASSWORD") {
+        s.push_str(&format!(" password={}", quote(&p)));
+    }
+    if let Some(m) = var("PGSSLMODE") {
+        s.push_str(&format!(" sslmode={}", quote(&m)));
+    }
+    (s, if any { "PG* environment" } else { "default" })
+}
+
+/// A key=value value, quoted as libpq reads it when it needs quotes.
+fn quote(v: &str) -> String {
+    let plain = !v.is_empty()
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b));
+    if plain {
+        v.to_owned()
+    } else {
+        format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
+/// `url` with `key` set to `v`, unless it sets `key` (or a password in its userinfo) already.
+fn with_param(url: &str, key: &str, v: &str) -> String {
+    let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
+    if !is_url {
+        let has = url
+            .split_whitespace()
+            .any(|kv| kv.split('=').next().map(str::trim) == Some(key));
+        return if has {
+            url.to_owned()
+        } else {
+            format!("{url} {key}={}", quote(v))
+        };
+    }
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    if query.split('&').any(|kv| kv.split('=').next() == Some(key)) {
+        return url.to_owned();
+    }
+    if key == "password" {
+        let authority = base
+            .split_once("://")
+            .map_or("", |(_, r)| r.split('/').next().unwrap_or(""));
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            if userinfo.contains(':') {
+                return url.to_owned();
+            }
+        }
+    }
+    let enc: String = v
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let sep = if query.is_empty() { "?" } else { "&" };
+    format!("{url}{sep}{key}={enc}")
+}
+
+/// `user@host:port/db` of a connection string, without its password; the string itself
+/// when it does not parse (the connection then fails and says why).
+pub fn describe(conn: &str) -> String {
+    match conn.parse::<tokio_postgres::Config>() {
+        Ok(c) => {
+            let hosts: Vec<String> = c
+                .get_hosts()
+                .iter()
+                .map(|h| match h {
+                    tokio_postgres::config::Host::Tcp(n) => n.clone(),
+                    tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                })
+                .collect();
+            let port = c.get_ports().first().copied().unwrap_or(5432);
+            format!(
+                "{}@{}:{port}/{}",
+                c.get_user().unwrap_or(""),
+                hosts.join(","),
+                c.get_dbname().unwrap_or("")
+            )
+        }
+        Err(_) => "(unparsable connection string)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    }
+
+    #[test]
+    fn libpq_variables_fill_in_what_is_not_given() {
+        let (s, src) = resolve_database(None, false, &env(&[]));
+        assert_eq!(s, "host=127.0.0.1 port=5432 user=postgres dbname=postgres");
+        assert_eq!(src, "default");
+        let (s, src) = resolve_database(
+            None,
+            false,
+            &env(&[
+                ("PGHOST", "db"),
+                ("PGUSER", "ada"),
+                ("PGPASSWORD", "it's"),
+                ("PGSSLMODE", "require"),
+            ]),
+        );
+        assert_eq!(
+            s,
+            "host=db port=5432 user=ada dbname=ada password='it\\'s' sslmode=require"
+        );
+        assert_eq!(src, "PG* environment");
+        assert_eq!(describe(&s), "ada@db:5432/ada");
+        let vars = [("PGPASSWORD", "p w"), ("PGSSLMODE", "disable")];
+        let (s, src) = resolve_database(Some("postgres://u@h/d".into()), true, &env(&vars));
+        assert_eq!(s, "postgres://u@h/d?password=p%20w&sslmode=disable");
+        assert_eq!(src, "--database-url");
+        let (s, _) = resolve_database(
+            Some("postgres://u:x@h/d?sslmode=require".into()),
+            false,
+            &env(&vars),
+        );
+        assert_eq!(s, "postgres://u:x@h/d?sslmode=require");
+        let (s, _) = resolve_database(Some("host=h password=x".into()), false, &env(&vars));
+        assert_eq!(s, "host=h password=x sslmode=disable");
+    }
+
+    #[test]
+    fn exit_codes_are_distinct_and_named() {
+        let mut codes: Vec<u8> = Exit::ALL.iter().map(|(e, _, _)| *e as u8).collect();
+        codes.dedup();
+        assert_eq!(codes, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(Exit::SchemaNewer.name(), "schema_newer");
+    }
 }

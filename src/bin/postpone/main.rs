@@ -1,10 +1,12 @@
 //! `postpone`: the command-line tool to run postpone's admin API against a database.
 //!
-//! Parses the arguments (clap), calls `App::admin` (or `migrate`, `defer`), prints an
-//! aligned table for people or JSON with `--json`, and exits: 0 on success, 2 on any error
-//! (`error: ...` on stderr; clap's usage errors too). `healthcheck` exits 1 when the
-//! database cannot be reached within `--timeout` or its schema is missing or outdated.
-//! Every round-trip has the `--timeout` deadline; nothing here can hang or panic on input.
+//! `main.rs` parses the arguments (clap) and dispatches to one module per command under
+//! `commands/`; each writes to a `&mut dyn Write` (tables for people, JSON with `--json`).
+//! Exit codes are documented in docs/cli.md and listed in [`context::Exit`]: 0 success,
+//! 1 unhealthy (healthcheck), 2 usage, 3 not found, 4 wrong state, 5 database unreachable,
+//! 6 permission denied, 7 schema missing or older, 8 schema newer than this postpone.
+//! Errors print `error: ...` on stderr, or a JSON object there under `--json`. Every
+//! round-trip has the `--timeout` deadline; nothing here can hang or panic on input.
 
 mod commands;
 mod context;
@@ -14,36 +16,48 @@ mod parse;
 use std::ffi::OsString;
 use std::io::{self, Write};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
-use postpone::{JobId, JobStatus};
+use postpone::JobId;
+use serde::Serialize;
 
+use commands::bulk::{CancelArgs, Op, PriorityArgs, RescheduleArgs, Target};
 use commands::defer::DeferArgs;
+use commands::healthcheck::HealthArgs;
 use commands::jobs::JobsArgs;
-use context::{CliError, Context};
-
-const DEFAULT_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+use commands::migrate::MigrateArgs;
+use commands::prune::PruneArgs;
+use commands::stalled::StalledArgs;
+use commands::stats::StatsArgs;
+use commands::workers::WorkersArgs;
+use context::{CliError, Context, Exit};
 
 /// Administer postpone job queues in PostgreSQL.
 #[derive(Debug, Parser)]
 #[command(name = "postpone", version, max_term_width = 100)]
 struct Cli {
-    /// The database (URL or key=value string).
-    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_URL, global = true,
-          hide_env_values = true, value_name = "URL")]
-    database_url: String,
+    /// The database (URL or key=value string). Without it, libpq's PGHOST, PGPORT, PGUSER,
+    /// PGPASSWORD, PGDATABASE and PGSSLMODE apply, over postgres@127.0.0.1:5432/postgres.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        global = true,
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    database_url: Option<String>,
 
-    /// Print JSON instead of tables (for scripts).
+    /// Print JSON instead of tables (for scripts); errors too, on stderr.
     #[arg(long, global = true)]
     json: bool,
 
-    /// Deadline of connecting and of every round-trip (30s, 2m...).
+    /// Deadline of connecting, of every round-trip, and of migrate's lock wait (30s, 2m...).
     #[arg(long, global = true, default_value = "10s", value_parser = parse::duration,
           value_name = "DURATION")]
     timeout: Duration,
 
-    /// Log what the library does to stderr (-v info, -vv debug).
+    /// Say which database is used, and log what the library does, on stderr (-v, -vv).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
 
@@ -54,10 +68,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Install or upgrade the schema (idempotent; safe from many processes at once).
-    Migrate,
-    /// Defer a job of TASK with JSON arguments.
+    Migrate(MigrateArgs),
+    /// Defer a job of TASK with JSON arguments (kept exactly as written).
     Defer(DeferArgs),
-    /// List jobs, newest first.
+    /// List jobs, newest first, a page at a time (says when more match).
     Jobs(JobsArgs),
     /// Show one job with its attempts and errors.
     Job {
@@ -65,75 +79,112 @@ enum Command {
         #[arg(value_parser = parse::job_id)]
         id: JobId,
     },
-    /// Put a failed, cancelled or aborted job back in its queue.
-    Retry {
-        /// The job id.
-        #[arg(value_parser = parse::job_id)]
-        id: JobId,
-    },
-    /// Cancel a waiting (todo) job.
-    Cancel {
-        /// The job id.
-        #[arg(value_parser = parse::job_id)]
-        id: JobId,
-        /// Delete the job instead of keeping it as cancelled.
-        #[arg(long)]
-        delete: bool,
-    },
+    /// Put failed, cancelled or aborted jobs back in their queue (one id, or a selection).
+    Retry(Target),
+    /// Cancel waiting (todo) jobs (one id, or a selection).
+    Cancel(CancelArgs),
+    /// Delete jobs that are not running (one id, or a selection).
+    Delete(Target),
     /// Abort a running job (its task sees should_abort()); a waiting job is cancelled.
     Abort {
         /// The job id.
         #[arg(value_parser = parse::job_id)]
         id: JobId,
     },
-    /// Jobs per queue and status.
-    Stats,
-    /// Registered workers and the age of their heartbeat.
-    Workers,
+    /// Make waiting jobs due at another time (one id, or a selection).
+    Reschedule(RescheduleArgs),
+    /// Give waiting jobs another priority (one id, or a selection).
+    Priority(PriorityArgs),
+    /// Jobs per queue (or task) and status, failure rate, run times, lag.
+    Stats(StatsArgs),
+    /// Registered workers, their heartbeat and claimed jobs.
+    Workers(WorkersArgs),
+    /// Running jobs whose worker is silent or gone; requeue or fail them.
+    Stalled(StalledArgs),
     /// Delete finished jobs older than a given age, in batches.
-    Prune {
-        /// Age past which finished jobs are deleted (7d, 12h...).
-        #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
-        older_than: Duration,
-        /// Only these statuses (repeat or comma-separate; default: every finished one).
-        #[arg(long, value_parser = parse::finished_status, value_delimiter = ',',
-              value_name = "STATUS")]
-        status: Vec<JobStatus>,
-    },
-    /// Exit 0 if the database answers within --timeout and its schema is current, else 1.
-    Healthcheck,
+    Prune(PruneArgs),
+    /// Exit 0 if the database answers, its schema is current (and workers, lag are fine).
+    Healthcheck(HealthArgs),
 }
 
 fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let json_errors = args.iter().skip(1).any(|a| a == "--json");
     let mut stdout = io::stdout().lock();
-    let res = run(std::env::args_os(), &mut stdout);
-    let _ = stdout.flush();
+    let res = run(args, &mut stdout, &|k| std::env::var(k).ok());
+    let res = match (res, stdout.flush()) {
+        (Ok(_), Err(e)) => Err(CliError::Output(e)),
+        (res, _) => res,
+    };
     match res {
         Ok(code) => code,
         Err(CliError::Usage(e)) => {
-            eprint!("{}", e.render());
-            ExitCode::from(2)
+            if json_errors {
+                report_json(Exit::Usage, &e.kind().to_string(), &e.to_string());
+            } else {
+                eprint!("{}", e.render());
+            }
+            Exit::Usage.into()
         }
-        Err(CliError::Failed(msg)) => {
-            eprintln!("error: {msg}");
-            ExitCode::from(2)
+        Err(CliError::Failed(exit, msg)) => {
+            if json_errors {
+                report_json(exit, exit.name(), &msg);
+            } else {
+                eprintln!("error: {}", output::clean(&msg));
+            }
+            exit.into()
         }
         // The reader went away (`postpone jobs | head`): nothing left to say.
         Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(CliError::Output(e)) => {
-            eprintln!("error: writing the output: {e}");
-            ExitCode::from(2)
+            if json_errors {
+                report_json(Exit::Usage, "output", &format!("writing the output: {e}"));
+            } else {
+                eprintln!("error: writing the output: {e}");
+            }
+            Exit::Usage.into()
         }
     }
 }
 
-/// Runs the tool with `args` (the first is the program name), writing results to `out`.
-fn run<I, T>(args: I, out: &mut dyn Write) -> Result<ExitCode, CliError>
+/// An error under `--json`, on stderr: `{"error": {"code": "not_found", "exit_code": 3,
+/// "message": "..."}}`.
+fn report_json(exit: Exit, code: &str, message: &str) {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        code: &'a str,
+        exit_code: u8,
+        message: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Wrap<'a> {
+        error: Body<'a>,
+    }
+    let w = Wrap {
+        error: Body {
+            code,
+            exit_code: exit as u8,
+            message: message.trim_end(),
+        },
+    };
+    if let Ok(text) = serde_json::to_string(&w) {
+        eprintln!("{text}");
+    }
+}
+
+/// Runs the tool with `args` (the first is the program name), writing results to `out`;
+/// `env` reads the environment (libpq's variables).
+fn run<I, T>(
+    args: I,
+    out: &mut dyn Write,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ExitCode, CliError>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind as K;
@@ -145,29 +196,55 @@ where
         }
     };
     init_logging(cli.verbose);
+    let from_flag = args.iter().any(|a| {
+        a.to_str()
+            .is_some_and(|s| s == "--database-url" || s.starts_with("--database-url="))
+    });
+    let (database_url, source) = context::resolve_database(cli.database_url, from_flag, env);
     let ctx = Context {
-        database_url: cli.database_url,
+        database: context::describe(&database_url),
+        database_url,
+        source,
         json: cli.json,
         timeout: cli.timeout,
+        verbose: cli.verbose > 0,
     };
-    if let Command::Healthcheck = cli.command {
-        return commands::healthcheck::run(&ctx, out);
+    match cli.command {
+        Command::Healthcheck(a) => return commands::healthcheck::run(&ctx, &a, out),
+        Command::Migrate(a) => {
+            commands::migrate::run(&ctx, &a, out)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
     }
     let app = ctx.connect()?;
     match cli.command {
-        Command::Migrate => commands::migrate::run(&ctx, &app, out)?,
         Command::Defer(a) => commands::defer::run(&ctx, &app, &a, out)?,
         Command::Jobs(a) => commands::jobs::run(&ctx, &app, &a, out)?,
         Command::Job { id } => commands::job::run(&ctx, &app, id, out)?,
-        Command::Retry { id } => commands::retry::run(&ctx, &app, id, out)?,
-        Command::Cancel { id, delete } => commands::cancel::run(&ctx, &app, id, delete, out)?,
-        Command::Abort { id } => commands::abort::run(&ctx, &app, id, out)?,
-        Command::Stats => commands::stats::run(&ctx, &app, out)?,
-        Command::Workers => commands::workers::run(&ctx, &app, out)?,
-        Command::Prune { older_than, status } => {
-            commands::prune::run(&ctx, &app, older_than, &status, out)?
+        Command::Retry(t) => commands::bulk::run(&ctx, &app, Op::Retry, &t, out)?,
+        Command::Cancel(a) => {
+            let op = Op::Cancel { delete: a.delete };
+            commands::bulk::run(&ctx, &app, op, &a.target, out)?
         }
-        Command::Healthcheck => unreachable!("handled above"),
+        Command::Delete(t) => commands::bulk::run(&ctx, &app, Op::Delete, &t, out)?,
+        Command::Abort { id } => commands::abort::run(&ctx, &app, id, out)?,
+        Command::Reschedule(a) => {
+            let at = match (a.at, a.delay) {
+                (Some(t), _) => t,
+                (None, Some(d)) => SystemTime::now() + d,
+                (None, None) => SystemTime::now(),
+            };
+            commands::bulk::run(&ctx, &app, Op::Reschedule(at), &a.target, out)?
+        }
+        Command::Priority(a) => {
+            commands::bulk::run(&ctx, &app, Op::Priority(a.to), &a.target, out)?
+        }
+        Command::Stats(a) => commands::stats::run(&ctx, &app, &a, out)?,
+        Command::Workers(a) => commands::workers::run(&ctx, &app, &a, out)?,
+        Command::Stalled(a) => commands::stalled::run(&ctx, &app, &a, out)?,
+        Command::Prune(a) => commands::prune::run(&ctx, &app, &a, out)?,
+        Command::Healthcheck(_) | Command::Migrate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -195,7 +272,7 @@ mod tests {
         let mut out = Vec::new();
         let mut full = vec!["postpone"];
         full.extend_from_slice(args);
-        let res = run(full, &mut out);
+        let res = run(full, &mut out, &|_| None);
         (res, String::from_utf8(out).unwrap())
     }
 
@@ -215,6 +292,10 @@ mod tests {
             "workers",
             "prune",
             "healthcheck",
+            "delete",
+            "reschedule",
+            "priority",
+            "stalled",
         ] {
             assert!(out.contains(cmd), "{cmd} missing from help:\n{out}");
         }
@@ -234,6 +315,12 @@ mod tests {
             &["defer", "t", "--in", "1m", "--at", "2030-01-01T00:00:00Z"],
             &["prune"],
             &["prune", "--older-than", "7d", "--status", "todo"],
+            &["jobs", "--sort", "age"],
+            &["jobs", "--asc", "--desc"],
+            &["reschedule", "1"],
+            &["priority", "1"],
+            &["stats", "--by", "worker"],
+            &["migrate", "--all"],
             &["frobnicate"],
             &["--timeout", "soon", "stats"],
         ] {

@@ -21,7 +21,7 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         match outcome {
             AbortOutcome::Requested => writeln!(
                 out,
-                "job {id}: abort requested; its task sees should_abort() and the job ends aborted"
+                "job {id}: abort requested; a running task sees should_abort(), and the job ends aborted (without running, if no thread has started it yet)"
             )?,
             _ => writeln!(out, "job {id} was waiting: cancelled")?,
         }

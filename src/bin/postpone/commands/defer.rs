@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Args;
 use postpone::App;
+use serde_json::value::RawValue;
 
 use super::changed::Changed;
 use crate::{output, parse};
@@ -40,15 +41,14 @@ pub struct DeferArgs {
 }
 
 pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let args: serde_json::Value = match &a.args {
-        None => serde_json::Value::Null,
-        Some(text) => serde_json::from_str(text).map_err(|e| {
-            CliError::Failed(format!(
-                "invalid JSON arguments {}: {e}",
-                output::cut(text, 60)
-            ))
-        })?,
-    };
+    // Kept as written: numbers of any size or precision reach jsonb exactly.
+    let text = a.args.as_deref().unwrap_or("null");
+    let args: Box<RawValue> = serde_json::from_str(text).map_err(|e| {
+        CliError::usage(format!(
+            "invalid JSON arguments {}: {e}",
+            output::clean(&output::cut(text, 60))
+        ))
+    })?;
     let mut b = app.job(&a.task);
     if let Some(q) = &a.queue {
         b = b.queue(q);
@@ -72,7 +72,7 @@ pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Resu
     if ctx.json {
         json(out, &Changed::new(id, "todo"))?;
     } else {
-        writeln!(out, "deferred job {id} ({})", a.task)?;
+        writeln!(out, "deferred job {id} ({})", output::clean(&a.task))?;
     }
     Ok(())
 }

@@ -32,11 +32,12 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ("priority", j.priority.to_string()),
         ("lock", output::opt(j.lock.as_deref())),
         ("queueing lock", output::opt(j.queueing_lock.as_deref())),
-        ("args", j.args.to_string()),
+        ("args", j.args.get().to_owned()),
         ("created (UTC)", output::time(j.created_at)),
         ("scheduled (UTC)", output::time(j.scheduled_at)),
         ("started (UTC)", output::opt_time(j.started_at)),
         ("finished (UTC)", output::opt_time(j.finished_at)),
+        ("duration", output::opt_age(j.duration())),
         ("worker", worker),
         (
             "abort requested",
@@ -45,7 +46,7 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ("periodic", periodic),
     ];
     for (k, v) in fields {
-        writeln!(out, "{:<17}{v}", format!("{k}:"))?;
+        writeln!(out, "{:<17}{}", format!("{k}:"), output::clean(&v))?;
     }
     if d.errors.is_empty() {
         writeln!(out, "{:<17}none", "errors:")?;
@@ -57,7 +58,7 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
                 "  attempt {} at {}: {}",
                 e.attempt,
                 output::opt_time(e.at),
-                e.error
+                output::clean(&e.error)
             )?;
         }
     }

@@ -1,61 +1,132 @@
-//! `postpone jobs`: list jobs.
+//! `postpone jobs`: list jobs, one page at a time, saying when more match.
 
-use clap::Args;
-use postpone::{App, JobFilter, JobStatus};
-
-use crate::output::{self, Table};
-use crate::parse;
 use std::io::Write;
 
+use clap::Args;
+use postpone::{App, JobPage, JobSort};
+use serde::Serialize;
+
+use super::select::Select;
 use crate::context::{json, CliError, Context};
+use crate::output::{self, Table};
 
 #[derive(Debug, Args)]
 pub struct JobsArgs {
-    /// Only these statuses (repeat or comma-separate).
-    #[arg(long, value_parser = parse::status, value_delimiter = ',', value_name = "STATUS")]
-    pub status: Vec<JobStatus>,
-    /// Only this queue.
+    #[command(flatten)]
+    pub select: Select,
+    /// Order by id (deferral order), scheduled, finished (finished jobs only) or priority.
+    #[arg(long, default_value = "id", value_parser = parse_sort, value_name = "KEY")]
+    pub sort: JobSort,
+    /// Ascending (default: descending for id, ascending for the others).
+    #[arg(long, conflicts_with = "desc")]
+    pub asc: bool,
+    /// Descending.
     #[arg(long)]
-    pub queue: Option<String>,
-    /// Only this task.
-    #[arg(long)]
-    pub task: Option<String>,
-    /// Only this lock.
-    #[arg(long)]
-    pub lock: Option<String>,
-    /// Only this queueing lock.
-    #[arg(long)]
-    pub queueing_lock: Option<String>,
-    /// At most this many jobs.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub desc: bool,
+    /// At most this many jobs per page.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub limit: u32,
+    /// Start after this cursor (printed when a listing is cut).
+    #[arg(long, value_name = "CURSOR", conflicts_with = "all")]
+    pub after: Option<String>,
+    /// Every matching job, page after page (the limit is the page size).
+    #[arg(long)]
+    pub all: bool,
+}
+
+fn parse_sort(s: &str) -> Result<JobSort, String> {
+    JobSort::from_name(s)
+        .ok_or_else(|| format!("unknown sort key {s:?}: use id, scheduled, finished or priority"))
+}
+
+/// The JSON answer: the page, and whether it was cut.
+#[derive(Serialize)]
+struct Listing<'a> {
+    jobs: &'a [postpone::JobInfo],
+    /// More jobs match: pass it to `--after` for the next page.
+    next_cursor: Option<&'a str>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &JobsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let mut f = JobFilter::new().limit(a.limit);
-    for s in &a.status {
-        f = f.status(*s);
+    let descending = if a.asc {
+        false
+    } else if a.desc {
+        true
+    } else {
+        a.sort == JobSort::Id
+    };
+    let mut f = a
+        .select
+        .filter(None)
+        .sort(a.sort, descending)
+        .limit(a.limit);
+    if let Some(c) = &a.after {
+        f = f.after(c);
     }
-    if let Some(q) = &a.queue {
-        f = f.queue(q);
-    }
-    if let Some(t) = &a.task {
-        f = f.task(t);
-    }
-    if let Some(l) = &a.lock {
-        f = f.lock(l);
-    }
-    if let Some(l) = &a.queueing_lock {
-        f = f.queueing_lock(l);
-    }
-    let list = app.admin().jobs(&f)?;
-    if ctx.json {
-        return json(out, &list);
-    }
-    if list.is_empty() {
-        writeln!(out, "no jobs")?;
+    let admin = app.admin();
+    if a.all && ctx.json {
+        // A stream of pages as one JSON array, without holding every job in memory.
+        write!(out, "{{\n  \"jobs\": [")?;
+        let mut first = true;
+        loop {
+            let page = admin.job_page(&f)?;
+            for j in &page.jobs {
+                writeln!(out, "{}", if first { "" } else { "," })?;
+                first = false;
+                json_inline(out, j)?;
+            }
+            match page.next_cursor {
+                Some(c) => f = f.after(c),
+                None => break,
+            }
+        }
+        writeln!(out, "\n  ],\n  \"next_cursor\": null\n}}")?;
         return Ok(());
     }
+    let mut page = admin.job_page(&f)?;
+    if ctx.json {
+        return json(
+            out,
+            &Listing {
+                jobs: &page.jobs,
+                next_cursor: page.next_cursor.as_deref(),
+            },
+        );
+    }
+    let mut shown = 0usize;
+    let mut header = true;
+    loop {
+        if page.jobs.is_empty() && shown == 0 {
+            writeln!(out, "no jobs")?;
+            return Ok(());
+        }
+        shown += page.jobs.len();
+        table(&page, header, out)?;
+        header = false;
+        match page.next_cursor.take() {
+            Some(c) if a.all => {
+                f = f.after(c);
+                page = admin.job_page(&f)?;
+            }
+            Some(c) => {
+                writeln!(
+                    out,
+                    "-- {shown} job(s) shown; more match: add --after {c} (or --all)"
+                )?;
+                return Ok(());
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+fn json_inline(out: &mut dyn Write, j: &postpone::JobInfo) -> Result<(), CliError> {
+    let text = serde_json::to_string(j).map_err(|e| CliError::usage(e.to_string()))?;
+    write!(out, "    {text}")?;
+    Ok(())
+}
+
+fn table(page: &JobPage, header: bool, out: &mut dyn Write) -> Result<(), CliError> {
     let mut t = Table::new(&[
         "ID",
         "STATUS",
@@ -64,9 +135,13 @@ pub fn run(ctx: &Context, app: &App, a: &JobsArgs, out: &mut dyn Write) -> Resul
         "ATTEMPTS",
         "PRIORITY",
         "SCHEDULED (UTC)",
+        "FINISHED (UTC)",
+        "DURATION",
+        "LOCK",
+        "LAST ERROR",
         "ARGS",
     ]);
-    for j in &list {
+    for j in &page.jobs {
         t.row(vec![
             j.id.to_string(),
             j.status.to_string(),
@@ -75,9 +150,17 @@ pub fn run(ctx: &Context, app: &App, a: &JobsArgs, out: &mut dyn Write) -> Resul
             j.attempts.to_string(),
             j.priority.to_string(),
             output::time(j.scheduled_at),
-            output::cut(&j.args.to_string(), 40),
+            output::opt_time(j.finished_at),
+            output::opt_age(j.duration()),
+            output::opt(j.lock.as_deref()),
+            output::cut(&output::clean(j.last_error.as_deref().unwrap_or("-")), 40),
+            output::cut(&output::clean(j.args.get()), 40),
         ]);
     }
-    t.write(out)?;
+    if header {
+        t.write(out)?;
+    } else {
+        t.write_rows(out)?;
+    }
     Ok(())
 }

@@ -1,29 +1,44 @@
-//! `postpone migrate`: install or upgrade the schema.
+//! `postpone migrate`: install or upgrade the schema within `--timeout`, or print its SQL.
 
-use postpone::App;
-use serde::Serialize;
 use std::io::Write;
+
+use clap::Args;
 
 use crate::context::{json, CliError, Context};
 
-pub fn run(ctx: &Context, app: &App, out: &mut dyn Write) -> Result<(), CliError> {
-    let applied = app.migrate()?;
-    let version = app.schema_version()?.unwrap_or(0);
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Print the SQL of the missing migrations instead of running it (for a DBA).
+    #[arg(long)]
+    pub print: bool,
+    /// With --print: every migration, without connecting.
+    #[arg(long, requires = "print")]
+    pub all: bool,
+}
+
+pub fn run(ctx: &Context, a: &MigrateArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if a.print && a.all {
+        write!(out, "{}", postpone::Admin::migration_script_all())?;
+        return Ok(());
+    }
+    let app = ctx.connect_unchecked()?;
+    let admin = app.admin();
+    if a.print {
+        write!(out, "{}", admin.migration_sql()?)?;
+        return Ok(());
+    }
+    let r = admin.migrate(ctx.timeout)?;
     if ctx.json {
-        #[derive(Serialize)]
-        struct Migrated {
-            applied: Vec<i32>,
-            version: i32,
-        }
-        json(out, &Migrated { applied, version })?;
-    } else if applied.is_empty() {
-        writeln!(out, "schema is up to date (version {version})")?;
+        json(out, &r)?;
+    } else if r.applied.is_empty() {
+        writeln!(out, "schema is up to date (version {})", r.version)?;
     } else {
-        let list: Vec<String> = applied.iter().map(i32::to_string).collect();
+        let list: Vec<String> = r.applied.iter().map(i32::to_string).collect();
         writeln!(
             out,
-            "applied migration(s) {}; schema is at version {version}",
-            list.join(", ")
+            "applied migration(s) {}; schema is at version {}",
+            list.join(", "),
+            r.version
         )?;
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! own arguments and the output, and does nothing else.
 
 pub mod abort;
-pub mod cancel;
+pub mod bulk;
 mod changed;
 pub mod defer;
 pub mod healthcheck;
@@ -10,6 +10,7 @@ pub mod job;
 pub mod jobs;
 pub mod migrate;
 pub mod prune;
-pub mod retry;
+mod select;
+pub mod stalled;
 pub mod stats;
 pub mod workers;
