@@ -645,3 +645,855 @@ fn bad_input_exits_2_with_a_message() {
     assert_eq!(o.code, 1, "{o:?}");
     assert!(o.stdout.contains("invalid database url"), "{o:?}");
 }
+
+/// Runs with extra environment variables (and no `--database-url` unless in `args`).
+fn run_env(env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_postpone"));
+    cmd.env_remove("DATABASE_URL").env_remove("RUST_LOG");
+    for k in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "PGSSLMODE",
+    ] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.args(args).output().expect("run postpone");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn migrated() -> (TestDb, String) {
+    let db = TestDb::new();
+    let url = db.url();
+    ok(&url, &["migrate"]);
+    (db, url)
+}
+
+#[test]
+fn listings_say_when_cut_and_cursors_page_through_everything_once() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, priority, scheduled_at)
+             SELECT 'q', 't' || (i % 3), jsonb_build_object('i', i), i % 4,
+                    now() + (i % 7) * interval '1 minute'
+               FROM generate_series(1, 130) i",
+        )
+        .unwrap();
+    // The default limit is 50: the table and the JSON say more match.
+    let out = ok(url, &["jobs"]);
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last,
+        "-- 50 job(s) shown; more match: add --after id:desc:81:81 (or --all)"
+    );
+    assert_eq!(out.lines().count(), 52);
+    let v = json(url, &["jobs"]);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 50);
+    assert_eq!(v["next_cursor"], "id:desc:81:81");
+
+    // Every sort pages through all 130 jobs exactly once, in order.
+    for (sort, dir) in [
+        ("id", "--desc"),
+        ("id", "--asc"),
+        ("scheduled", "--asc"),
+        ("priority", "--desc"),
+    ] {
+        let mut seen: Vec<i64> = Vec::new();
+        let mut keys: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut args = vec!["jobs", "--sort", sort, dir, "--limit", "17"];
+            if let Some(c) = &cursor {
+                args.push("--after");
+                args.push(c);
+            }
+            let v = json(url, &args);
+            for j in v["jobs"].as_array().unwrap() {
+                seen.push(j["id"].as_i64().unwrap());
+                keys.push(match sort {
+                    "scheduled" => j["scheduled_at"].clone(),
+                    "priority" => j["priority"].clone(),
+                    _ => j["id"].clone(),
+                });
+            }
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, (1..=130).collect::<Vec<_>>(), "{sort} {dir}");
+        let ordered = keys.windows(2).all(|w| {
+            let c = match (w[0].as_i64(), w[1].as_i64()) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                _ => w[0].as_str().unwrap().cmp(w[1].as_str().unwrap()),
+            };
+            if dir == "--desc" {
+                c.is_ge()
+            } else {
+                c.is_le()
+            }
+        });
+        assert!(ordered, "{sort} {dir}: {keys:?}");
+    }
+
+    // --all streams every page: one table, and one JSON document.
+    let out = ok(url, &["jobs", "--all", "--limit", "40"]);
+    assert_eq!(out.lines().count(), 131, "{out}");
+    assert!(!out.contains("more match"));
+    let v = json(url, &["jobs", "--all", "--limit", "40", "--task", "t1"]);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 44);
+    assert_eq!(v["next_cursor"], Value::Null);
+    // An explicit limit, and its bounds.
+    assert_eq!(
+        json(url, &["jobs", "--limit", "130"])["next_cursor"],
+        Value::Null
+    );
+    fails(
+        Some(url),
+        &["jobs", "--limit", "10001"],
+        "invalid value '10001' for '--limit <LIMIT>'",
+    );
+    // A cursor of another sort, or garbage, is refused.
+    fails(
+        Some(url),
+        &["jobs", "--sort", "scheduled", "--after", "id:desc:81:81"],
+        "it was made for sort id desc, this listing is sorted scheduled asc",
+    );
+    fails(Some(url), &["jobs", "--after", "x"], "invalid cursor \"x\"");
+}
+
+#[test]
+fn jobs_filter_by_time_error_text_and_show_finished_duration_and_last_error() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, lock, attempts, created_at,
+                                        started_at, finished_at, errors)
+             VALUES ('q', 'old', '1', 'failed', 'L', 2, now() - interval '3 days',
+                     now() - interval '3 days', now() - interval '3 days' + interval '1500 ms',
+                     '[{\"attempt\": 1, \"error\": \"first\"},
+                       {\"attempt\": 2, \"error\": \"SMTP Timeout at relay\"}]'),
+                    ('q', 'new', '2', 'succeeded', NULL, 1, now() - interval '1 hour',
+                     now() - interval '1 hour', now() - interval '1 hour' + interval '2 s', NULL),
+                    ('q', 'waiting', '3', 'todo', NULL, 0, now(), NULL, NULL, NULL)",
+        )
+        .unwrap();
+    let ids = |args: &[&str]| -> Vec<i64> {
+        json(url, args)["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&["jobs", "--created-after", "2h"]), vec![3, 2]);
+    assert_eq!(ids(&["jobs", "--created-before", "1d"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--finished-after", "1d"]), vec![2]);
+    assert_eq!(
+        ids(&["jobs", "--finished-before", "2030-01-01T00:00:00Z"]),
+        vec![2, 1]
+    );
+    assert_eq!(ids(&["jobs", "--error", "smtp timeout"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--error", "first"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--error", "nowhere"]), Vec::<i64>::new());
+    // Sorting by finished time lists finished jobs only.
+    assert_eq!(ids(&["jobs", "--sort", "finished"]), vec![1, 2]);
+    let t = table(&ok(url, &["jobs", "--status", "failed"]));
+    assert_eq!(
+        t[1][7..11],
+        [t[1][7].as_str(), "1.5s", "L", "SMTP Timeout at relay"]
+    );
+    let v = json(url, &["jobs", "--status", "failed"]);
+    assert_eq!(v["jobs"][0]["last_error"], "SMTP Timeout at relay");
+    fails(
+        Some(url),
+        &["jobs", "--created-after", "yesterday"],
+        "expected RFC 3339 (2030-01-02T03:04:05Z) or an age",
+    );
+}
+
+#[test]
+fn bulk_retry_cancel_delete_reach_every_match_with_a_dry_run() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 'mail', 'null', 'failed', now() FROM generate_series(1, 2500);
+             INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 'other', 'null', 'failed', now() FROM generate_series(1, 5);
+             INSERT INTO postpone_jobs (queue, task, args, status, started_at)
+             VALUES ('q', 'mail', 'null', 'doing', now());
+             -- Two failed jobs of one queueing lock, a third waiting: none may be retried.
+             INSERT INTO postpone_jobs (queue, task, args, status, queueing_lock)
+             VALUES ('q', 'mail', 'null', 'failed', 'ql'), ('q', 'mail', 'null', 'failed', 'ql'),
+                    ('q', 'mail', 'null', 'todo', 'ql');",
+        )
+        .unwrap();
+    // A dry run counts every match (far past any listing limit) and changes nothing.
+    assert_eq!(
+        ok(
+            url,
+            &["retry", "--task", "mail", "--status", "failed", "--dry-run"]
+        ),
+        "dry run: 2502 job(s) match; 2500 would be retried, 2 skipped\n"
+    );
+    assert_eq!(
+        json(url, &["stats"])[0]["failed"],
+        2507,
+        "a dry run changed something"
+    );
+    let r = json(url, &["retry", "--task", "mail", "--status", "failed"]);
+    assert_eq!(
+        r,
+        serde_json::json!({"action": "retry", "dry_run": false, "matched": 2502,
+                           "changed": 2500, "skipped": 2})
+    );
+    let s = json(url, &["stats", "--by", "task"]);
+    assert_eq!(
+        (s[0]["task"].clone(), s[0]["queue"].clone()),
+        (Value::Null, "mail".into())
+    );
+    assert_eq!(
+        (s[0]["todo"].clone(), s[0]["failed"].clone()),
+        (2501.into(), 2.into())
+    );
+    assert_eq!(s[1]["failed"], 5);
+    // Cancel by selection: waiting ones only; the running one is skipped.
+    assert_eq!(
+        ok(url, &["cancel", "--task", "mail"]),
+        "2504 job(s) matched; 2501 cancelled, 3 skipped\n"
+    );
+    // cancel --delete by selection removes waiting jobs only; delete removes any not running.
+    assert_eq!(
+        ok(url, &["cancel", "--delete", "--task", "mail"]),
+        "0 job(s) matched; 0 deleted, 0 skipped\n"
+    );
+    assert_eq!(
+        ok(url, &["delete", "--queue", "q", "--dry-run"]),
+        "dry run: 2509 job(s) match; 2508 would be deleted, 1 skipped\n"
+    );
+    assert_eq!(
+        ok(url, &["delete", "--queue", "q"]),
+        "2509 job(s) matched; 2508 deleted, 1 skipped\n"
+    );
+    let left = json(url, &["jobs"]);
+    assert_eq!(left["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(left["jobs"][0]["status"], "doing");
+    let doing = left["jobs"][0]["id"].as_i64().unwrap().to_string();
+    fails_with(
+        Some(url),
+        &["delete", &doing],
+        4,
+        "a running job cannot be deleted; abort it first",
+    );
+    // A selection is required, and an id excludes one.
+    fails(Some(url), &["retry"], "give a job id, or select jobs");
+    fails(Some(url), &["delete", "1", "--queue", "q"], "not both");
+    fails(
+        Some(url),
+        &["cancel", "--delete", "--status", "failed"],
+        "removes waiting jobs only",
+    );
+}
+
+#[test]
+fn reschedule_and_priority_change_waiting_jobs_only() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "a"]);
+    ok(url, &["defer", "b", "--queue", "other"]);
+    assert_eq!(
+        ok(url, &["reschedule", "1", "--at", "2031-02-03T04:05:06Z"]),
+        "job 1 is due at 2031-02-03 04:05:06 UTC\n"
+    );
+    assert_eq!(
+        json(url, &["job", "1"])["scheduled_at"],
+        "2031-02-03T04:05:06.000000Z"
+    );
+    assert_eq!(
+        ok(url, &["priority", "1", "--to", "-3"]),
+        "job 1 has priority -3\n"
+    );
+    assert_eq!(json(url, &["job", "1"])["priority"], -3);
+    assert_eq!(
+        ok(url, &["priority", "--queue", "other", "--to", "9"]),
+        "1 job(s) matched; 1 reprioritised, 0 skipped\n"
+    );
+    let r = json(url, &["reschedule", "--queue", "other", "--in", "2h"]);
+    assert_eq!(r["changed"], 1);
+    let j = json(url, &["job", "2"]);
+    assert_eq!(j["priority"], 9);
+    ok(url, &["cancel", "2"]);
+    fails_with(
+        Some(url),
+        &["reschedule", "2", "--in", "1m"],
+        4,
+        "cannot reschedule job 2: it is cancelled; only waiting (todo) jobs can be rescheduled",
+    );
+    fails_with(
+        Some(url),
+        &["priority", "99", "--to", "1"],
+        3,
+        "job 99 not found",
+    );
+    fails(Some(url), &["reschedule", "1"], "--in <DURATION>");
+}
+
+#[test]
+fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_workers (id, name, host, concurrency, last_heartbeat)
+         VALUES (900, 'ghost', 'h', 1, now() - interval '1 hour'),
+                (901, 'alive', 'h', 4, now());
+         INSERT INTO postpone_jobs (queue, task, args, status, worker_id, attempts, started_at)
+         VALUES ('q', 'a', 'null', 'doing', 900, 1, now()),
+                ('q', 'b', 'null', 'doing', 900, 1, now()),
+                ('q', 'c', 'null', 'doing', 901, 1, now()),
+                ('q', 'd', 'null', 'doing', 777, 1, now());",
+    )
+    .unwrap();
+    // workers: the ghost is stale; claimed jobs per worker.
+    let t = table(&ok(url, &["workers"]));
+    assert_eq!(t[1][..2], ["900", "ghost"]);
+    assert_eq!((t[1][6].as_str(), t[1][8].as_str()), ("2", "STALE"));
+    assert_eq!((t[2][6].as_str(), t[2][8].as_str()), ("1", "live"));
+    let w = json(url, &["workers", "--stale-after", "2h"]);
+    assert_eq!(
+        (w[0]["stale"].clone(), w[0]["claimed"].clone()),
+        (false.into(), 2.into())
+    );
+    // stalled: the ghost's jobs and the orphan (worker 777 gone).
+    let t = table(&ok(url, &["stalled"]));
+    let ids: Vec<&str> = t[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(ids, ["1", "2", "4"]);
+    assert_eq!(
+        ok(url, &["stalled", "--requeue", "--dry-run"]),
+        "3 stalled job(s) dry run: would be requeued\n"
+    );
+    assert_eq!(json(url, &["stalled"]).as_array().unwrap().len(), 3);
+    assert_eq!(
+        json(url, &["stalled", "--requeue"]),
+        serde_json::json!({"dry_run": false, "jobs": 3, "workers": 0})
+    );
+    let j = json(url, &["job", "1"]);
+    assert_eq!(
+        (j["status"].clone(), j["attempts"].clone()),
+        ("todo".into(), 1.into())
+    );
+    assert!(j["errors"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("requeued by an operator: its worker (id 900)"));
+    assert_eq!(ok(url, &["stalled"]), "no stalled jobs\n");
+    assert_eq!(status_of(url, JobId(3)), "doing");
+    // --fail ends them failed.
+    c.batch_execute("UPDATE postpone_jobs SET status = 'doing', worker_id = 900 WHERE id = 1")
+        .unwrap();
+    assert_eq!(
+        ok(url, &["stalled", "--fail", "--forget-workers"]),
+        "1 stalled job(s) failed; 1 dead worker(s) forgotten\n"
+    );
+    assert_eq!(status_of(url, JobId(1)), "failed");
+    let w = json(url, &["workers"]);
+    assert_eq!(w.as_array().unwrap().len(), 1);
+    assert_eq!(w[0]["name"], "alive");
+    fails(Some(url), &["stalled", "--dry-run"], "--dry-run goes with");
+    fails(
+        Some(url),
+        &["stalled", "--requeue", "--fail"],
+        "cannot be used with",
+    );
+}
+
+#[test]
+fn healthcheck_checks_live_workers_and_lag_for_probes() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let mut c = db.client();
+    let o = run(url, &["healthcheck", "--min-workers", "1"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stdout
+            .contains("0 live worker(s) (heartbeat within 30.0s), fewer than --min-workers 1"),
+        "{o:?}"
+    );
+    c.batch_execute(
+        "INSERT INTO postpone_workers (name, queues, last_heartbeat)
+         VALUES ('w1', '{mail}', now()), ('w2', NULL, now() - interval '1 hour');
+         INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+         VALUES ('mail', 't', 'null', now() - interval '10 minutes'),
+                ('img', 't', 'null', now());",
+    )
+    .unwrap();
+    let out = ok(
+        url,
+        &["healthcheck", "--min-workers", "1", "--queue", "mail"],
+    );
+    // w1 serves mail only, and w2 is stale: nobody serves img.
+    let o = run(
+        url,
+        &["healthcheck", "--min-workers", "1", "--queue", "img"],
+    );
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        out.starts_with("ok: database answers, schema version 1, 1 live worker(s)"),
+        "{out}"
+    );
+    let o = run(url, &["healthcheck", "--min-workers", "2"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    let o = run(url, &["healthcheck", "--max-lag", "5m"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains("longer than --max-lag 5m00s"), "{o:?}");
+    let out = ok(url, &["healthcheck", "--max-lag", "5m", "--queue", "img"]);
+    assert!(out.contains(", lag "), "{out}");
+    let v = json(
+        url,
+        &["healthcheck", "--max-lag", "1h", "--min-workers", "1"],
+    );
+    assert_eq!(v["healthy"], true);
+    assert_eq!(v["live_workers"], 1);
+    assert!(v["lag_secs"].as_f64().unwrap() >= 600.0, "{v}");
+    // A job due at -infinity is an infinite lag, and still no crash.
+    c.batch_execute("UPDATE postpone_jobs SET scheduled_at = '-infinity' WHERE queue = 'img'")
+        .unwrap();
+    let o = run(url, &["healthcheck", "--max-lag", "1h", "--queue", "img"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains("waited infinite"), "{o:?}");
+}
+
+#[test]
+fn a_newer_schema_is_refused_everywhere_with_both_versions_and_exit_8() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_migrations (version, name) VALUES (7, 'from the future');
+             ALTER TABLE postpone_jobs DROP CONSTRAINT postpone_jobs_status_check;
+             INSERT INTO postpone_jobs (queue, task, args, status) VALUES ('q', 't', '1', 'paused')",
+        )
+        .unwrap();
+    let says = "the database schema is at version 7, newer than this postpone (version 1)";
+    for args in [
+        &["jobs"][..],
+        &["stats"],
+        &["workers"],
+        &["retry", "--status", "failed"],
+        &["defer", "t"],
+        &["migrate"],
+        &["migrate", "--print"],
+    ] {
+        fails_with(Some(url), args, 8, says);
+    }
+    let o = run(url, &["healthcheck"]);
+    assert_eq!(o.code, 8, "{o:?}");
+    assert!(o.stdout.starts_with(&format!("unhealthy: {says}")), "{o:?}");
+    let o = run(url, &["healthcheck", "--json"]);
+    assert_eq!(o.code, 8, "{o:?}");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        (v["healthy"].clone(), v["supported_version"].clone()),
+        (false.into(), 1.into())
+    );
+    // Nothing was inserted by the refused defer.
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute("DROP TABLE postpone_migrations")
+        .unwrap();
+    let says = "postpone's tables exist but no migration is recorded";
+    let o = run(url, &["healthcheck"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains(says), "{o:?}");
+    fails_with(Some(url), &["migrate"], 7, says);
+    fails_with(Some(url), &["jobs"], 7, says);
+    // The printed script is the guide to record it by hand; doing so makes it healthy.
+    let script = ok(url, &["migrate", "--print", "--all"]);
+    let record: Vec<&str> = script
+        .lines()
+        .filter(|l| l.starts_with("INSERT INTO postpone_migrations"))
+        .collect();
+    assert_eq!(record.len(), 1, "{script}");
+    let table_sql = script
+        .split("CREATE TABLE IF NOT EXISTS postpone_migrations")
+        .nth(1)
+        .and_then(|rest| rest.split(";\n").next())
+        .unwrap();
+    db.client()
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS postpone_migrations{table_sql}; {}",
+            record[0]
+        ))
+        .unwrap();
+    assert_eq!(
+        ok(url, &["healthcheck"]),
+        "ok: database answers, schema version 1\n"
+    );
+}
+
+#[test]
+fn migrate_print_shows_the_missing_sql_and_changes_nothing() {
+    let db = TestDb::new();
+    let url = db.url();
+    let script = ok(&url, &["migrate", "--print"]);
+    assert!(
+        script.starts_with("-- postpone schema migrations 1..1"),
+        "{script}"
+    );
+    assert!(script.contains("CREATE TABLE postpone_jobs"));
+    assert!(script.trim_end().ends_with("COMMIT;"));
+    assert!(run(&url, &["healthcheck"])
+        .stdout
+        .contains("schema not installed"));
+    // The script works as printed.
+    db.client().batch_execute(&script).unwrap();
+    assert_eq!(ok(&url, &["migrate"]), "schema is up to date (version 1)\n");
+    assert_eq!(
+        ok(&url, &["migrate", "--print"]),
+        "-- postpone: the schema is current (version 1); nothing to run\n"
+    );
+    // --all needs no database at all.
+    assert_eq!(ok(UNREACHABLE, &["migrate", "--print", "--all"]), script);
+}
+
+#[test]
+fn timeout_bounds_migrate_behind_a_held_migration_lock() {
+    let db = TestDb::new();
+    let url = db.url();
+    let mut holder = db.client();
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x706f_7374_706f_6e65_i64])
+        .unwrap();
+    let t = Instant::now();
+    let o = run(&url, &["migrate", "--timeout", "2s"]);
+    let took = t.elapsed();
+    assert_eq!(o.code, 5, "{o:?}");
+    assert!(o.stderr.contains("gave up after 2s (the timeout)"), "{o:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    holder
+        .execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&0x706f_7374_706f_6e65_i64],
+        )
+        .unwrap();
+    ok(&url, &["migrate"]);
+}
+
+#[test]
+fn json_piped_into_a_closed_reader_exits_0_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (db, url) = migrated();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args)
+             SELECT 'q', 't', jsonb_build_object('pad', repeat('x', 400)) FROM generate_series(1, 2000)",
+        )
+        .unwrap();
+    for args in [
+        &["jobs", "--json", "--limit", "2000"][..],
+        &["jobs", "--json", "--all"],
+        &["jobs", "--all"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+            .env_remove("RUST_LOG")
+            .arg("--database-url")
+            .arg(&url)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 100];
+        stdout.read_exact(&mut first).unwrap();
+        drop(stdout); // as `head -c 100` does
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {o:?}");
+        assert!(
+            o.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn defer_keeps_the_callers_json_exactly() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let args = r#"{"big": 18446744073709551616, "precise": 0.1000000000000000055511151231257827, "neg": -1e-400}"#;
+    ok(url, &["defer", "t", args]);
+    let stored: String = db
+        .client()
+        .query_one("SELECT args::text FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert!(stored.contains("\"big\": 18446744073709551616"), "{stored}");
+    assert!(
+        stored.contains("\"precise\": 0.1000000000000000055511151231257827"),
+        "{stored}"
+    );
+    // ... and shows it so: in the table, the detail and the JSON.
+    let out = ok(url, &["job", "1", "--json"]);
+    assert!(out.contains("18446744073709551616"), "{out}");
+    assert!(
+        out.contains("0.1000000000000000055511151231257827"),
+        "{out}"
+    );
+    assert!(ok(url, &["job", "1"]).contains("18446744073709551616"));
+    fails(
+        Some(url),
+        &["defer", "t", "[1,]"],
+        "invalid JSON arguments [1,]",
+    );
+}
+
+#[test]
+fn control_characters_are_escaped_in_tables_but_kept_in_json() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at, errors)
+             VALUES (E'q\\nfake row', E'evil\\u001b[2J', '\"x\"', 'failed', now(),
+                     jsonb_build_array(jsonb_build_object('attempt', 1,
+                         'error', E'line1\\nline2\\u001b]0;title\\u0007')))",
+        )
+        .unwrap();
+    let out = ok(url, &["jobs"]);
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        out.contains("q\\nfake row") && out.contains("evil\\x1b[2J"),
+        "{out}"
+    );
+    let out = ok(url, &["job", "1"]);
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(
+        out.contains("attempt 1 at -: line1\\nline2\\x1b]0;title\\x07"),
+        "{out}"
+    );
+    for args in [&["stats"][..], &["stats", "--by", "task"]] {
+        let out = ok(url, args);
+        assert!(
+            !out.contains('\u{1b}') && out.lines().count() == 2,
+            "{out:?}"
+        );
+    }
+    // JSON keeps the exact text (escaped the JSON way).
+    let v = json(url, &["job", "1"]);
+    assert_eq!(v["task"], "evil\u{1b}[2J");
+    assert_eq!(v["errors"][0]["error"], "line1\nline2\u{1b}]0;title\u{7}");
+    // An error message that echoes input is escaped too.
+    let o = run(url, &["defer", "t", "\u{1b}[2J"]);
+    assert_eq!(o.code, 2);
+    assert!(!o.stderr.contains('\u{1b}'), "{o:?}");
+}
+
+#[test]
+fn one_bad_row_never_breaks_stats() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             VALUES ('bad', 't', 'null', '-infinity'), ('good', 't', 'null', now());
+             INSERT INTO postpone_jobs (queue, task, args, status, started_at, finished_at)
+             VALUES ('good', 't', 'null', 'succeeded', '-infinity', now()),
+                    ('good', 't', 'null', 'succeeded', now() - interval '2 s', now()),
+                    ('good', 't', 'null', 'failed', now() - interval '4 s', 'infinity')",
+        )
+        .unwrap();
+    let t = table(&ok(url, &["stats"]));
+    assert_eq!(t[1][0], "bad");
+    assert_eq!(t[1][12], "infinite");
+    assert_eq!(
+        t[2][..9],
+        ["good", "1", "0", "0", "2", "1", "0", "0", "33.3"]
+    );
+    assert_eq!(t[2][9], "2.0s");
+    let v = json(url, &["stats", "--window", "1h"]);
+    assert_eq!(v[1]["succeeded"], 2);
+    // The failed job finished at +infinity: inside no window... but counted without one.
+    assert_eq!(v[1]["failed"], 1);
+    assert!(v[0]["oldest_todo_age_secs"].as_f64().unwrap() > 1e15);
+    assert!(
+        (v[1]["run_time_p50_secs"].as_f64().unwrap() - 2.0).abs() < 0.1,
+        "{v}"
+    );
+}
+
+#[test]
+fn exit_codes_are_distinct_and_errors_are_json_under_json() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    for (args, code, name) in [
+        (&["job", "5", "--json"][..], 3, "not_found"),
+        (&["--json", "job", "abc"], 2, "value_validation"),
+        (&["retry", "--json"], 2, "usage"),
+    ] {
+        let o = run(url, args);
+        assert_eq!(o.code, code, "{args:?}: {o:?}");
+        assert!(o.stdout.is_empty(), "{o:?}");
+        let v: Value =
+            serde_json::from_str(o.stderr.trim()).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        assert_eq!(v["error"]["code"], name, "{o:?}");
+        assert_eq!(v["error"]["exit_code"], code, "{o:?}");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+    }
+    ok(url, &["defer", "t"]);
+    let o = run(url, &["retry", "1", "--json"]);
+    assert_eq!(o.code, 4, "{o:?}");
+    let v: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "wrong_state");
+    let o = run(UNREACHABLE, &["stats", "--json"]);
+    assert_eq!(o.code, 5, "{o:?}");
+    let v: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "unreachable");
+    // Permission denied: a role that may log in but not read postpone's tables.
+    let db2 = TestDb::new();
+    let mut c = db2.client();
+    c.batch_execute(
+        "DO $$ BEGIN
+           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'postpone_cli_reader') THEN
+             CREATE ROLE postpone_cli_reader LOGIN;
+           END IF;
+         END $$;",
+    )
+    .unwrap();
+    ok(&db2.url(), &["migrate"]);
+    c.batch_execute("REVOKE ALL ON postpone_jobs FROM PUBLIC")
+        .unwrap();
+    let reader = db2
+        .url()
+        .replacen("postgres://postgres@", "postgres://postpone_cli_reader@", 1);
+    assert!(reader.contains("postpone_cli_reader@"), "{reader}");
+    fails_with(
+        Some(&reader),
+        &["jobs"],
+        6,
+        "permission denied for table postpone_",
+    );
+}
+
+#[test]
+fn libpq_environment_variables_choose_the_database_and_v_says_which() {
+    let (db, url) = migrated();
+    ok(&url, &["defer", "from-env"]);
+    let c: postgres::Config = url.parse().unwrap();
+    let host = match &c.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        _ => unreachable!(),
+    };
+    let port = c.get_ports()[0].to_string();
+    let env = [
+        ("PGHOST", host.as_str()),
+        ("PGPORT", port.as_str()),
+        ("PGUSER", c.get_user().unwrap()),
+        ("PGDATABASE", db.name()),
+        ("PGSSLMODE", "disable"),
+    ];
+    let o = run_env(&env, &["jobs", "--json", "-v"]);
+    assert_eq!(o.code, 0, "{o:?}");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["jobs"][0]["task"], "from-env");
+    assert!(
+        o.stderr.contains(&format!(
+            "postpone: database {}@{host}:{port}/{} (from PG* environment)",
+            c.get_user().unwrap(),
+            db.name()
+        )),
+        "{o:?}"
+    );
+    // DATABASE_URL wins over PGDATABASE; --database-url over both.
+    let o = run_env(
+        &[("DATABASE_URL", &url), ("PGDATABASE", "nowhere")],
+        &["healthcheck", "-v"],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("(from DATABASE_URL)"), "{o:?}");
+    let o = run_env(
+        &[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/x")],
+        &["--database-url", &url, "healthcheck", "-v"],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("(from --database-url)"), "{o:?}");
+    // A database that does not exist is named in the error.
+    let o = run_env(
+        &[
+            ("PGHOST", &host),
+            ("PGPORT", &port),
+            ("PGDATABASE", "no_such_db_x"),
+        ],
+        &["stats"],
+    );
+    assert_ne!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("no_such_db_x"), "{o:?}");
+}
+
+#[test]
+fn prune_dry_run_counts_and_deletes_nothing() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 't', 'null', 'succeeded', now() - interval '10 days' FROM generate_series(1, 30);
+             INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             VALUES ('q', 't', 'null', 'failed', now() - interval '10 days'),
+                    ('q', 't', 'null', 'failed', now())",
+        )
+        .unwrap();
+    assert_eq!(
+        ok(url, &["prune", "--older-than", "7d", "--dry-run"]),
+        "dry run: 31 job(s) would be deleted\n"
+    );
+    assert_eq!(
+        json(
+            url,
+            &[
+                "prune",
+                "--older-than",
+                "7d",
+                "--status",
+                "failed",
+                "--dry-run"
+            ]
+        ),
+        serde_json::json!({"dry_run": true, "jobs": 1})
+    );
+    assert_eq!(json(url, &["stats"])[0]["succeeded"], 30);
+    assert_eq!(
+        ok(url, &["prune", "--older-than", "7d"]),
+        "deleted 31 job(s) and 0 periodic record(s)\n"
+    );
+}

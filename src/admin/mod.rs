@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::app::App;
 use crate::error::{Error, ErrorKind, Result};
-use crate::job::JobId;
+use crate::job::{JobId, JobStatus};
 use crate::retention::{self, PruneReport, Retention};
 use crate::store;
 
@@ -249,7 +249,16 @@ impl Admin {
     /// How many jobs [`prune`](Self::prune) would delete now, without deleting any.
     pub fn prune_count(&self, retention: &Retention) -> Result<u64> {
         retention.validate()?;
-        let statuses: Vec<&str> = retention.statuses.iter().map(|s| s.as_str()).collect();
+        // No status given means every finished one, as `prune` reads it.
+        let statuses: Vec<&str> = if retention.statuses.is_empty() {
+            JobStatus::ALL
+                .iter()
+                .filter(|s| s.is_finished())
+                .map(|s| s.as_str())
+                .collect()
+        } else {
+            retention.statuses.iter().map(|s| s.as_str()).collect()
+        };
         let ms = retention.older_than.as_millis().min(i64::MAX as u128) as i64;
         let mut conn = self.conn()?;
         let rows = conn.query_named(

@@ -120,7 +120,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(CliError::Usage(e)) => {
             if json_errors {
-                report_json(Exit::Usage, &e.kind().to_string(), &e.to_string());
+                report_json(
+                    Exit::Usage,
+                    &snake_case(&format!("{:?}", e.kind())),
+                    &e.to_string(),
+                );
             } else {
                 eprint!("{}", e.render());
             }
@@ -145,6 +149,22 @@ fn main() -> ExitCode {
             Exit::Usage.into()
         }
     }
+}
+
+/// `InvalidValue` to `invalid_value` (clap's error kinds, for JSON errors).
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// An error under `--json`, on stderr: `{"error": {"code": "not_found", "exit_code": 3,
