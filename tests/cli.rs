@@ -987,7 +987,7 @@ fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
     assert_eq!(ids, ["1", "2", "4"]);
     assert_eq!(
         ok(url, &["stalled", "--requeue", "--dry-run"]),
-        "3 stalled job(s) dry run: would be requeued\n"
+        "dry run: 3 stalled job(s) would be requeued\n"
     );
     assert_eq!(json(url, &["stalled"]).as_array().unwrap().len(), 3);
     assert_eq!(
@@ -1496,4 +1496,205 @@ fn prune_dry_run_counts_and_deletes_nothing() {
         ok(url, &["prune", "--older-than", "7d"]),
         "deleted 31 job(s) and 0 periodic record(s)\n"
     );
+}
+
+/// Splits a shell command line into words: whitespace separates, '...' is literal, "..."
+/// takes `\"` and `\\`.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    cur.push(c);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' if matches!(chars.peek(), Some('"') | Some('\\')) => {
+                            cur.push(chars.next().unwrap())
+                        }
+                        c => cur.push(c),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    words
+}
+
+/// Output with what changes from run to run blurred: times, ages and durations, padding.
+fn normalise(text: &str) -> String {
+    // Times: 2026-12-01 13:56:21 and 2026-12-01T13:56:21.262855Z.
+    let b = text.as_bytes();
+    let mut s = String::new();
+    let mut i = 0;
+    let shape = b"dddd-dd-dd?dd:dd:dd";
+    while i < b.len() {
+        let is_time = i + shape.len() <= b.len()
+            && shape.iter().zip(&b[i..]).all(|(p, c)| match p {
+                b'd' => c.is_ascii_digit(),
+                b'?' => *c == b' ' || *c == b'T',
+                p => p == c,
+            });
+        if is_time {
+            s.push_str("<time>");
+            i += shape.len();
+            if b.get(i) == Some(&b'.') {
+                i += 1;
+                while b.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+            }
+            if b.get(i) == Some(&b'Z') {
+                i += 1;
+            }
+        } else {
+            let ch = text[i..].chars().next().unwrap();
+            s.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    let is_age = |t: &str| {
+        let t = t.trim_end_matches([',', ')']);
+        let num = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit() || c == '.');
+        ["ms", "s"].iter().any(|u| {
+            t.strip_suffix(u).is_some_and(|n| {
+                num(n) || {
+                    // 5m12s, 3h05m, 2d03h
+                    n.split(['m', 'h', 'd']).all(num)
+                }
+            })
+        }) || ["m", "h"].iter().any(|u| {
+            t.strip_suffix(u)
+                .is_some_and(|n| n.split(['h', 'd']).count() == 2 && n.split(['h', 'd']).all(num))
+        })
+    };
+    s.lines()
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| if is_age(t) { "<age>" } else { t })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn normalise_blurs_times_and_ages_only() {
+    assert_eq!(
+        normalise("5   2026-12-01 13:56:21  12.3s  5m12s 3h05m 850ms x\n{\"t\": \"2026-12-01T13:56:21.262855Z\"}"),
+        "5 <time> <age> <age> <age> <age> x\n{\"t\": \"<time>\"}"
+    );
+    assert_eq!(normalise("queue 10 5m"), "queue 10 5m");
+    assert_eq!(
+        shell_words(r#"psql -qc "a \"b\" 'c'" 'd e' f"#),
+        ["psql", "-qc", "a \"b\" 'c'", "d e", "f"]
+    );
+}
+
+/// Every console block of docs/cli.md, run against a fresh database: its output must match
+/// (see `normalise`). With UPDATE_DOCS=1 the file is rewritten from the real outputs.
+#[test]
+fn docs_match_real_output() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let db = TestDb::new();
+    let url = db.url();
+    let mut client = db.client();
+    let mut exported = false;
+    let mut last_code = 0;
+    let mut out_doc = String::new();
+    let mut in_block = false;
+    // (command, expected, actual) per command, in order.
+    let mut runs: Vec<(String, String, String)> = Vec::new();
+    let mut lines = doc.lines().peekable();
+    while let Some(line) = lines.next() {
+        if !in_block {
+            out_doc.push_str(line);
+            out_doc.push('\n');
+            in_block = line == "```console";
+            continue;
+        }
+        if line == "```" {
+            out_doc.push_str("```\n");
+            in_block = false;
+            continue;
+        }
+        let Some(cmd) = line.strip_prefix("$ ") else {
+            panic!("docs/cli.md: output line without a command: {line:?}");
+        };
+        let mut expected = String::new();
+        while let Some(next) = lines.peek() {
+            if next.starts_with("$ ") || *next == "```" {
+                break;
+            }
+            expected.push_str(lines.next().unwrap());
+            expected.push('\n');
+        }
+        let words = shell_words(cmd);
+        let actual = match words[0].as_str() {
+            "export" => {
+                exported = true;
+                String::new()
+            }
+            "echo" => format!("{last_code}\n"),
+            "psql" => {
+                client.batch_execute(&words[2]).unwrap();
+                String::new()
+            }
+            "postpone" => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_postpone"));
+                c.env_remove("RUST_LOG").env_remove("DATABASE_URL");
+                if exported {
+                    c.env("DATABASE_URL", &url);
+                }
+                let o = c.args(&words[1..]).output().unwrap();
+                last_code = o.status.code().unwrap_or(-1);
+                let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&o.stderr));
+                text
+            }
+            other => panic!("docs/cli.md: unknown command {other}"),
+        };
+        out_doc.push_str(line);
+        out_doc.push('\n');
+        out_doc.push_str(&actual);
+        runs.push((cmd.to_owned(), expected, actual));
+    }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(path, out_doc).unwrap();
+        return;
+    }
+    for (cmd, expected, actual) in &runs {
+        assert_eq!(
+            normalise(expected),
+            normalise(actual),
+            "docs/cli.md: the output of `{cmd}` differs (UPDATE_DOCS=1 rewrites it):\n--- docs\n{expected}--- real\n{actual}"
+        );
+    }
 }

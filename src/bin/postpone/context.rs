@@ -360,6 +360,16 @@ mod tests {
     }
 
     #[test]
+    fn exit_codes_are_documented_in_docs_cli_md() {
+        let doc = include_str!("../../../docs/cli.md");
+        for (e, name, meaning) in Exit::ALL {
+            let row = format!("| {} | `{name}` | {meaning} |", e as u8);
+            assert!(doc.contains(&row), "docs/cli.md lacks the row {row}");
+        }
+        assert!(doc.contains("| 0 | | success |"));
+    }
+
+    #[test]
     fn exit_codes_are_distinct_and_named() {
         let mut codes: Vec<u8> = Exit::ALL.iter().map(|(e, _, _)| *e as u8).collect();
         codes.dedup();

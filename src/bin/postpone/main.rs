@@ -37,28 +37,29 @@ use context::{CliError, Context, Exit};
 #[derive(Debug, Parser)]
 #[command(name = "postpone", version, max_term_width = 100)]
 struct Cli {
-    /// The database (URL or key=value string). Without it, libpq's PGHOST, PGPORT, PGUSER,
-    /// PGPASSWORD, PGDATABASE and PGSSLMODE apply, over postgres@127.0.0.1:5432/postgres.
+    /// The database, URL or key=value (default: libpq's PG* variables, see docs/cli.md)
     #[arg(
         long,
         env = "DATABASE_URL",
         global = true,
         hide_env_values = true,
-        value_name = "URL"
+        value_name = "URL",
+        help_heading = "Global options"
     )]
     database_url: Option<String>,
 
-    /// Print JSON instead of tables (for scripts); errors too, on stderr.
-    #[arg(long, global = true)]
+    /// Print JSON instead of tables (for scripts); errors too, on stderr
+    #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
 
-    /// Deadline of connecting, of every round-trip, and of migrate's lock wait (30s, 2m...).
+    /// Deadline of connecting, of each round-trip, of migrate's lock wait
     #[arg(long, global = true, default_value = "10s", value_parser = parse::duration,
-          value_name = "DURATION")]
+          value_name = "DURATION", help_heading = "Global options")]
     timeout: Duration,
 
-    /// Say which database is used, and log what the library does, on stderr (-v, -vv).
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    /// Say which database is used, and log what the library does, on stderr
+    #[arg(short, long, global = true, action = clap::ArgAction::Count,
+          help_heading = "Global options")]
     verbose: u8,
 
     #[command(subcommand)]

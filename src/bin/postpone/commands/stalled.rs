@@ -96,7 +96,7 @@ pub fn run(ctx: &Context, app: &App, a: &StalledArgs, out: &mut dyn Write) -> Re
     } else {
         ""
     };
-    let would = if a.dry_run { "dry run: would be " } else { "" };
+    let would = if a.dry_run { "would be " } else { "" };
     let mut parts = Vec::new();
     if !verb.is_empty() {
         parts.push(format!("{} stalled job(s) {would}{verb}", r.jobs));
@@ -104,6 +104,7 @@ pub fn run(ctx: &Context, app: &App, a: &StalledArgs, out: &mut dyn Write) -> Re
     if a.forget_workers {
         parts.push(format!("{} dead worker(s) {would}forgotten", r.workers));
     }
-    writeln!(out, "{}", parts.join("; "))?;
+    let prefix = if a.dry_run { "dry run: " } else { "" };
+    writeln!(out, "{prefix}{}", parts.join("; "))?;
     Ok(())
 }
