@@ -80,8 +80,9 @@ pub struct Admin {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AbortOutcome {
-    /// The job was running: the abort is requested and its worker told;
-    /// [`Job::should_abort`](crate::Job::should_abort) turns true within a second.
+    /// The job was `doing`: the abort is recorded and its worker told; a running task sees
+    /// [`Job::should_abort`](crate::Job::should_abort) within a second, a job not yet
+    /// started ends aborted without running.
     Requested,
     /// The job was waiting: it is now cancelled and will not run.
     Cancelled,
@@ -201,11 +202,13 @@ impl Admin {
         Ok(())
     }
 
-    /// Aborts a job. A running job gets the request stored and its worker told by NOTIFY
-    /// (and by polling, when notifications are off or lost): its task sees
+    /// Aborts a job. A `doing` job gets the request stored and its worker told by NOTIFY
+    /// (and by polling, when notifications are off or lost): a running task sees
     /// [`Job::should_abort`](crate::Job::should_abort) turn true within a second, and the
-    /// job ends `aborted` whatever the task returns. A waiting job is cancelled. Finished
-    /// jobs are an [`InvalidState`](ErrorKind::InvalidState) error.
+    /// job ends `aborted` whatever the task returns; a job claimed but not yet started by a
+    /// thread (in a worker's prefetch queue, or held by a dead worker) ends `aborted`
+    /// without running. A waiting job is cancelled. Finished jobs are an
+    /// [`InvalidState`](ErrorKind::InvalidState) error.
     pub fn abort(&self, id: JobId) -> Result<AbortOutcome> {
         let mut conn = self.conn()?;
         let rows = conn.query_named("aborting a job", store::JOB_ABORT, &[&id.0])?;

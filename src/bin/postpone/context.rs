@@ -160,6 +160,45 @@ impl CliError {
     }
 }
 
+impl CliError {
+    /// Prints the error on stderr (`error: ...`, or one JSON object with `json`) and
+    /// returns its exit code. A closed stdout (`postpone jobs | head`) is no error: exit 0.
+    pub fn report(self, json: bool) -> ExitCode {
+        match self {
+            CliError::Usage(e) => {
+                if json {
+                    report_json(
+                        Exit::Usage,
+                        &snake_case(&format!("{:?}", e.kind())),
+                        &e.to_string(),
+                    );
+                } else {
+                    eprint!("{}", e.render());
+                }
+                Exit::Usage.into()
+            }
+            CliError::Failed(exit, msg) => {
+                if json {
+                    report_json(exit, exit.name(), &msg);
+                } else {
+                    eprintln!("error: {}", crate::output::clean(&msg));
+                }
+                exit.into()
+            }
+            CliError::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            CliError::Output(e) => {
+                let msg = format!("writing the output: {e}");
+                if json {
+                    report_json(Exit::Usage, "output", &msg);
+                } else {
+                    eprintln!("error: {msg}");
+                }
+                Exit::Usage.into()
+            }
+        }
+    }
+}
+
 impl From<postpone::Error> for CliError {
     fn from(e: postpone::Error) -> CliError {
         CliError::Failed(Exit::of(&e), e.to_string())
@@ -169,6 +208,47 @@ impl From<postpone::Error> for CliError {
 impl From<io::Error> for CliError {
     fn from(e: io::Error) -> CliError {
         CliError::Output(e)
+    }
+}
+
+/// `InvalidValue` to `invalid_value` (clap's error kinds, for JSON errors).
+fn snake_case(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An error under `--json`, on stderr: `{"error": {"code": "not_found", "exit_code": 3,
+/// "message": "..."}}`.
+fn report_json(exit: Exit, code: &str, message: &str) {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        code: &'a str,
+        exit_code: u8,
+        message: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Wrap<'a> {
+        error: Body<'a>,
+    }
+    let w = Wrap {
+        error: Body {
+            code,
+            exit_code: exit as u8,
+            message: message.trim_end(),
+        },
+    };
+    if let Ok(text) = serde_json::to_string(&w) {
+        eprintln!("{text}");
     }
 }
 

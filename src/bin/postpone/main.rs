@@ -20,7 +20,6 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Parser, Subcommand};
 use postpone::JobId;
-use serde::Serialize;
 
 use commands::bulk::{CancelArgs, Op, PriorityArgs, RescheduleArgs, Target};
 use commands::defer::DeferArgs;
@@ -31,7 +30,7 @@ use commands::prune::PruneArgs;
 use commands::stalled::StalledArgs;
 use commands::stats::StatsArgs;
 use commands::workers::WorkersArgs;
-use context::{CliError, Context, Exit};
+use context::{CliError, Context};
 
 /// Administer postpone job queues in PostgreSQL.
 #[derive(Debug, Parser)]
@@ -117,80 +116,7 @@ fn main() -> ExitCode {
         (Ok(_), Err(e)) => Err(CliError::Output(e)),
         (res, _) => res,
     };
-    match res {
-        Ok(code) => code,
-        Err(CliError::Usage(e)) => {
-            if json_errors {
-                report_json(
-                    Exit::Usage,
-                    &snake_case(&format!("{:?}", e.kind())),
-                    &e.to_string(),
-                );
-            } else {
-                eprint!("{}", e.render());
-            }
-            Exit::Usage.into()
-        }
-        Err(CliError::Failed(exit, msg)) => {
-            if json_errors {
-                report_json(exit, exit.name(), &msg);
-            } else {
-                eprintln!("error: {}", output::clean(&msg));
-            }
-            exit.into()
-        }
-        // The reader went away (`postpone jobs | head`): nothing left to say.
-        Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(CliError::Output(e)) => {
-            if json_errors {
-                report_json(Exit::Usage, "output", &format!("writing the output: {e}"));
-            } else {
-                eprintln!("error: writing the output: {e}");
-            }
-            Exit::Usage.into()
-        }
-    }
-}
-
-/// `InvalidValue` to `invalid_value` (clap's error kinds, for JSON errors).
-fn snake_case(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
-            }
-            out.push(c.to_ascii_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// An error under `--json`, on stderr: `{"error": {"code": "not_found", "exit_code": 3,
-/// "message": "..."}}`.
-fn report_json(exit: Exit, code: &str, message: &str) {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        code: &'a str,
-        exit_code: u8,
-        message: &'a str,
-    }
-    #[derive(Serialize)]
-    struct Wrap<'a> {
-        error: Body<'a>,
-    }
-    let w = Wrap {
-        error: Body {
-            code,
-            exit_code: exit as u8,
-            message: message.trim_end(),
-        },
-    };
-    if let Ok(text) = serde_json::to_string(&w) {
-        eprintln!("{text}");
-    }
+    res.unwrap_or_else(|e| e.report(json_errors))
 }
 
 /// Runs the tool with `args` (the first is the program name), writing results to `out`;
