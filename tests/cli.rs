@@ -1135,28 +1135,48 @@ fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
     assert!(o.stdout.contains(says), "{o:?}");
     fails_with(Some(url), &["migrate"], 7, says);
     fails_with(Some(url), &["jobs"], 7, says);
-    // The printed script is the guide to record it by hand; doing so makes it healthy.
-    let script = ok(url, &["migrate", "--print", "--all"]);
-    let record: Vec<&str> = script
-        .lines()
-        .filter(|l| l.starts_with("INSERT INTO postpone_migrations"))
-        .collect();
-    assert_eq!(record.len(), 1, "{script}");
-    let table_sql = script
-        .split("CREATE TABLE IF NOT EXISTS postpone_migrations")
-        .nth(1)
-        .and_then(|rest| rest.split(";\n").next())
-        .unwrap();
-    db.client()
-        .batch_execute(&format!(
-            "CREATE TABLE IF NOT EXISTS postpone_migrations{table_sql}; {}",
-            record[0]
-        ))
-        .unwrap();
+    // Tables that differ from this postpone's are not adopted; the message says how.
+    let mut c = db.client();
+    c.batch_execute(
+        "DROP INDEX postpone_jobs_claim_idx; ALTER TABLE postpone_jobs ADD COLUMN note text",
+    )
+    .unwrap();
+    fails_with(
+        Some(url),
+        &["migrate", "--adopt"],
+        7,
+        "differ from this postpone's version 1 (missing: index CREATE INDEX postpone_jobs_claim_idx ON postpone_jobs USING btree (priority DESC, id) WHERE (status = 'todo'::text); unexpected: column postpone_jobs.note text); nothing was changed",
+    );
+    assert!(run(url, &["healthcheck"]).stdout.contains(says));
+    // Put back as they were, they are adopted, and all is well.
+    c.batch_execute(
+        "ALTER TABLE postpone_jobs DROP COLUMN note;
+         CREATE INDEX postpone_jobs_claim_idx ON postpone_jobs (priority DESC, id) WHERE status = 'todo'",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(url, &["migrate", "--adopt"]),
+        "adopted the existing tables: schema recorded at version 1\n"
+    );
     assert_eq!(
         ok(url, &["healthcheck"]),
         "ok: database answers, schema version 1\n"
     );
+    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 1)\n");
+    fails_with(
+        Some(url),
+        &["migrate", "--adopt"],
+        4,
+        "nothing to adopt: migrations are recorded (version 1)",
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'postpone_adopt_scratch'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "the scratch schema was left behind");
 }
 
 #[test]

@@ -67,10 +67,41 @@ fn unrecorded() -> Error {
         ErrorKind::SchemaMissing,
         "postpone's tables exist but no migration is recorded (table postpone_migrations is missing or empty): \
          they were created by hand or the record was dropped, and `migrate` would fail on them. \
-         If they are postpone's version-1 tables, record that with \
-         `postpone migrate --print --all` as a guide (its INSERT INTO postpone_migrations); otherwise rename or drop them first",
+         `postpone migrate --adopt` records them if they match this postpone's schema exactly \
+         (and says what differs if not); otherwise rename or drop them first",
     )
 }
+
+/// Describes the postpone objects of schema `$1`: columns, constraints, indexes and
+/// triggers, one text per object, with the schema's name taken out.
+const SCHEMA_SHAPE: &str = r"
+SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
+       || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END
+       || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
+  FROM pg_class c
+  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+  LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+ WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'postpone\_%'
+   AND c.relname <> 'postpone_migrations'
+UNION ALL
+SELECT 'constraint ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
+  FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+ WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%'
+   AND c.relname <> 'postpone_migrations'
+UNION ALL
+SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), quote_ident($1::text) || '.', '')
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+ WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%'
+   AND c.relname <> 'postpone_migrations'
+UNION ALL
+SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), quote_ident($1::text) || '.', '')
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%' AND NOT t.tgisinternal
+UNION ALL
+SELECT 'function ' || p.proname || ' ' || md5(p.prosrc)
+  FROM pg_proc p
+ WHERE p.pronamespace = $1::text::regnamespace AND p.proname LIKE 'postpone\_%'";
 
 /// What [`Admin::migrate`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -156,6 +187,34 @@ impl Admin {
         Ok(MigrateReport { applied, version })
     }
 
+    /// Records the schema version of postpone tables that exist without a migration record
+    /// (created by hand, or `postpone_migrations` was dropped), if they match this
+    /// library's schema exactly: columns, types, defaults, constraints, indexes, triggers and
+    /// functions are compared with a fresh install made in a scratch schema inside a
+    /// transaction that is rolled back. Otherwise [`SchemaMissing`](ErrorKind::SchemaMissing)
+    /// with the first differences, and nothing is changed. Returns the version recorded.
+    pub fn adopt_schema(&self) -> Result<i32> {
+        let state = self.schema_state()?;
+        if !state.unrecorded_tables {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                match state.installed {
+                    Some(v) => format!("nothing to adopt: migrations are recorded (version {v})"),
+                    None => {
+                        "nothing to adopt: postpone's tables do not exist; run `postpone migrate`"
+                            .to_owned()
+                    }
+                },
+            ));
+        }
+        let mut conn = self.app.connection_unchecked()?;
+        let res = adopt(&mut conn);
+        if conn.in_transaction() && conn.rollback().is_err() {
+            conn.sever();
+        }
+        res
+    }
+
     /// The SQL [`migrate`](Self::migrate) would run on this database: the missing
     /// migrations, in one transaction under the same advisory lock, each recorded in
     /// `postpone_migrations`.
@@ -174,6 +233,62 @@ impl Admin {
     pub fn migration_script_all() -> String {
         migration_script(0)
     }
+}
+
+fn adopt(conn: &mut crate::Connection) -> Result<i32> {
+    let shape = |conn: &mut crate::Connection, schema: &str| -> Result<Vec<String>> {
+        let mut v: Vec<String> = conn
+            .query(SCHEMA_SHAPE, &[&schema])?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        v.sort();
+        Ok(v)
+    };
+    conn.begin()?;
+    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    let home: String = conn
+        .query_one(
+            "SELECT relnamespace::regnamespace::text FROM pg_class
+              WHERE oid = to_regclass('postpone_jobs')",
+            &[],
+        )?
+        .get(0);
+    let have = shape(conn, &home)?;
+    // A fresh install in a scratch schema, rolled back with the transaction.
+    conn.batch_execute(
+        "CREATE SCHEMA postpone_adopt_scratch; SET LOCAL search_path = postpone_adopt_scratch",
+    )?;
+    for m in MIGRATIONS {
+        conn.batch_execute(m.sql)?;
+    }
+    let want = shape(conn, "postpone_adopt_scratch")?;
+    conn.rollback()?;
+    if have != want {
+        let missing: Vec<&String> = want.iter().filter(|w| !have.contains(w)).take(3).collect();
+        let extra: Vec<&String> = have.iter().filter(|h| !want.contains(h)).take(3).collect();
+        return Err(Error::new(
+            ErrorKind::SchemaMissing,
+            format!(
+                "cannot adopt the postpone tables in schema {home}: they differ from this postpone's version {LATEST} (missing: {}; unexpected: {}); nothing was changed",
+                if missing.is_empty() { "none".to_owned() } else { missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
+                if extra.is_empty() { "none".to_owned() } else { extra.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ") },
+            ),
+        ));
+    }
+    conn.begin()?;
+    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    conn.batch_execute(MIGRATIONS_TABLE)?;
+    for m in MIGRATIONS {
+        conn.execute(
+            "INSERT INTO postpone_migrations (version, name) VALUES ($1, $2)
+             ON CONFLICT (version) DO NOTHING",
+            &[&m.version, &m.name],
+        )?;
+    }
+    conn.commit()?;
+    log::info!("adopted the postpone tables of schema {home} as version {LATEST}");
+    Ok(LATEST)
 }
 
 /// The script applying every migration after version `from`.

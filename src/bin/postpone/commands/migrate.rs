@@ -14,6 +14,10 @@ pub struct MigrateArgs {
     /// With --print: every migration, without connecting.
     #[arg(long, requires = "print")]
     pub all: bool,
+    /// Record postpone tables that exist without a migration record, if they match this
+    /// postpone's schema exactly.
+    #[arg(long, conflicts_with = "print")]
+    pub adopt: bool,
 }
 
 pub fn run(ctx: &Context, a: &MigrateArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -25,6 +29,18 @@ pub fn run(ctx: &Context, a: &MigrateArgs, out: &mut dyn Write) -> Result<(), Cl
     let admin = app.admin();
     if a.print {
         write!(out, "{}", admin.migration_sql()?)?;
+        return Ok(());
+    }
+    if a.adopt {
+        let v = admin.adopt_schema()?;
+        if ctx.json {
+            json(out, &serde_json::json!({"adopted": true, "version": v}))?;
+        } else {
+            writeln!(
+                out,
+                "adopted the existing tables: schema recorded at version {v}"
+            )?;
+        }
         return Ok(());
     }
     let r = admin.migrate(ctx.timeout)?;
