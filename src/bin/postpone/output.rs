@@ -26,15 +26,6 @@ impl Table {
 
     /// Writes the header and the rows.
     pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
-        self.write_with(out, true)
-    }
-
-    /// Writes the rows only (a later page of a listing; columns are sized per page).
-    pub fn write_rows(&self, out: &mut dyn Write) -> io::Result<()> {
-        self.write_with(out, false)
-    }
-
-    fn write_with(&self, out: &mut dyn Write, header: bool) -> io::Result<()> {
         let cols = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for r in &self.rows {
@@ -56,9 +47,7 @@ impl Table {
             }
             writeln!(out, "{}", text.trim_end())
         };
-        if header {
-            line(out, &mut self.header.iter().copied())?;
-        }
+        line(out, &mut self.header.iter().copied())?;
         for r in &self.rows {
             line(out, &mut r.iter().map(String::as_str))?;
         }

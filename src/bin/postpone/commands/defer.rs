@@ -1,5 +1,6 @@
 //! `postpone defer`: defer one job.
 
+use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use clap::Args;
@@ -7,10 +8,8 @@ use postpone::App;
 use serde_json::value::RawValue;
 
 use super::changed::Changed;
-use crate::{output, parse};
-use std::io::Write;
-
 use crate::context::{json, CliError, Context};
+use crate::{output, parse};
 
 #[derive(Debug, Args)]
 pub struct DeferArgs {

@@ -1,11 +1,11 @@
 //! `postpone job`: one job with its attempts and errors.
 
-use postpone::{App, JobId};
-
-use crate::output;
 use std::io::Write;
 
+use postpone::{App, JobId};
+
 use crate::context::{json, CliError, Context};
+use crate::output;
 
 pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(), CliError> {
     let d = app.admin().job(id)?;

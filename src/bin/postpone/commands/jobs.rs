@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use clap::Args;
-use postpone::{App, JobPage, JobSort};
+use postpone::{App, JobSort};
 use serde::Serialize;
 
 use super::select::Select;
@@ -93,31 +93,29 @@ pub fn run(ctx: &Context, app: &App, a: &JobsArgs, out: &mut dyn Write) -> Resul
             },
         );
     }
-    let mut shown = 0usize;
-    let mut header = true;
-    loop {
-        if page.jobs.is_empty() && shown == 0 {
-            writeln!(out, "no jobs")?;
-            return Ok(());
-        }
-        shown += page.jobs.len();
-        table(&page, header, out)?;
-        header = false;
-        match page.next_cursor.take() {
-            Some(c) if a.all => {
-                f = f.after(c);
-                page = admin.job_page(&f)?;
-            }
-            Some(c) => {
-                writeln!(
-                    out,
-                    "-- {shown} job(s) shown; more match: add --after {c} (or --all)"
-                )?;
-                return Ok(());
-            }
-            None => return Ok(()),
+    // With --all, every page goes into one table (aligned); otherwise one page and, when
+    // more match, the cursor of the next.
+    let mut all = std::mem::take(&mut page.jobs);
+    if a.all {
+        while let Some(c) = page.next_cursor.take() {
+            f = f.after(c);
+            page = admin.job_page(&f)?;
+            all.append(&mut page.jobs);
         }
     }
+    if all.is_empty() {
+        writeln!(out, "no jobs")?;
+        return Ok(());
+    }
+    table(&all, out)?;
+    if let Some(c) = page.next_cursor {
+        writeln!(
+            out,
+            "-- {} job(s) shown; more match: add --after {c} (or --all)",
+            all.len()
+        )?;
+    }
+    Ok(())
 }
 
 fn json_inline(out: &mut dyn Write, j: &postpone::JobInfo) -> Result<(), CliError> {
@@ -126,7 +124,7 @@ fn json_inline(out: &mut dyn Write, j: &postpone::JobInfo) -> Result<(), CliErro
     Ok(())
 }
 
-fn table(page: &JobPage, header: bool, out: &mut dyn Write) -> Result<(), CliError> {
+fn table(jobs: &[postpone::JobInfo], out: &mut dyn Write) -> Result<(), CliError> {
     let mut t = Table::new(&[
         "ID",
         "STATUS",
@@ -141,7 +139,7 @@ fn table(page: &JobPage, header: bool, out: &mut dyn Write) -> Result<(), CliErr
         "LAST ERROR",
         "ARGS",
     ]);
-    for j in &page.jobs {
+    for j in jobs {
         t.row(vec![
             j.id.to_string(),
             j.status.to_string(),
@@ -157,10 +155,6 @@ fn table(page: &JobPage, header: bool, out: &mut dyn Write) -> Result<(), CliErr
             output::cut(&output::clean(j.args.get()), 40),
         ]);
     }
-    if header {
-        t.write(out)?;
-    } else {
-        t.write_rows(out)?;
-    }
+    t.write(out)?;
     Ok(())
 }
