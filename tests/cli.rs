@@ -150,20 +150,20 @@ fn every_command_against_a_real_database() {
 
     assert_eq!(
         ok(url, &["migrate"]),
-        "applied migration(s) 1; schema is at version 1\n"
+        "applied migration(s) 1, 2; schema is at version 2\n"
     );
-    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 1)\n");
+    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 2)\n");
     assert_eq!(
         json(url, &["migrate"]),
-        serde_json::json!({"applied": [], "version": 1})
+        serde_json::json!({"applied": [], "version": 2})
     );
     assert_eq!(
         ok(url, &["healthcheck"]),
-        "ok: database answers, schema version 1\n"
+        "ok: database answers, schema version 2\n"
     );
     assert_eq!(
         json(url, &["healthcheck"]),
-        serde_json::json!({"healthy": true, "schema_version": 1, "supported_version": 1,
+        serde_json::json!({"healthy": true, "schema_version": 2, "supported_version": 2,
                            "database": db_name(url)})
     );
 
@@ -1055,7 +1055,7 @@ fn healthcheck_checks_live_workers_and_lag_for_probes() {
     );
     assert_eq!(o.code, 1, "{o:?}");
     assert!(
-        out.starts_with("ok: database answers, schema version 1, 1 live worker(s)"),
+        out.starts_with("ok: database answers, schema version 2, 1 live worker(s)"),
         "{out}"
     );
     let o = run(url, &["healthcheck", "--min-workers", "2"]);
@@ -1091,7 +1091,7 @@ fn a_newer_schema_is_refused_everywhere_with_both_versions_and_exit_8() {
              INSERT INTO postpone_jobs (queue, task, args, status) VALUES ('q', 't', '1', 'paused')",
         )
         .unwrap();
-    let says = "the database schema is at version 7, newer than this postpone (version 1)";
+    let says = "the database schema is at version 7, newer than this postpone (version 2)";
     for args in [
         &["jobs"][..],
         &["stats"],
@@ -1111,7 +1111,7 @@ fn a_newer_schema_is_refused_everywhere_with_both_versions_and_exit_8() {
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(
         (v["healthy"].clone(), v["supported_version"].clone()),
-        (false.into(), 1.into())
+        (false.into(), 2.into())
     );
     // Nothing was inserted by the refused defer.
     let n: i64 = db
@@ -1145,7 +1145,7 @@ fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
         Some(url),
         &["migrate", "--adopt"],
         7,
-        "differ from this postpone's version 1 (missing: index CREATE INDEX postpone_jobs_claim_idx ON postpone_jobs USING btree (priority DESC, id) WHERE (status = 'todo'::text); unexpected: column postpone_jobs.note text); nothing was changed",
+        "differ from this postpone's version 2 (missing: index CREATE INDEX postpone_jobs_claim_idx ON postpone_jobs USING btree (priority DESC, id) WHERE (status = 'todo'::text); unexpected: column postpone_jobs.note text); nothing was changed",
     );
     assert!(run(url, &["healthcheck"]).stdout.contains(says));
     // Put back as they were, they are adopted, and all is well.
@@ -1156,18 +1156,18 @@ fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
     .unwrap();
     assert_eq!(
         ok(url, &["migrate", "--adopt"]),
-        "adopted the existing tables: schema recorded at version 1\n"
+        "adopted the existing tables: schema recorded at version 2\n"
     );
     assert_eq!(
         ok(url, &["healthcheck"]),
-        "ok: database answers, schema version 1\n"
+        "ok: database answers, schema version 2\n"
     );
-    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 1)\n");
+    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 2)\n");
     fails_with(
         Some(url),
         &["migrate", "--adopt"],
         4,
-        "nothing to adopt: migrations are recorded (version 1)",
+        "nothing to adopt: migrations are recorded (version 2)",
     );
     let n: i64 = c
         .query_one(
@@ -1185,7 +1185,7 @@ fn migrate_print_shows_the_missing_sql_and_changes_nothing() {
     let url = db.url();
     let script = ok(&url, &["migrate", "--print"]);
     assert!(
-        script.starts_with("-- postpone schema migrations 1..1"),
+        script.starts_with("-- postpone schema migrations 1..2"),
         "{script}"
     );
     assert!(script.contains("CREATE TABLE postpone_jobs"));
@@ -1195,10 +1195,10 @@ fn migrate_print_shows_the_missing_sql_and_changes_nothing() {
         .contains("schema not installed"));
     // The script works as printed.
     db.client().batch_execute(&script).unwrap();
-    assert_eq!(ok(&url, &["migrate"]), "schema is up to date (version 1)\n");
+    assert_eq!(ok(&url, &["migrate"]), "schema is up to date (version 2)\n");
     assert_eq!(
         ok(&url, &["migrate", "--print"]),
-        "-- postpone: the schema is current (version 1); nothing to run\n"
+        "-- postpone: the schema is current (version 2); nothing to run\n"
     );
     // --all needs no database at all.
     assert_eq!(ok(UNREACHABLE, &["migrate", "--print", "--all"]), script);

@@ -8,8 +8,9 @@
 //! began, so a job that fails again while the call runs is not retried twice and the call
 //! always ends. Rows another transaction holds are skipped, never waited for.
 //!
-//! A retry never breaks on a queueing lock: a job whose queueing lock already has a waiting
-//! job (or a second one of the same lock in the batch) is skipped, not an error.
+//! A retry goes through `postpone_requeue`, the one way back to `todo` that every other path
+//! uses: a job whose queueing lock already has a waiting job, or that the database refuses,
+//! is skipped (counted, not an error) and never fails the others.
 
 use std::time::SystemTime;
 
@@ -78,14 +79,11 @@ impl BulkAction {
     }
 
     /// The statement changing the rows whose ids are in the CTE `b`; returns their ids and
-    /// queues.
-    fn change(self, q: &mut Query) -> String {
-        match self {
-            BulkAction::Retry => "UPDATE postpone_jobs j
-   SET status = 'todo', scheduled_at = now(), attempts = 0, worker_id = NULL,
-       started_at = NULL, finished_at = NULL, abort_requested = false
-  FROM b WHERE j.id = b.id RETURNING j.id, j.queue"
-                .to_owned(),
+    /// queues; `None` for a retry, which is `postpone_requeue`'s.
+    fn change(self, q: &mut Query) -> Option<String> {
+        Some(match self {
+            // Retry goes through postpone_requeue (see `Admin::bulk`).
+            BulkAction::Retry => return None,
             BulkAction::Cancel => "UPDATE postpone_jobs j
    SET status = 'cancelled', finished_at = now()
   FROM b WHERE j.id = b.id RETURNING j.id, j.queue"
@@ -104,7 +102,7 @@ impl BulkAction {
   FROM b WHERE j.id = b.id RETURNING j.id, j.queue",
                 q.bind(p)
             ),
-        }
+        })
     }
 
     /// Whether workers of the touched queues should be woken.
@@ -214,26 +212,12 @@ impl Admin {
         }
         let mut changed = 0u64;
         let mut below = top.saturating_add(1);
-        let mut collisions = 0;
         loop {
             let mut q = Query::default();
             let cond = filter.conditions(&mut q);
             let below_p = q.bind(below);
             let batch = q.bind(BATCH);
-            let change = action.change(&mut q);
-            // One row per queueing lock in a retry batch: two retried jobs of one lock
-            // would collide on the unique index.
-            let pick = if action == BulkAction::Retry {
-                "SELECT id FROM (
-       SELECT j.id, row_number() OVER (PARTITION BY coalesce(j.queueing_lock, j.id::text)
-                                       ORDER BY j.id DESC) AS n
-         FROM postpone_jobs j
-        WHERE j.id IN (SELECT id FROM c)) r
-  WHERE r.n = 1"
-            } else {
-                "SELECT id FROM c"
-            };
-            let sql = format!(
+            let select = format!(
                 "WITH c AS (
     SELECT j.id FROM postpone_jobs j
      WHERE {cond}
@@ -242,25 +226,31 @@ impl Admin {
      ORDER BY j.id DESC
      LIMIT {batch}
        FOR UPDATE SKIP LOCKED
-), low AS (SELECT min(id) AS id, count(*) AS n FROM c),
-b AS ({pick}),
+), low AS (SELECT min(id) AS id, count(*) AS n, coalesce(array_agg(id), '{{}}') AS ids FROM c)"
+            );
+            let sql = if let Some(change) = action.change(&mut q) {
+                format!(
+                    "{select},
+b AS (SELECT id FROM c),
 done AS ({change})
 SELECT (SELECT id FROM low), (SELECT n FROM low), count(*),
-       (SELECT count(pg_notify('postpone', 'job:' || q.queue))
+       (SELECT count(postpone_wake(q.queue))
           FROM (SELECT DISTINCT queue FROM done) q WHERE {wake})
   FROM done",
-                wake = action.wakes()
-            );
-            let rows = match conn.query_named("changing jobs in bulk", &sql, &q.params()) {
-                Ok(rows) => rows,
-                // A queueing lock taken by a defer between our check and the update: the
-                // batch is rolled back; go round again (the job is then skipped).
-                Err(e) if e.sqlstate() == Some("23505") && collisions < 3 => {
-                    collisions += 1;
-                    continue;
-                }
-                Err(e) => return Err(e),
+                    wake = action.wakes()
+                )
+            } else {
+                // The one way back to todo (schema 2): a queueing-lock collision or a row
+                // the database refuses is reported for that job alone, never fails the batch.
+                format!(
+                    "{select}
+SELECT low.id, low.n,
+       (SELECT count(*) FROM postpone_requeue(low.ids, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', true) r
+         WHERE r.outcome = 'todo')
+  FROM low"
+                )
             };
+            let rows = conn.query_named("changing jobs in bulk", &sql, &q.params())?;
             let (low, seen, n) = batch_result(&rows);
             changed += n;
             match low {

@@ -169,33 +169,39 @@ impl Admin {
                 workers: 0,
             });
         }
-        let (set, why) = match fix {
-            StalledFix::Requeue => (
-                "status = 'todo', worker_id = NULL, started_at = NULL, scheduled_at = now()",
-                "requeued by an operator: its worker (id %s) was silent or gone",
+        let sql = match fix {
+            // The one way back to todo (schema 2), fenced on the worker and attempt seen
+            // here: a job whose abort was requested ends aborted; one whose queueing lock
+            // has a waiting job meanwhile ends cancelled (superseded).
+            StalledFix::Requeue => format!(
+                "WITH s AS (
+    SELECT coalesce(array_agg(j.id ORDER BY j.id), '{{}}') AS ids,
+           coalesce(array_agg(j.worker_id ORDER BY j.id), '{{}}') AS workers,
+           coalesce(array_agg(j.attempts ORDER BY j.id), '{{}}') AS attempts,
+           coalesce(array_agg(format('requeued by an operator: its worker (id %s) was silent or gone',
+                                     j.worker_id) ORDER BY j.id), '{{}}') AS notes
+      FROM postpone_jobs j
+     WHERE {STALLED_CONDITION}
+)
+SELECT count(*), 0::bigint
+  FROM s, postpone_requeue(s.ids, s.workers, s.attempts, '{{}}', s.notes, '{{}}') r"
             ),
-            StalledFix::Fail => (
-                "status = 'failed', finished_at = now()",
-                "failed by an operator: its worker (id %s) was silent or gone",
-            ),
-        };
-        let sql = format!(
-            "WITH s AS (
+            StalledFix::Fail => format!(
+                "WITH s AS (
     UPDATE postpone_jobs j
-       SET {set},
+       SET status = 'failed', finished_at = now(),
            errors = coalesce(CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors END,
                              '[]'::jsonb)
                     || jsonb_build_array(jsonb_build_object(
                          'attempt', j.attempts, 'at', now(),
-                         'error', format('{why}', j.worker_id)))
+                         'error', format('failed by an operator: its worker (id %s) was silent or gone',
+                                         j.worker_id)))
      WHERE {STALLED_CONDITION}
-    RETURNING j.id, j.queue, j.status
+    RETURNING j.id
 )
-SELECT count(*),
-       (SELECT count(pg_notify('postpone', 'job:' || q.queue))
-          FROM (SELECT DISTINCT queue FROM s WHERE status = 'todo') q)
-  FROM s"
-        );
+SELECT count(*), 0::bigint FROM s"
+            ),
+        };
         let rows = conn.query_named("changing stalled jobs", &sql, &[&ms])?;
         let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
         log::info!("{n} stalled job(s) {fix:?} by the admin API");
