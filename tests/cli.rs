@@ -990,10 +990,14 @@ fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
         "dry run: 3 stalled job(s) would be requeued\n"
     );
     assert_eq!(json(url, &["stalled"]).as_array().unwrap().len(), 3);
+    // An abort recorded for a stalled job survives the requeue: it ends aborted.
+    c.batch_execute("UPDATE postpone_jobs SET abort_requested = true WHERE id = 2")
+        .unwrap();
     assert_eq!(
         json(url, &["stalled", "--requeue"]),
         serde_json::json!({"dry_run": false, "jobs": 3, "workers": 0})
     );
+    assert_eq!(status_of(url, JobId(2)), "aborted");
     let j = json(url, &["job", "1"]);
     assert_eq!(
         (j["status"].clone(), j["attempts"].clone()),

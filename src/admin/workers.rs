@@ -138,9 +138,12 @@ impl Admin {
         rows.iter().map(job_from_row).collect()
     }
 
-    /// Puts the stalled jobs (see [`stalled_jobs`](Self::stalled_jobs)) back to `todo`, due
-    /// now, recording why in their errors; their attempt stays counted. Wakes the workers of
-    /// their queues. With `dry_run`, only counts them.
+    /// Puts the stalled jobs (see [`stalled_jobs`](Self::stalled_jobs)) back to `todo`
+    /// through `postpone_requeue`, the way a worker's rescue does: due at once, keeping
+    /// their scheduled time, the reason recorded in their errors, their attempt still
+    /// counted; a job whose abort was requested ends `aborted`, one whose queueing lock has
+    /// a waiting job ends `cancelled` (superseded). Wakes the workers of their queues. With
+    /// `dry_run`, only counts them.
     pub fn requeue_stalled(&self, stalled_after: Duration, dry_run: bool) -> Result<StalledReport> {
         self.fix_stalled(stalled_after, StalledFix::Requeue, dry_run)
     }
