@@ -3,10 +3,10 @@
 //!
 //! Each action touches only the jobs its rule allows (retry: failed, cancelled or aborted;
 //! cancel, reschedule, priority: waiting; delete: anything not running); the others that
-//! match are counted as skipped. Work goes in batches of 1,000 rows, each its own statement
-//! and transaction, walking ids downwards from the highest id that matched when the call
-//! began, so a job that fails again while the call runs is not retried twice and the call
-//! always ends. Rows another transaction holds are skipped, never waited for.
+//! match are counted as skipped. One scan collects the ids the action may touch; then
+//! batches of 1,000 ids, each its own statement and transaction, re-check the filter and the
+//! rule by primary key, so a job that fails again while the call runs is not retried twice
+//! and the call always ends. Rows another transaction holds are skipped, never waited for.
 //!
 //! A retry goes through `postpone_requeue`, the one way back to `todo` that every other path
 //! uses: a job whose queueing lock already has a waiting job, or that the database refuses,
@@ -14,7 +14,6 @@
 
 use std::time::SystemTime;
 
-use postgres::Row;
 use serde::Serialize;
 
 use super::filter::{JobFilter, Query};
@@ -22,7 +21,7 @@ use super::Admin;
 use crate::error::{Error, Result};
 
 /// Rows per statement of a bulk operation.
-const BATCH: i64 = 1000;
+const BATCH: usize = 1000;
 
 /// What [`Admin::bulk`] does to each job it selects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,42 +188,52 @@ impl Admin {
         let mut q = Query::default();
         let cond = filter.conditions(&mut q);
         let eligible = action.eligible();
-        let sql = format!(
-            "SELECT count(*), count(*) FILTER (WHERE {eligible}), coalesce(max(j.id), 0)
-  FROM postpone_jobs j
- WHERE {cond}"
-        );
-        let rows = conn.query_named("counting jobs", &sql, &q.params())?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::invalid("counting jobs: no row"))?;
-        let matched = row.get::<_, i64>(0).max(0) as u64;
-        let eligible_now = row.get::<_, i64>(1).max(0) as u64;
-        let top: i64 = row.get(2);
         if dry_run {
+            let sql = format!(
+                "SELECT count(*), count(*) FILTER (WHERE {eligible}) FROM postpone_jobs j WHERE {cond}"
+            );
+            let rows = conn.query_named("counting jobs", &sql, &q.params())?;
+            let (matched, eligible) = rows.first().map_or((0, 0), |r| {
+                (
+                    r.get::<_, i64>(0).max(0) as u64,
+                    r.get::<_, i64>(1).max(0) as u64,
+                )
+            });
             return Ok(BulkReport {
                 action: action.as_str(),
                 dry_run,
                 matched,
-                changed: eligible_now,
-                skipped: matched - eligible_now,
+                changed: eligible,
+                skipped: matched.saturating_sub(eligible),
             });
         }
+        // One scan: how many match, and the ids the action may touch (highest first).
+        let sql = format!(
+            "SELECT count(*),
+       coalesce(array_agg(j.id ORDER BY j.id DESC) FILTER (WHERE {eligible}), '{{}}')
+  FROM postpone_jobs j
+ WHERE {cond}"
+        );
+        let rows = conn.query_named("selecting jobs", &sql, &q.params())?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Error::invalid("selecting jobs: no row"))?;
+        let matched = row.get::<_, i64>(0).max(0) as u64;
+        let ids: Vec<i64> = row.get(1);
+        // Then batches by primary key, each re-checking the filter and the rule: a job
+        // changed meanwhile (claimed, finished, retried by someone else) is skipped, and no
+        // job is touched twice however fast workers send it back.
         let mut changed = 0u64;
-        let mut below = top.saturating_add(1);
-        loop {
+        for chunk in ids.chunks(BATCH) {
             let mut q = Query::default();
             let cond = filter.conditions(&mut q);
-            let below_p = q.bind(below);
-            let batch = q.bind(BATCH);
+            let chunk_p = q.bind(chunk.to_vec());
             let select = format!(
                 "WITH c AS (
     SELECT j.id FROM postpone_jobs j
-     WHERE {cond}
+     WHERE j.id = ANY({chunk_p}::bigint[])
+       AND {cond}
        AND {eligible}
-       AND j.id < {below_p}::bigint
-     ORDER BY j.id DESC
-     LIMIT {batch}
        FOR UPDATE SKIP LOCKED
 ), low AS (SELECT min(id) AS id, count(*) AS n, coalesce(array_agg(id), '{{}}') AS ids FROM c)"
             );
@@ -251,12 +260,7 @@ SELECT low.id, low.n,
                 )
             };
             let rows = conn.query_named("changing jobs in bulk", &sql, &q.params())?;
-            let (low, seen, n) = batch_result(&rows);
-            changed += n;
-            match low {
-                Some(low) if seen > 0 => below = low,
-                _ => break,
-            }
+            changed += rows.first().map_or(0, |r| r.get::<_, i64>(2).max(0) as u64);
         }
         log::info!(
             "{} of {matched} matching job(s): {changed} changed by the admin API",
@@ -269,16 +273,5 @@ SELECT low.id, low.n,
             changed,
             skipped: matched.saturating_sub(changed),
         })
-    }
-}
-
-fn batch_result(rows: &[Row]) -> (Option<i64>, i64, u64) {
-    match rows.first() {
-        None => (None, 0, 0),
-        Some(r) => (
-            r.get::<_, Option<i64>>(0),
-            r.get::<_, Option<i64>>(1).unwrap_or(0),
-            r.get::<_, i64>(2).max(0) as u64,
-        ),
     }
 }
