@@ -10,6 +10,7 @@
 
 mod commands;
 mod context;
+mod database;
 mod output;
 mod parse;
 
@@ -147,9 +148,9 @@ where
         a.to_str()
             .is_some_and(|s| s == "--database-url" || s.starts_with("--database-url="))
     });
-    let (database_url, source) = context::resolve_database(cli.database_url, from_flag, env);
+    let (database_url, source) = database::resolve(cli.database_url, from_flag, env);
     let ctx = Context {
-        database: context::describe(&database_url),
+        database: database::describe(&database_url),
         database_url,
         source,
         json: cli.json,

@@ -76,15 +76,15 @@ pub fn run(
 ) -> Result<(), CliError> {
     let filtered = !target.select.filter(None).is_unfiltered();
     let admin = app.admin();
-    let (action, mut filter) = match op {
-        Op::Retry => (BulkAction::Retry, target.select.filter(target.id)),
-        Op::Cancel { delete: false } => (BulkAction::Cancel, target.select.filter(target.id)),
-        // Cancel-and-delete removes waiting jobs only.
-        Op::Cancel { delete: true } => (BulkAction::Delete, target.select.filter(target.id)),
-        Op::Delete => (BulkAction::Delete, target.select.filter(target.id)),
-        Op::Reschedule(at) => (BulkAction::Reschedule(at), target.select.filter(target.id)),
-        Op::Priority(p) => (BulkAction::Priority(p), target.select.filter(target.id)),
+    let action = match op {
+        Op::Retry => BulkAction::Retry,
+        Op::Cancel { delete: false } => BulkAction::Cancel,
+        // Cancel-and-delete removes waiting jobs only (the filter says todo, below).
+        Op::Cancel { delete: true } | Op::Delete => BulkAction::Delete,
+        Op::Reschedule(at) => BulkAction::Reschedule(at),
+        Op::Priority(p) => BulkAction::Priority(p),
     };
+    let mut filter = target.select.filter(target.id);
     match (target.id, filtered) {
         (Some(_), true) => {
             return Err(CliError::usage(
