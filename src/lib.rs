@@ -43,7 +43,8 @@ pub use postgres;
 pub use tokio_postgres;
 
 pub use admin::{
-    AbortOutcome, Admin, AttemptError, JobDetail, JobFilter, JobInfo, QueueCounts, WorkerInfo,
+    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
+    JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
 pub use app::{App, AppBuilder, PooledConnection};
 pub use conn::tls::SslMode;

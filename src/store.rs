@@ -235,24 +235,6 @@ macro_rules! job_columns {
     };
 }
 
-/// Lists jobs, newest first. Each filter applies when its parameter is not NULL (not
-/// empty for `$4`): `$1` id, `$2` queue, `$3` task, `$4` statuses, `$5` lock, `$6`
-/// queueing lock; at most `$7` rows.
-pub(crate) const JOBS_LIST: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    "
-  FROM postpone_jobs j
- WHERE ($1::bigint IS NULL OR j.id = $1)
-   AND ($2::text IS NULL OR j.queue = $2)
-   AND ($3::text IS NULL OR j.task = $3)
-   AND (cardinality($4::text[]) = 0 OR j.status = ANY($4))
-   AND ($5::text IS NULL OR j.lock = $5)
-   AND ($6::text IS NULL OR j.queueing_lock = $6)
- ORDER BY j.id DESC
- LIMIT $7"
-);
-
 /// One job with its errors, its worker's name and the periodic instant it was deferred for.
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
@@ -264,19 +246,6 @@ pub(crate) const JOB_GET: &str = concat!(
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
-);
-
-/// Running jobs whose worker has not sent a heartbeat for `$1` milliseconds, or is gone.
-pub(crate) const JOBS_STALLED: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    "
-  FROM postpone_jobs j
- WHERE j.status = 'doing'
-   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE w.id = j.worker_id
-                      AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')
- ORDER BY j.id"
 );
 
 /// The status of job `$1` (to explain why an operation did nothing).
@@ -316,31 +285,6 @@ SELECT a.status,
        (SELECT count(pg_notify('postpone', 'abort:' || a2.id)) FROM a a2
          WHERE a2.status = 'doing')
   FROM a";
-
-/// Jobs per queue: due, scheduled later, running, and each finished status; and the age in
-/// seconds of the oldest due job.
-pub(crate) const QUEUE_COUNTS: &str = "
-SELECT queue,
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
-       count(*) FILTER (WHERE status = 'doing'),
-       count(*) FILTER (WHERE status = 'succeeded'),
-       count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'cancelled'),
-       count(*) FILTER (WHERE status = 'aborted'),
-       extract(epoch FROM now() - min(scheduled_at)
-                 FILTER (WHERE status = 'todo' AND scheduled_at <= now()))::float8
-  FROM postpone_jobs
- GROUP BY queue
- ORDER BY queue";
-
-/// Registered workers with the age of their heartbeat (seconds) and their running jobs.
-pub(crate) const WORKERS_LIST: &str = "
-SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat,
-       extract(epoch FROM now() - w.last_heartbeat)::float8,
-       (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
-  FROM postpone_workers w
- ORDER BY w.id";
 
 // ---------------------------------------------------------------------------------------
 // Results: progress, output and waiting for a job (job.rs, wait.rs).

@@ -54,7 +54,14 @@ pub const SCHEMA_VERSION: i32 = LATEST;
 
 /// Key of the advisory lock that serialises migrations (any constant works; this one spells
 /// "postpone" in ASCII).
-const MIGRATE_LOCK: i64 = 0x706f_7374_706f_6e65;
+pub(crate) const MIGRATE_LOCK: i64 = 0x706f_7374_706f_6e65;
+
+/// The table that records applied migrations.
+pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS postpone_migrations (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
 
 /// Migrations may run long on big tables: they get at least this deadline per round-trip.
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -78,13 +85,7 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<i32>> {
 fn migrate_inner(conn: &mut Connection) -> Result<Vec<i32>> {
     conn.begin()?;
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    conn.batch_execute(
-        "CREATE TABLE IF NOT EXISTS postpone_migrations (
-             version    integer     PRIMARY KEY,
-             name       text        NOT NULL,
-             applied_at timestamptz NOT NULL DEFAULT now()
-         )",
-    )?;
+    conn.batch_execute(MIGRATIONS_TABLE)?;
     let applied: Vec<i32> = conn
         .query("SELECT version FROM postpone_migrations", &[])?
         .iter()
