@@ -27,7 +27,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
-use super::socket::{self, Stream, Target};
+use super::socket;
+use super::target::{Stream, Target};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 

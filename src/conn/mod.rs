@@ -5,6 +5,7 @@ pub(crate) mod client;
 pub(crate) mod options;
 pub(crate) mod pool;
 pub(crate) mod socket;
+pub(crate) mod target;
 pub(crate) mod tls;
 pub(crate) mod watchdog;
 

@@ -46,12 +46,6 @@ pub(crate) struct Manager {
     ping_timed_out: std::sync::Mutex<Option<Instant>>,
 }
 
-impl std::fmt::Debug for Watchdog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Watchdog")
-    }
-}
-
 impl Manager {
     pub(crate) fn new(opts: Arc<ConnectOptions>, watchdog: Watchdog, group: u64) -> Manager {
         Manager {

@@ -53,7 +53,7 @@ use rustls::ClientConfig;
 use self::params::{take_tls_params, Raw};
 use self::stream::RustlsConnect;
 use self::verify::client_config;
-use super::socket::Target;
+use super::target::Target;
 use crate::error::{Error, ErrorKind, Result};
 
 mod params;

@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsConnect};
 
 use super::{SslMode, Trust};
-use crate::conn::socket::Stream;
+use crate::conn::target::Stream;
 use crate::error::{Error, ErrorKind};
 
 const NOT_STARTED: u8 = 0;
