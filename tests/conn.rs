@@ -744,3 +744,64 @@ fn client_connection_check_interval_is_set_on_our_sessions() {
         assert_eq!(value, expected, "io_timeout {io_timeout:?}");
     }
 }
+
+/// What the backend `pid` is doing, from `pg_stat_activity` (None once the session is gone).
+fn backend_state(db: &TestDb, pid: i32) -> Option<(String, String)> {
+    db.client()
+        .query_opt(
+            "SELECT coalesce(state, ''), query FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .expect("reading pg_stat_activity")
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+#[test]
+fn a_statement_that_times_out_on_a_half_open_link_is_cancelled_on_the_server() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(2), 2);
+    let mut conn = app.connection().unwrap();
+    let pid = backend_pid(&mut conn);
+    let runner = thread::spawn(move || {
+        let started = Instant::now();
+        let res = conn.query("SELECT pg_sleep(60)", &[]).map(|_| ());
+        (res, started.elapsed())
+    });
+    // The statement reaches the server, then the link goes half-open under it.
+    assert!(
+        wait_until(Duration::from_secs(5), || backend_state(&db, pid)
+            .is_some_and(
+                |(state, q)| state == "active" && q.contains("pg_sleep")
+            )),
+        "the statement never started on the server"
+    );
+    proxy.strand_all();
+    let (res, took) = runner.join().unwrap();
+    let err = res.expect_err("a stranded statement cannot succeed");
+    assert!(err.is_timeout(), "{err}");
+    eprintln!("measured: timed-out statement returned after {took:?} (io_timeout 2s)");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    // The server stopped running it: the CancelRequest arrived on a fresh socket.
+    let started = Instant::now();
+    let stopped = wait_until(Duration::from_secs(5), || {
+        backend_state(&db, pid).is_none_or(|(state, _)| state != "active")
+    });
+    eprintln!(
+        "measured: backend {pid} after the timeout: {:?} ({:?} later)",
+        backend_state(&db, pid),
+        started.elapsed()
+    );
+    assert!(
+        stopped,
+        "the timed-out statement is still running on the server"
+    );
+    // The cancel's own socket was closed: only the proxy's stranded links remain registered.
+    assert!(
+        wait_until(Duration::from_secs(2), || app.open_sockets() == 0),
+        "sockets left registered: {}",
+        app.open_sockets()
+    );
+}

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::tls::TlsConnect;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, Row, Statement, ToStatement};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
 use super::socket;
@@ -49,6 +50,13 @@ pub struct Notification {
 /// from task code. Calls use the connection's `io_timeout` (the App's, 10 s by default); when
 /// it fires, the socket is severed, the connection is marked broken and the call returns an
 /// error of kind [`Timeout`](ErrorKind::Timeout) at once: no call can hang.
+///
+/// Before the socket goes, a CancelRequest is sent from a fresh socket (under its own short
+/// deadline, at most 1 s and never more than `connect_timeout`), so that the server stops the
+/// statement instead of running it on for a caller that has given up. A timeout does not say
+/// whether a write happened: the statement may have committed before the deadline fired, or
+/// before the cancel arrived (a `defer` that timed out may have inserted its job). Write so
+/// that a retry is harmless (a `queueing_lock`, an idempotent statement), or check.
 ///
 /// ```no_run
 /// # fn main() -> postpone::Result<()> {
@@ -76,7 +84,25 @@ struct Inner {
     in_tx: bool,
     last_ok: Instant,
     peer: String,
+    cancel: CancelRoute,
 }
+
+/// What it takes to send a CancelRequest for this connection from a fresh socket of ours: a
+/// timed-out statement would otherwise run on in its backend (with its locks) while the link
+/// is half-open, since the server learns of nothing until its own keepalive fires.
+struct CancelRoute {
+    opts: Arc<ConnectOptions>,
+    target: Target,
+    /// The session fell back to plain text (`sslmode=prefer`): so does its cancel.
+    plain: bool,
+    token: CancelToken,
+    watchdog: Watchdog,
+    group: u64,
+}
+
+/// The longest a CancelRequest may take (connect, TLS, send), on top of the deadline that
+/// fired; never more than `connect_timeout`.
+pub(crate) const CANCEL_DEADLINE: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,7 +119,7 @@ impl Connection {
     /// `connect_timeout` (and never past `overall`), its socket registered in `group` of the
     /// watchdog from before the first byte.
     pub(crate) fn open(
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         watchdog: &Watchdog,
         group: u64,
         overall: Option<Instant>,
@@ -148,7 +174,7 @@ impl Connection {
 
     fn open_target(
         rt: Runtime,
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         target: &Target,
         watchdog: &Watchdog,
         group: u64,
@@ -177,6 +203,7 @@ impl Connection {
             } else {
                 opts.tls.connector(target)?
             };
+            let over_tls = connector.is_some();
             let result = match connector {
                 None => {
                     // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
@@ -199,6 +226,14 @@ impl Connection {
             };
             match result {
                 Ok((client, notifications)) => {
+                    let cancel = CancelRoute {
+                        opts: opts.clone(),
+                        target: target.clone(),
+                        plain: !over_tls,
+                        token: client.cancel_token(),
+                        watchdog: watchdog.clone(),
+                        group,
+                    };
                     return Ok(Connection {
                         statements: HashMap::new(),
                         client,
@@ -211,8 +246,9 @@ impl Connection {
                             in_tx: false,
                             last_ok: Instant::now(),
                             peer: target.to_string(),
+                            cancel,
                         },
-                    })
+                    });
                 }
                 Err(e) => {
                     reg.sever();
@@ -541,6 +577,10 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                // The statement may be running on (a half-open link, or a slow one): ask the
+                // server to cancel it before the socket goes, so that its backend does not
+                // keep working and holding locks for a caller that has given up.
+                self.cancel.send(&self.rt, what, &self.peer);
                 self.reg.sever();
                 let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
                 self.broken = Some(why.clone());
@@ -588,6 +628,69 @@ impl Inner {
         }
         // Anything else (a type conversion, an unexpected message) leaves the link alone.
         Error::with_source(ErrorKind::Database, what.to_owned(), e)
+    }
+}
+
+impl CancelRoute {
+    /// Sends a CancelRequest for whatever the session is running, from a fresh socket
+    /// registered in the connection's watchdog group (so a shutdown severs it too), under
+    /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
+    fn send(&self, rt: &Runtime, what: &str, peer: &str) {
+        let wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+        let deadline = socket::Deadline {
+            at: Instant::now() + wait,
+            name: format!("{} cancel deadline", fmt_duration(wait)),
+        };
+        let started = Instant::now();
+        let sent = (|| -> Result<()> {
+            let (stream, reg) = socket::connect(
+                rt,
+                &self.opts,
+                &self.target,
+                &self.watchdog,
+                self.group,
+                &deadline,
+            )?;
+            reg.arm(deadline.at);
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let connector = if self.plain {
+                None
+            } else {
+                self.opts.tls.connector(&self.target)?
+            };
+            let res = match connector {
+                None => rt.block_on(async {
+                    tokio::time::timeout(
+                        left,
+                        self.token.cancel_query_raw(stream, tokio_postgres::NoTls),
+                    )
+                    .await
+                }),
+                Some(tls) => rt.block_on(async {
+                    tokio::time::timeout(left, self.token.cancel_query_raw(stream, tls)).await
+                }),
+            };
+            reg.disarm();
+            reg.sever();
+            match res {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::with_source(ErrorKind::Connect, "sending", e)),
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no answer within {}", deadline.name),
+                )),
+            }
+        })();
+        match sent {
+            Ok(()) => log::info!(
+                "{what} on {peer}: timed out; cancel request sent in {}",
+                fmt_duration(started.elapsed())
+            ),
+            Err(e) => log::warn!(
+                "{what} on {peer}: timed out, and the cancel request failed ({e}); the \
+                 statement may run on in its backend until the server notices the client is gone"
+            ),
+        }
     }
 }
 
