@@ -805,3 +805,177 @@ fn a_statement_that_times_out_on_a_half_open_link_is_cancelled_on_the_server() {
         app.open_sockets()
     );
 }
+
+/// A login role limited to one connection, dropped (with its sessions) at the end.
+struct LimitedRole {
+    name: String,
+    admin: postgres::Client,
+}
+
+impl LimitedRole {
+    fn new(db: &TestDb) -> LimitedRole {
+        let name = format!("{}_lim", db.name());
+        let mut admin = db.client();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE \"{name}\" LOGIN CONNECTION LIMIT 1; \
+                 GRANT ALL ON DATABASE \"{}\" TO \"{name}\"",
+                db.name()
+            ))
+            .expect("create a limited role");
+        LimitedRole { name, admin }
+    }
+
+    fn url_at(&self, db: &TestDb, host_port: &str) -> String {
+        format!("postgres://{}@{host_port}/{}", self.name, db.name())
+    }
+}
+
+impl Drop for LimitedRole {
+    fn drop(&mut self) {
+        let _ = self.admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+            &[&self.name],
+        );
+        for _ in 0..50 {
+            if self
+                .admin
+                .batch_execute(&format!("DROP ROLE IF EXISTS \"{}\"", self.name))
+                .is_ok()
+            {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_failed_checkout_leaves_no_connect_attempts_behind() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let role = LimitedRole::new(&db);
+    // The role's one connection is taken: every connect of the App is refused.
+    let holder = postgres::Client::connect(&role.url_at(&db, &db.server_addr()), postgres::NoTls)
+        .expect("the role's one connection");
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(role.url_at(&db, &format!("127.0.0.1:{}", proxy.port())))
+        .pool_size(3)
+        .pool_timeout(Duration::from_secs(1))
+        .lazy(true)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = app
+        .connection()
+        .expect_err("the role has no connection left");
+    let took = started.elapsed();
+    let at_return = proxy.accepted();
+    eprintln!(
+        "measured: failed checkout after {took:?} with {at_return} connect attempt(s): {err}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(err.to_string().contains("too many connections"), "{err}");
+    // Nobody waits any more: nothing may go on connecting.
+    thread::sleep(Duration::from_secs(3));
+    let later = proxy.accepted();
+    eprintln!(
+        "measured: connect attempts in the 3s after the checkout returned: {}",
+        later - at_return
+    );
+    assert_eq!(later, at_return, "connect attempts went on with no caller");
+    // Once the server has room, the next checkout connects.
+    drop(holder);
+    assert!(
+        wait_until(Duration::from_secs(5), || app.schema_version().is_ok()),
+        "no connection once the role had room again"
+    );
+    drop(app);
+    drop(role);
+}
+
+#[test]
+fn a_slow_but_healthy_server_keeps_its_pooled_connections() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(2)
+        .io_timeout(Duration::from_secs(6))
+        .pool_timeout(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let mut conns: Vec<_> = (0..2).map(|_| app.connection().unwrap()).collect();
+    let pids: Vec<i32> = conns.iter_mut().map(|c| backend_pid(c)).collect();
+    drop(conns);
+    let accepted = proxy.accepted();
+    // Past the no-ping window, then every round-trip costs about 1.2 s: slow, not dead.
+    thread::sleep(Duration::from_millis(1100));
+    proxy.set_delay(Duration::from_millis(600));
+    let started = Instant::now();
+    let mut conn = app.connection().expect("a checkout on a slow server");
+    let took = started.elapsed();
+    proxy.set_delay(Duration::ZERO);
+    let pid = backend_pid(&mut conn);
+    eprintln!("measured: checkout with a 1.2s ping round-trip took {took:?}");
+    assert!(
+        pids.contains(&pid),
+        "the pooled connections were dropped as dead: new backend {pid}, old {pids:?}"
+    );
+    assert_eq!(proxy.accepted(), accepted, "a new connection was opened");
+    drop(conn);
+    let mut other = app.connection().unwrap();
+    assert!(
+        pids.contains(&backend_pid(&mut other)),
+        "the other idle one was dropped"
+    );
+}
+
+#[test]
+fn a_checkout_ping_cut_short_by_the_checkout_deadline_condemns_nothing() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(1)
+        .io_timeout(Duration::from_secs(6))
+        .pool_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let mut held = app.connection().unwrap();
+    let pid = backend_pid(&mut held);
+    // Another caller waits for the one connection; it comes back with 0.4 s of that wait
+    // left, on a link where a round-trip takes 1.2 s.
+    let waiter = {
+        let app = app.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let res = app.connection().map(|_| ());
+            (res, started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(1100));
+    proxy.set_delay(Duration::from_millis(600));
+    drop(held);
+    let (res, took) = waiter.join().unwrap();
+    eprintln!(
+        "measured: the waiting checkout returned {:?} after {took:?}",
+        res.as_ref().map_err(|e| e.to_string())
+    );
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    proxy.set_delay(Duration::ZERO);
+    // The connection was not severed for a ping that had too little time.
+    let mut conn = app
+        .connection()
+        .expect("the pooled connection is still there");
+    assert_eq!(
+        backend_pid(&mut conn),
+        pid,
+        "a healthy connection was discarded"
+    );
+}

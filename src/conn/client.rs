@@ -85,6 +85,12 @@ struct Inner {
     last_ok: Instant,
     peer: String,
     cancel: CancelRoute,
+    /// A round-trip is in flight: still true afterwards only if user code (a `ToSql`)
+    /// panicked inside it, and then the session's state is unknown: the connection is broken.
+    in_flight: bool,
+    /// When a ping that was given less than `io_timeout` went unanswered; the link is not
+    /// judged until that ping has had its full `io_timeout`.
+    unanswered_since: Option<Instant>,
 }
 
 /// What it takes to send a CancelRequest for this connection from a fresh socket of ours: a
@@ -123,6 +129,21 @@ impl Connection {
         watchdog: &Watchdog,
         group: u64,
         overall: Option<Instant>,
+    ) -> Result<Connection> {
+        Self::open_within(
+            opts,
+            watchdog,
+            group,
+            overall.map(|d| (d, "shutdown timeout")),
+        )
+    }
+
+    /// [`open`](Self::open), with the overall deadline named for errors (`pool_timeout`).
+    pub(crate) fn open_within(
+        opts: &Arc<ConnectOptions>,
+        watchdog: &Watchdog,
+        group: u64,
+        overall: Option<(Instant, &str)>,
     ) -> Result<Connection> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -247,6 +268,8 @@ impl Connection {
                             last_ok: Instant::now(),
                             peer: target.to_string(),
                             cancel,
+                            in_flight: false,
+                            unanswered_since: None,
                         },
                     });
                 }
@@ -319,6 +342,7 @@ impl Connection {
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
         self.inner.broken.is_some()
+            || self.inner.in_flight
             || self.client.is_closed()
             || self.inner.reg.severed() != SeverReason::None
     }
@@ -403,11 +427,48 @@ impl Connection {
 
     /// Proves the link is alive with one round-trip under `timeout`.
     pub fn ping(&mut self, timeout: Duration) -> Result<()> {
-        self.inner.run(
+        self.inner.run_then_cancel(
             "pinging the server",
             timeout,
             self.client.check_connection(),
+            false,
         )
+    }
+
+    /// A ping that may be given less than `io_timeout` (a checkout with little time left)
+    /// without condemning a healthy but slow link: `Ok(true)` when the server answered,
+    /// `Ok(false)` when `budget` ran out first. Then the ping stays outstanding and the
+    /// connection unbroken; a later call pings again, and once the first unanswered ping has
+    /// had its whole `io_timeout` the link is judged (and severed) as any round-trip is.
+    pub(crate) fn ping_within(&mut self, budget: Duration) -> Result<bool> {
+        let now = Instant::now();
+        let since = self.inner.unanswered_since.unwrap_or(now);
+        let full = since
+            .checked_add(self.inner.io_timeout)
+            .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        if full <= budget {
+            self.ping(full)?;
+            self.inner.unanswered_since = None;
+            return Ok(true);
+        }
+        let got =
+            self.inner
+                .run_soft("pinging the server", budget, self.client.check_connection())?;
+        match got {
+            Some(()) => {
+                self.inner.unanswered_since = None;
+                Ok(true)
+            }
+            None => {
+                self.inner.unanswered_since = Some(since);
+                Ok(false)
+            }
+        }
+    }
+
+    /// When a ping given less than `io_timeout` went unanswered (see `ping_within`).
+    pub(crate) fn unanswered_since(&self) -> Option<Instant> {
+        self.inner.unanswered_since
     }
 
     /// Starts a transaction (`BEGIN`); end it with [`commit`](Self::commit) or
@@ -564,11 +625,25 @@ impl Inner {
         timeout: Duration,
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
+        self.run_then_cancel(what, timeout, fut, true)
+    }
+
+    /// `run`, saying whether a deadline that fires sends a CancelRequest (not for a ping:
+    /// it runs nothing worth stopping).
+    fn run_then_cancel<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+        cancel: bool,
+    ) -> Result<T> {
         self.usable(what)?;
-        self.reg.arm(Instant::now() + timeout);
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
         let res = self
             .rt
             .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
         self.reg.disarm();
         match res {
             Ok(Ok(v)) => {
@@ -580,13 +655,41 @@ impl Inner {
                 // The statement may be running on (a half-open link, or a slow one): ask the
                 // server to cancel it before the socket goes, so that its backend does not
                 // keep working and holding locks for a caller that has given up.
-                self.cancel.send(&self.rt, what, &self.peer);
+                if cancel {
+                    self.cancel.send(&self.rt, what, &self.peer);
+                }
                 self.reg.sever();
                 let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
                 self.broken = Some(why.clone());
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
             }
+        }
+    }
+
+    /// Like `run`, but a deadline that fires is not a verdict: the request is left to finish
+    /// (its answer, when it comes, is read and dropped by the driver) and `Ok(None)` returned.
+    fn run_soft<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<Option<T>> {
+        self.usable(what)?;
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
+        let res = self
+            .rt
+            .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
+        self.reg.disarm();
+        match res {
+            Ok(Ok(v)) => {
+                self.last_ok = Instant::now();
+                Ok(Some(v))
+            }
+            Ok(Err(e)) => Err(self.classify(what, e)),
+            Err(_) => Ok(None),
         }
     }
 
@@ -702,6 +805,17 @@ impl Drop for Connection {
         self.inner.reg.sever();
     }
 }
+
+/// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR))
+        .unwrap_or(now)
+}
+
+/// What "very long" becomes when a deadline would not fit in an `Instant`: about 30 years.
+const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.

@@ -19,6 +19,7 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
 use tokio_postgres::config::Host;
 
+use super::client::deadline_after;
 use super::options::ConnectOptions;
 use super::target::{Stream, Target};
 use super::watchdog::{Registration, SeverReason, Watchdog};
@@ -266,14 +267,17 @@ pub(crate) struct Deadline {
 
 /// The deadline given to one target: the whole `connect_timeout`, as libpq does per host,
 /// but never past `overall` (which bounds a shutdown's cleanup).
-pub(crate) fn attempt_deadline(connect_timeout: Duration, overall: Option<Instant>) -> Deadline {
+pub(crate) fn attempt_deadline(
+    connect_timeout: Duration,
+    overall: Option<(Instant, &str)>,
+) -> Deadline {
     let now = Instant::now();
-    let own = now + connect_timeout;
+    let own = deadline_after(connect_timeout);
     match overall {
-        Some(o) if o < own => Deadline {
+        Some((o, what)) if o < own => Deadline {
             at: o,
             name: format!(
-                "the {} left of the shutdown timeout",
+                "the {} left of the {what}",
                 fmt_duration(o.saturating_duration_since(now))
             ),
         },
@@ -293,7 +297,7 @@ mod tests {
         let d = attempt_deadline(Duration::from_secs(5), None);
         assert_eq!(d.name, "5s connect_timeout");
         let soon = Instant::now() + Duration::from_millis(120);
-        let d = attempt_deadline(Duration::from_secs(5), Some(soon));
+        let d = attempt_deadline(Duration::from_secs(5), Some((soon, "shutdown timeout")));
         assert_eq!(d.at, soon);
         assert!(
             d.name.ends_with("left of the shutdown timeout"),
@@ -301,7 +305,7 @@ mod tests {
             d.name
         );
         let late = Instant::now() + Duration::from_secs(60);
-        let d = attempt_deadline(Duration::from_secs(5), Some(late));
+        let d = attempt_deadline(Duration::from_secs(5), Some((late, "shutdown timeout")));
         assert!(d.at < late);
         assert_eq!(d.name, "5s connect_timeout");
     }
