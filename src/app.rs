@@ -202,7 +202,8 @@ impl AppBuilder {
                     format!("invalid {name}: it must be longer than zero"),
                 ))
             } else {
-                Ok(d)
+                // A huge timeout means "very long", never an overflow further on.
+                Ok(d.min(crate::conn::client::LONGEST))
             }
         };
         if let Some(t) = self.io_timeout {

@@ -979,3 +979,134 @@ fn a_checkout_ping_cut_short_by_the_checkout_deadline_condemns_nothing() {
         "a healthy connection was discarded"
     );
 }
+
+/// A `ToSql` whose encoding panics: user code running inside a round-trip.
+#[derive(Debug)]
+struct Explodes;
+
+impl postgres::types::ToSql for Explodes {
+    fn to_sql(
+        &self,
+        _: &postgres::types::Type,
+        _: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        panic!("a user's ToSql panicked")
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+#[test]
+fn a_panic_inside_a_round_trip_does_not_return_the_connection_as_healthy() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    // Several rounds: before the fix, whether the driver noticed was a matter of timing.
+    let mut next = app.connection().unwrap();
+    for round in 0..5 {
+        let mut conn = next;
+        let pid = backend_pid(&mut conn);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = conn.query("SELECT $1::int", &[&Explodes]);
+        }));
+        assert!(panicked.is_err(), "the ToSql did not panic");
+        assert!(
+            conn.is_broken(),
+            "round {round}: a connection a panic went through is not broken"
+        );
+        drop(conn);
+        // The pool discarded it: the next user gets a working connection, a new session.
+        next = app.connection().unwrap();
+        let row = next
+            .query_one("SELECT 41 + 1", &[])
+            .unwrap_or_else(|e| panic!("round {round}: the next user's query: {e}"));
+        assert_eq!(row.get::<_, i32>(0), 42);
+        assert_ne!(backend_pid(&mut next), pid);
+    }
+
+    // A connection dropped by a panicking thread is not pooled either.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _held = next;
+        panic!("task code panicked while holding a connection");
+    }));
+    assert!(unwound.is_err());
+    let mut third = app.connection().unwrap();
+    third.query_one("SELECT 1", &[]).unwrap();
+}
+
+#[test]
+fn dropped_prepared_statements_are_prepared_again() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    app.defer("t", &serde_json::json!({"n": 0})).unwrap();
+    for (i, sql) in ["DEALLOCATE ALL", "DISCARD ALL"].into_iter().enumerate() {
+        let mut conn = app.connection().unwrap();
+        let pid = backend_pid(&mut conn);
+        conn.batch_execute(sql).unwrap();
+        drop(conn);
+        // The same session (pool of one), whose cached statements are gone.
+        app.defer("t", &serde_json::json!({"n": i + 1}))
+            .unwrap_or_else(|e| panic!("defer after {sql}: {e}"));
+        let mut conn = app.connection().unwrap();
+        assert_eq!(backend_pid(&mut conn), pid, "not the same session");
+    }
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 3);
+}
+
+#[test]
+fn huge_timeouts_mean_very_long_and_never_panic() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url())
+        .pool_size(2)
+        .io_timeout(Duration::MAX)
+        .connect_timeout(Duration::MAX)
+        .pool_timeout(Duration::MAX)
+        .tcp_user_timeout(Duration::MAX)
+        .build()
+        .expect("an App with huge timeouts");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    conn.set_io_timeout(Duration::MAX);
+    conn.query_one("SELECT 1", &[]).unwrap();
+    conn.ping(Duration::MAX).unwrap();
+    assert_eq!(conn.wait_notification(Duration::ZERO).unwrap(), None);
+    conn.listen("huge").unwrap();
+    conn.batch_execute("NOTIFY huge, 'x'").unwrap();
+    let n = conn.wait_notification(Duration::MAX).unwrap();
+    assert_eq!(n.map(|n| n.payload), Some("x".to_owned()));
+    drop(conn);
+    // A pooled connection idle past the no-ping window is pinged under the huge io_timeout.
+    thread::sleep(Duration::from_millis(1100));
+    app.connection()
+        .unwrap()
+        .query_one("SELECT 1", &[])
+        .unwrap();
+    let url = format!("{}?connect_timeout=4294967295", db.url());
+    let other = App::builder(url)
+        .pool_size(1)
+        .build()
+        .expect("a huge connect_timeout in the URL");
+    other.migrate().unwrap();
+    // A worker over it, shut down with a huge timeout.
+    let mut tasks = postpone::Tasks::new();
+    tasks.register("t", |_: &postpone::Job| Ok(()));
+    let handle = postpone::Worker::builder(&app, tasks).spawn().unwrap();
+    let report = handle.shutdown(Duration::MAX);
+    assert!(report.is_clean(), "{report:?}");
+}

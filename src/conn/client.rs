@@ -336,7 +336,7 @@ impl Connection {
     /// Changes the deadline of each later round-trip on this connection (for a statement known
     /// to run long). A pooled connection gets the App's `io_timeout` back when it is reused.
     pub fn set_io_timeout(&mut self, timeout: Duration) {
-        self.inner.io_timeout = timeout;
+        self.inner.io_timeout = timeout.min(LONGEST);
     }
 
     /// True once the connection can no longer be used (deadline fired, closed or severed).
@@ -559,9 +559,10 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.query(&stmt, params))
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.query(stmt, params))
+        })
     }
 
     /// Like [`query_cached`](Self::query_cached) for a statement that returns no rows.
@@ -571,9 +572,42 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.execute(stmt, params))
+        })
+    }
+
+    /// Runs `call` with the cached statement for `sql`. Task code may have dropped the
+    /// session's prepared statements (`DEALLOCATE ALL`, `DISCARD ALL`): the server then
+    /// answers 26000 (no such prepared statement), which executed nothing. The cache is
+    /// forgotten (ours and the driver's type-lookup statements), and outside a transaction
+    /// the call is made once more with a statement prepared afresh; inside one, the error
+    /// is returned (the transaction is aborted anyway) and the next call prepares afresh.
+    fn with_cached<T>(
+        &mut self,
+        what: &str,
+        sql: &'static str,
+        mut call: impl FnMut(&mut Connection, &Statement) -> Result<T>,
+    ) -> Result<T> {
         let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.execute(&stmt, params))
+        match call(self, &stmt) {
+            Err(e) if e.sqlstate() == Some("26000") => {
+                log::info!(
+                    "{what} on {}: the session's prepared statements were dropped \
+                     (DEALLOCATE/DISCARD); preparing them again",
+                    self.inner.peer
+                );
+                self.statements.clear();
+                self.client.clear_type_cache();
+                if self.inner.in_tx {
+                    return Err(e);
+                }
+                let stmt = self.cached(what, sql)?;
+                call(self, &stmt)
+            }
+            other => other,
+        }
     }
 
     fn cached(&mut self, what: &str, sql: &'static str) -> Result<Statement> {
@@ -810,12 +844,13 @@ impl Drop for Connection {
 pub(crate) fn deadline_after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
-        .or_else(|| now.checked_add(FAR))
+        .or_else(|| now.checked_add(LONGEST))
         .unwrap_or(now)
 }
 
-/// What "very long" becomes when a deadline would not fit in an `Instant`: about 30 years.
-const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+/// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
+/// years, so that deadlines and sums of timeouts stay representable.
+pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.

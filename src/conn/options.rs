@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
+use super::client::LONGEST;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -62,12 +63,14 @@ impl ConnectOptions {
             connect_timeout: config
                 .get_connect_timeout()
                 .copied()
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+                .min(LONGEST),
             io_timeout: DEFAULT_IO_TIMEOUT,
             tcp_user_timeout: config
                 .get_tcp_user_timeout()
                 .copied()
-                .unwrap_or(Duration::from_secs(30)),
+                .unwrap_or(Duration::from_secs(30))
+                .min(LONGEST),
             keepalive: config.get_keepalives(),
             // libpq's default of 2 hours is far too long to notice anything: probe after 30 s.
             keepalive_idle: if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {

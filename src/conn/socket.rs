@@ -241,19 +241,28 @@ fn check_not_severed(reg: &Registration, what: &str) -> Result<()> {
     }
 }
 
+/// The longest keepalive idle time or interval Linux accepts.
+const KEEPALIVE_MAX: Duration = Duration::from_secs(32767);
+
 fn configure_tcp(socket: &Socket, opts: &ConnectOptions) -> io::Result<()> {
     socket.set_tcp_nodelay(true)?;
     if opts.keepalive {
         socket.set_keepalive(true)?;
+        // Linux refuses (EINVAL) more than 32767 s between probes or 127 probes: a huge
+        // setting means the longest the kernel takes.
         let ka = TcpKeepalive::new()
-            .with_time(opts.keepalive_idle)
-            .with_interval(opts.keepalive_interval);
+            .with_time(opts.keepalive_idle.min(KEEPALIVE_MAX))
+            .with_interval(opts.keepalive_interval.min(KEEPALIVE_MAX));
         #[cfg(not(any(target_os = "openbsd", target_os = "windows")))]
-        let ka = ka.with_retries(opts.keepalive_retries);
+        let ka = ka.with_retries(opts.keepalive_retries.min(127));
         socket.set_tcp_keepalive(&ka)?;
     }
+    // An int of milliseconds for the kernel: at most about 24 days.
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    socket.set_tcp_user_timeout(Some(opts.tcp_user_timeout))?;
+    socket.set_tcp_user_timeout(Some(
+        opts.tcp_user_timeout
+            .min(Duration::from_millis(i32::MAX as u64)),
+    ))?;
     Ok(())
 }
 
