@@ -154,30 +154,47 @@ impl Connection {
             })?;
         let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
-        let targets = socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
+        let severed = || watchdog.sever_count(group) != severs;
         let mut rt = Some(rt);
         let mut last = None;
-        for target in &targets {
+        // Host by host, as libpq: each name resolved when its turn comes, under a deadline
+        // of its own, then each of its addresses tried under its own.
+        for i in 0..socket::host_count(opts) {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
             if Instant::now() >= deadline.at {
                 break;
             }
-            let runtime = match rt.take() {
-                Some(r) => r,
-                None => tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .enable_time()
-                    .build()
-                    .map_err(|e| {
-                        Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
-                    })?,
-            };
-            match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
-                Ok(conn) => return Ok(conn),
+            let targets = match socket::resolve_host(opts, i, &deadline, &severed) {
+                Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
                     log::debug!("{e}");
                     last = Some(e);
+                    continue;
+                }
+            };
+            for target in &targets {
+                let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
+                if Instant::now() >= deadline.at {
+                    break;
+                }
+                let runtime = match rt.take() {
+                    Some(r) => r,
+                    None => tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .enable_time()
+                        .build()
+                        .map_err(|e| {
+                            Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
+                        })?,
+                };
+                match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
+                    Err(e) => {
+                        log::debug!("{e}");
+                        last = Some(e);
+                    }
                 }
             }
         }
@@ -917,4 +934,55 @@ where
         }
     });
     Ok((client, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{SocketAddr, TcpListener};
+
+    /// `hang.invalid` stalls for 3 s (a resolver that does not answer); other names are
+    /// 127.0.0.1.
+    fn hang_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        if name == "hang.invalid" {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    }
+
+    /// How long until a connection attempt to `hosts` reaches a listener on 127.0.0.1
+    /// (which never answers the startup: only the arrival matters).
+    fn time_to_first_attempt(hosts: &str) -> Duration {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut opts = ConnectOptions::parse(&format!(
+            "host={hosts} port={port} user=u dbname=d connect_timeout=1 sslmode=disable"
+        ))
+        .unwrap();
+        opts.resolver = hang_resolver;
+        let opts = Arc::new(opts);
+        let watchdog = Watchdog::start().unwrap();
+        let group = watchdog.new_group();
+        let started = Instant::now();
+        let opener = std::thread::spawn(move || {
+            let _ = Connection::open(&opts, &watchdog, group, None);
+        });
+        let (_accepted, _) = listener.accept().unwrap();
+        let took = started.elapsed();
+        opener.join().unwrap();
+        took
+    }
+
+    #[test]
+    fn hosts_are_resolved_one_at_a_time_each_under_its_own_deadline() {
+        // The first host is tried at once, whatever a later one's name lookup does.
+        let t = time_to_first_attempt("localhost,hang.invalid");
+        assert!(t < Duration::from_millis(500), "first attempt after {t:?}");
+        // A stalled first name costs its own connect_timeout (1 s), then the next host.
+        let t = time_to_first_attempt("hang.invalid,localhost");
+        assert!(
+            t >= Duration::from_millis(900) && t < Duration::from_millis(2500),
+            "failed over after {t:?}"
+        );
+    }
 }

@@ -31,6 +31,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) keepalive_interval: Duration,
     pub(crate) keepalive_retries: u32,
     pub(crate) tls: TlsSettings,
+    /// How host names are resolved.
+    pub(crate) resolver: super::socket::Resolver,
     /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
     /// platform without it), so later connections do not ask again.
     check_interval: AtomicBool,
@@ -83,6 +85,7 @@ impl ConnectOptions {
                 .unwrap_or(Duration::from_secs(10)),
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
+            resolver: super::socket::system_resolver,
             config,
             check_interval: AtomicBool::new(true),
         })
