@@ -1110,3 +1110,50 @@ fn huge_timeouts_mean_very_long_and_never_panic() {
     let report = handle.shutdown(Duration::MAX);
     assert!(report.is_clean(), "{report:?}");
 }
+
+#[test]
+fn a_transaction_rolls_back_unless_committed() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    conn.batch_execute("CREATE TABLE t (n int)").unwrap();
+    let count = |conn: &mut postpone::Connection| -> i64 {
+        conn.query_one("SELECT count(*) FROM t", &[])
+            .unwrap()
+            .get(0)
+    };
+
+    // Dropped without commit (an early return): rolled back.
+    let early = |conn: &mut postpone::Connection| -> postpone::Result<()> {
+        let mut tx = conn.transaction()?;
+        tx.execute("INSERT INTO t VALUES (1)", &[])?;
+        assert!(tx.in_transaction());
+        tx.execute("SELECT 1/0", &[])?; // fails: `?` returns, tx drops
+        tx.commit()
+    };
+    assert!(early(&mut conn).is_err());
+    assert!(!conn.in_transaction());
+    assert_eq!(count(&mut conn), 0);
+
+    // Committed.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(count(&mut conn), 1);
+
+    // Rolled back explicitly.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (3)", &[]).unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(count(&mut conn), 1);
+    assert!(!conn.is_broken());
+
+    // The connection goes back to the pool healthy, on the same session.
+    let pid = backend_pid(&mut conn);
+    drop(conn);
+    let mut again = app.connection().unwrap();
+    assert_eq!(backend_pid(&mut again), pid);
+}
