@@ -1157,3 +1157,23 @@ fn a_transaction_rolls_back_unless_committed() {
     let mut again = app.connection().unwrap();
     assert_eq!(backend_pid(&mut again), pid);
 }
+
+#[test]
+fn hostaddr_without_host_connects() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(format!(
+        "hostaddr=127.0.0.1 port={} user={} dbname={}",
+        db.server().port,
+        db.server().user,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .expect("hostaddr alone names the server, as in libpq");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(conn.peer().starts_with("127.0.0.1"), "{}", conn.peer());
+}

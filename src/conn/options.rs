@@ -46,6 +46,12 @@ impl ConnectOptions {
             .parse()
             .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
         if config.get_hosts().is_empty() {
+            // `hostaddr` alone says where to connect, as in libpq: the address is the host.
+            for ip in config.get_hostaddrs().to_vec() {
+                config.host(ip.to_string());
+            }
+        }
+        if config.get_hosts().is_empty() {
             return Err(Error::new(
                 ErrorKind::Config,
                 "invalid database url: it names no host (write one, e.g. postgres://postgres@127.0.0.1:5432/postgres)",
@@ -74,8 +80,9 @@ impl ConnectOptions {
                 .unwrap_or(Duration::from_secs(30))
                 .min(LONGEST),
             keepalive: config.get_keepalives(),
-            // libpq's default of 2 hours is far too long to notice anything: probe after 30 s.
-            keepalive_idle: if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            // libpq's default of 2 hours is far too long to notice anything: probe after 30 s,
+            // unless the string asks for something (2 hours included).
+            keepalive_idle: if !names_setting(&url, "keepalives_idle") {
                 Duration::from_secs(30)
             } else {
                 config.get_keepalives_idle()
@@ -135,6 +142,23 @@ impl ConnectOptions {
     }
 }
 
+/// Whether a URL's query or a key=value string sets `key` (values are not looked at).
+fn names_setting(url: &str, key: &str) -> bool {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some(key)));
+    }
+    url.match_indices(key).any(|(at, _)| {
+        let starts_word = url[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        let rest = url[at + key.len()..].trim_start();
+        starts_word && rest.starts_with('=')
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +173,27 @@ mod tests {
         assert_eq!(o.describe(), "u@a:1,b:2/d");
         assert_eq!(o.connect_timeout, Duration::from_secs(3));
         assert_eq!(o.config.get_application_name(), Some("postpone"));
+    }
+
+    #[test]
+    fn hostaddr_without_host_is_the_host() {
+        let o = ConnectOptions::parse("hostaddr=127.0.0.1 port=5433 user=u dbname=d").unwrap();
+        assert_eq!(o.describe(), "u@127.0.0.1:5433/d");
+    }
+
+    #[test]
+    fn an_explicit_keepalives_idle_is_kept_even_at_two_hours() {
+        let two_hours = Duration::from_secs(7200);
+        let o = ConnectOptions::parse("host=a keepalives_idle=7200").unwrap();
+        assert_eq!(o.keepalive_idle, two_hours);
+        let o = ConnectOptions::parse("postgres://a/d?keepalives_idle=7200").unwrap();
+        assert_eq!(o.keepalive_idle, two_hours);
+        let o = ConnectOptions::parse("host=a keepalives_idle=45").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(45));
+        let o = ConnectOptions::parse("postgres://a/d?connect_timeout=3").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(30));
+        let o = ConnectOptions::parse("host=a").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(30));
     }
 
     #[test]
