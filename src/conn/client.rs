@@ -218,7 +218,8 @@ impl Connection {
         group: u64,
         deadline: &socket::Deadline,
     ) -> Result<Connection> {
-        let mut with_check = opts.wants_check_interval();
+        let label = target.to_string();
+        let mut with_check = opts.wants_check_interval(&label);
         let mut plain = false;
         loop {
             let (stream, reg) = socket::connect(&rt, opts, target, watchdog, group, deadline)?;
@@ -292,16 +293,13 @@ impl Connection {
                 }
                 Err(e) => {
                     reg.sever();
-                    if with_check
-                        && e.kind() == ErrorKind::Database
-                        && e.to_string().contains("client_connection_check_interval")
-                    {
-                        log::info!(
-                            "server at {target} rejects client_connection_check_interval; \
-                             connecting without it (a severed client may keep its backend until \
-                             the server notices)"
+                    if with_check && refuses_our_options(&e) {
+                        log::warn!(
+                            "server at {target} refuses our startup options ({e}); connecting \
+                             without client_connection_check_interval (a severed client may keep \
+                             its backend until the server notices)"
                         );
-                        opts.disable_check_interval();
+                        opts.disable_check_interval(&label);
                         with_check = false;
                         continue;
                     }
@@ -855,6 +853,20 @@ impl Drop for Connection {
         // registration (closes the dup).
         self.inner.reg.sever();
     }
+}
+
+/// A startup refusal caused by the `options` parameter we add: a server that does not know
+/// `client_connection_check_interval` (before 14) names it; a pooler that takes no
+/// `options` at all (PgBouncer before 1.20: `unsupported startup parameter: options`) names
+/// that.
+fn refuses_our_options(e: &Error) -> bool {
+    if !matches!(e.kind(), ErrorKind::Database | ErrorKind::Connect) {
+        return false;
+    }
+    let text = e.to_string();
+    text.contains("client_connection_check_interval")
+        || (text.contains("options")
+            && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
 }
 
 /// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.

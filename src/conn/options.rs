@@ -5,7 +5,8 @@
 //! parsed by `tokio_postgres::Config`. Settings written in the string (`connect_timeout`,
 //! `keepalives*`, `tcp_user_timeout`) are honoured unless the builder overrides them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio_postgres::config::Host;
@@ -33,9 +34,11 @@ pub(crate) struct ConnectOptions {
     pub(crate) tls: TlsSettings,
     /// How host names are resolved.
     pub(crate) resolver: super::socket::Resolver,
-    /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
-    /// platform without it), so later connections do not ask again.
-    check_interval: AtomicBool,
+    /// The targets (`host:port`, socket paths) that refused our `options` startup parameter
+    /// (a server before 14, a platform without `client_connection_check_interval`, a pooler
+    /// that takes no `options`): later connections to them do not send it again. Per target,
+    /// so that one old standby does not turn the check off for every other host.
+    no_check_interval: Mutex<HashSet<String>>,
 }
 
 impl ConnectOptions {
@@ -94,7 +97,7 @@ impl ConnectOptions {
             tls,
             resolver: super::socket::system_resolver,
             config,
-            check_interval: AtomicBool::new(true),
+            no_check_interval: Mutex::new(HashSet::new()),
         })
     }
 
@@ -125,12 +128,21 @@ impl ConnectOptions {
         )
     }
 
-    pub(crate) fn wants_check_interval(&self) -> bool {
-        self.check_interval.load(Ordering::Relaxed)
+    /// Whether connections to `target` ask for `client_connection_check_interval`.
+    pub(crate) fn wants_check_interval(&self, target: &str) -> bool {
+        !self
+            .no_check_interval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(target)
     }
 
-    pub(crate) fn disable_check_interval(&self) {
-        self.check_interval.store(false, Ordering::Relaxed);
+    /// `target` refused it: do not ask there again.
+    pub(crate) fn disable_check_interval(&self, target: &str) {
+        self.no_check_interval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(target.to_owned());
     }
 
     /// The `client_connection_check_interval` we ask for: the server then notices within about
