@@ -309,8 +309,9 @@ impl Connection {
                         && reg.severed() == SeverReason::Local
                         && Instant::now() < deadline.at
                     {
-                        log::info!(
-                            "connecting to {target}: {e}; sslmode=prefer, so trying again without TLS"
+                        log::warn!(
+                            "connecting to {target}: {e}; sslmode=prefer, so trying again in \
+                             plain text (give sslrootcert, or sslmode=require, to refuse that)"
                         );
                         plain = true;
                         continue;
