@@ -5,8 +5,9 @@
 //! round-trips run with `block_on` under a deadline, by default the connection's `io_timeout`.
 //!
 //! States: *healthy* -> *broken* (terminal). A connection becomes broken when a deadline fires
-//! (it severs its own socket first), when the socket is closed, reset or severed by the
-//! watchdog, or when the server ends the session. A broken connection answers every later call
+//! (it sends a CancelRequest from a fresh socket, then severs its own socket), when the
+//! socket is closed, reset or severed by the watchdog, when the server ends the session, or
+//! when a panic (user code such as a `ToSql`) unwinds out of a round-trip. A broken connection answers every later call
 //! with an error at once and is never reused: pools discard it, workers open a new one.
 //!
 //! Dropping a connection never blocks: it shuts the socket down (the server sees an orderly

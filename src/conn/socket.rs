@@ -1,12 +1,14 @@
 //! Sockets we create ourselves, so that the watchdog can always reach them.
 //!
-//! Owns: turning the hosts of a connection string into targets (resolving names on a helper
-//! thread under the connect deadline, since `getaddrinfo` has no timeout of its own), creating
+//! Owns: turning one host of a connection string into targets when its turn comes (resolving
+//! its name on a helper thread under that host's deadline, since `getaddrinfo` has no timeout
+//! of its own; one lookup per name in flight, at most [`MAX_LOOKUPS`] at once), creating
 //! each socket with socket2 (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT, close-on-exec), taking the
 //! watchdog's sever handle *before* the connect starts, and the non-blocking connect itself
 //! inside the connection's runtime so that both the deadline and a sever end it.
 //!
-//! Fails with `Connect` (refused, unreachable, no such socket file), `Timeout` (the
+//! Fails with `Connect` (refused, unreachable, no such socket file, a full listen queue, a
+//! name that does not resolve or whose lookup thread died), `Timeout` (the
 //! `connect_timeout` fired) or `Shutdown` (the watchdog severed the attempt).
 
 use std::collections::HashMap;
