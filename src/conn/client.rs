@@ -800,8 +800,10 @@ impl Inner {
                 // The statement may be running on (a half-open link, or a slow one): ask the
                 // server to cancel it before the socket goes, so that its backend does not
                 // keep working and holding locks for a caller that has given up.
-                if cancel {
-                    self.cancel.send(&self.rt, what, &self.peer);
+                // Not when the caller's own deadline (a shutdown's) cut the wait short: it
+                // leaves no time for one, and the caller's promise is that deadline.
+                if cancel && !capped {
+                    self.cancel.send(&self.rt, what, &self.peer, self.deadline);
                 }
                 self.reg.sever();
                 let why = if capped {
@@ -890,8 +892,15 @@ impl CancelRoute {
     /// Sends a CancelRequest for whatever the session is running, from a fresh socket
     /// registered in the connection's watchdog group (so a shutdown severs it too), under
     /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
-    fn send(&self, rt: &Runtime, what: &str, peer: &str) {
-        let wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+    fn send(&self, rt: &Runtime, what: &str, peer: &str, cap: Option<Instant>) {
+        let mut wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+        if let Some(cap) = cap {
+            wait = wait.min(cap.saturating_duration_since(Instant::now()));
+        }
+        if wait.is_zero() {
+            log::warn!("{what} on {peer}: timed out, and no time is left to send a cancel request");
+            return;
+        }
         let deadline = socket::Deadline {
             at: Instant::now() + wait,
             name: format!("{} cancel deadline", fmt_duration(wait)),
