@@ -1249,3 +1249,34 @@ fn one_host_refusing_the_check_interval_does_not_turn_it_off_for_the_others() {
         .get(0);
     assert_eq!(direct, "10s", "the second host lost the check interval");
 }
+
+#[test]
+fn a_reply_out_of_step_breaks_the_connection() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let standin = PgBouncerStandIn::start(&db.server_addr());
+    let url = db
+        .server()
+        .url_at(&format!("127.0.0.1:{}", standin.port()), db.name());
+    let app = App::builder(url).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let pid = backend_pid(&mut conn);
+    // A simple query waits for every reply before it (the unprepared statement's Close), so
+    // that the stray reply lands on the query below, not on a request nobody awaits.
+    conn.batch_execute("SELECT 1").unwrap();
+    standin.garble_on("out_of_step");
+    let err = conn
+        .query("SELECT 'out_of_step'", &[])
+        .expect_err("a reply out of step cannot give rows");
+    eprintln!("measured: reply out of step: {err}");
+    assert!(conn.is_broken(), "still in use after: {err}");
+    drop(conn);
+    let mut next = app.connection().unwrap();
+    assert_ne!(
+        backend_pid(&mut next),
+        pid,
+        "the out-of-step session was reused"
+    );
+}
