@@ -517,7 +517,12 @@ impl Connection {
     pub(crate) fn check_within(&mut self, budget: Duration) -> Result<Checked> {
         while self.inner.notifications.try_recv().is_ok() {}
         let now = Instant::now();
-        let since = self.inner.unanswered_since.unwrap_or(now);
+        // Input waiting in the socket: the earlier check's answer (or an error) has come, so
+        // the link is judged afresh, with a whole io_timeout from now.
+        let since = match self.inner.unanswered_since {
+            Some(t) if !self.has_pending_input() => t,
+            _ => now,
+        };
         let full = since
             .checked_add(self.inner.io_timeout)
             .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
