@@ -374,6 +374,7 @@ impl App {
         let rows = conn
             .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
             .map_err(|e| defer_error(e, None))?;
+        crate::metrics::deferred_tasks(&cols.task);
         Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
     }
 
@@ -390,6 +391,7 @@ impl App {
         let rows = client
             .query(store::JOB_INSERT_BATCH, &cols.params())
             .map_err(|e| defer_error(Error::from_client("deferring jobs", e), None))?;
+        crate::metrics::deferred_tasks(&cols.task);
         Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
     }
 
@@ -681,6 +683,7 @@ impl<'a> JobBuilder<'a> {
                     job.queueing_lock.as_deref(),
                 )
             })?;
+        crate::metrics::deferred(&job.task);
         Ok(JobId(row.get(0)))
     }
 
@@ -723,6 +726,7 @@ impl NewJob {
                 &self.insert_params(&at, &delay),
             )
             .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+        crate::metrics::deferred(&self.task);
         Ok(JobId(rows[0].get(0)))
     }
 }

@@ -67,7 +67,8 @@ UPDATE postpone_jobs j
         LIMIT $2
           FOR UPDATE SKIP LOCKED))
    AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = $1)
-RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort_requested"
+RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort_requested,
+          EXTRACT(EPOCH FROM now() - j.scheduled_at)::float8 AS queue_wait"
     )
 }
 

@@ -540,6 +540,7 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                crate::metrics::deadline_fired();
                 self.reg.sever();
                 let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
                 self.broken = Some(why.clone());

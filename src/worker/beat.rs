@@ -92,6 +92,7 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             if due_rescue {
                 rescue(shared, c)?;
                 release_lost_claims(shared, c)?;
+                crate::metrics::queue_gauges(c);
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
             }
             Ok(())
@@ -229,6 +230,7 @@ fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let row = &rows[0];
     let dead: i64 = row.get(0);
     let jobs: Vec<i64> = row.get(1);
+    crate::metrics::rescued(jobs.len());
     if dead > 0 || !jobs.is_empty() {
         log::warn!(
             "worker {}: removed {dead} stalled worker(s) (no heartbeat for {}) and requeued {} job(s): {:?}",

@@ -226,7 +226,9 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
         job.task
     );
     let started = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| (task.func)(&job)));
+    let result = crate::metrics::in_job_span(&job, || {
+        catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+    });
     let took = started.elapsed();
     shared.job_duration.observe(took);
     shared.running().remove(&job.id);
@@ -412,6 +414,7 @@ fn emit(
     duration: Duration,
     error: Option<&str>,
 ) {
+    crate::metrics::job_event(kind, &job.queue, &job.task, duration);
     if let Some(hook) = &shared.hook {
         let event = JobEvent {
             kind,

@@ -182,6 +182,7 @@ fn claim(
         params.push(&task_names);
     }
     let rows = conn.query_named("claiming jobs", stmt, &params)?;
+    crate::metrics::queue_waits(&rows);
     let mut claimed: Vec<(i32, Claimed)> = rows
         .iter()
         .map(|r| {

@@ -173,6 +173,7 @@ impl Shared {
             None,
         )?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::reconnect();
         Ok(conn)
     }
 
