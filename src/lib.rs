@@ -14,6 +14,8 @@ mod retry;
 mod schema;
 mod store;
 mod task;
+#[cfg(feature = "web")]
+mod web;
 mod worker;
 
 pub use admin::{
@@ -28,6 +30,8 @@ pub use periodic::PeriodicOptions;
 pub use retention::{PruneReport, Retention};
 pub use retry::RetryStrategy;
 pub use task::{TaskError, TaskOptions, Tasks};
+#[cfg(feature = "web")]
+pub use web::{Dashboard, DashboardAuth, DashboardHandle};
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,

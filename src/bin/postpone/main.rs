@@ -6,6 +6,7 @@
 //! database cannot be reached within `--timeout` or its schema is missing or outdated.
 //! Every round-trip has the `--timeout` deadline; nothing here can hang or panic on input.
 
+mod dashboard;
 mod output;
 mod parse;
 
@@ -99,6 +100,8 @@ enum Command {
     },
     /// Exit 0 if the database answers within --timeout and its schema is current, else 1.
     Healthcheck,
+    /// Serve the web dashboard (auth from POSTPONE_DASHBOARD_TOKEN or _USER/_PASSWORD).
+    Dashboard(dashboard::DashboardArgs),
 }
 
 #[derive(Debug, Args)]
@@ -218,6 +221,9 @@ where
     if let Command::Healthcheck = cli.command {
         return healthcheck(&cli, out);
     }
+    if let Command::Dashboard(a) = &cli.command {
+        return dashboard::run(&cli.database_url, cli.timeout, a, out);
+    }
     let app = connect(&cli)?;
     match &cli.command {
         Command::Migrate => migrate(&cli, &app, out)?,
@@ -280,7 +286,7 @@ where
                 writeln!(out, "{report}")?;
             }
         }
-        Command::Healthcheck => unreachable!("handled above"),
+        Command::Healthcheck | Command::Dashboard(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }
