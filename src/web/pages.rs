@@ -852,7 +852,7 @@ mod tests {
 
     #[test]
     fn redirects_stay_on_this_site() {
-        assert_eq!(local_path("//evil.example/x"), "/evil.example/x");
+        assert_eq!(local_path("//evil.example/x"), "/evil%2Eexample/x");
         assert_eq!(local_path("/jobs/1"), "/jobs/1");
     }
 }
