@@ -395,7 +395,7 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
         id: job.id,
         word,
         delay,
-        error,
+        error: error.map(|e| e.replace('\0', "\u{fffd}")), // PostgreSQL text cannot hold a NUL
     }
 }
 
