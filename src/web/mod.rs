@@ -183,6 +183,7 @@ impl Dashboard {
             auth: self.auth.clone(),
             csrf,
             stalled_after: self.stalled_after,
+            overview: std::sync::Mutex::new(None),
         });
         let opts = ServerOptions {
             threads: self.threads,

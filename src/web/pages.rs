@@ -4,6 +4,7 @@
 //! time, 404 for a missing job, 409 for an action the job's status does not allow).
 
 use std::fmt::Write;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::html::{self, age, esc, opt_time, page, status, time, url_enc};
@@ -26,6 +27,48 @@ pub(crate) struct State {
     pub(crate) auth: Option<DashboardAuth>,
     pub(crate) csrf: String,
     pub(crate) stalled_after: Duration,
+    /// The overview's figures and when they were read: every viewer within
+    /// [`OVERVIEW_FRESH`] shares one read (the counts scan the jobs table).
+    pub(crate) overview: Mutex<Option<(Instant, Arc<OverviewData>)>>,
+}
+
+/// How long the overview's figures are shared between requests.
+const OVERVIEW_FRESH: Duration = Duration::from_secs(5);
+
+pub(crate) struct OverviewData {
+    counts: Vec<crate::admin::QueueCounts>,
+    minutes: Vec<html::Minute>,
+    workers: Vec<crate::admin::WorkerInfo>,
+    took: Duration,
+}
+
+impl State {
+    /// The overview's figures, read again if older than [`OVERVIEW_FRESH`]; the flag says
+    /// whether this call read them. Two requests that find them stale may both read: the
+    /// lock is never held across SQL.
+    fn overview_data(&self) -> Result<(Arc<OverviewData>, bool), Error> {
+        let lock = || self.overview.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, data)) = lock().as_ref() {
+            if at.elapsed() < OVERVIEW_FRESH {
+                return Ok((data.clone(), false));
+            }
+        }
+        let started = Instant::now();
+        let counts = self.admin.counts()?;
+        let minutes = {
+            let mut conn = self.app.connection()?;
+            queries::throughput(&mut conn)?
+        };
+        let workers = self.admin.workers()?;
+        let data = Arc::new(OverviewData {
+            counts,
+            minutes,
+            workers,
+            took: started.elapsed(),
+        });
+        *lock() = Some((Instant::now(), data.clone()));
+        Ok((data, true))
+    }
 }
 
 /// What a page cost: its round-trips and its time, shown in its footer.
@@ -321,15 +364,11 @@ fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<Response, E
 
 fn overview(st: &State) -> Result<Response, Error> {
     let mut cost = Cost::new();
-    let counts = st.admin.counts()?;
-    cost.queries += 1;
-    let minutes = {
-        let mut conn = st.app.connection()?;
-        queries::throughput(&mut conn)?
-    };
-    cost.queries += 1;
-    let workers = st.admin.workers()?;
-    cost.queries += 1;
+    let (data, fresh) = st.overview_data()?;
+    if fresh {
+        cost.queries += 3;
+    }
+    let (counts, minutes, workers) = (&data.counts, &data.minutes, &data.workers);
     let stalled = workers
         .iter()
         .filter(|w| w.heartbeat_age > st.stalled_after)
@@ -355,7 +394,7 @@ fn overview(st: &State) -> Result<Response, Error> {
                 )
             }
         };
-        for c in &counts {
+        for c in counts {
             let _ = write!(
                 b,
                 "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td></tr>",
@@ -374,7 +413,7 @@ fn overview(st: &State) -> Result<Response, Error> {
         b.push_str("</table>");
     }
     b.push_str("<h2>Last hour</h2>");
-    b.push_str(&html::throughput_svg(&minutes));
+    b.push_str(&html::throughput_svg(minutes));
     b.push_str(
         "<p class=dim>Jobs finished per minute (jobs deleted on completion are not counted).</p>",
     );
@@ -389,9 +428,18 @@ fn overview(st: &State) -> Result<Response, Error> {
         }
     );
     b.push_str(&cost.footer());
+    if !fresh {
+        b.push_str("<p class=dim>(figures shared with a request of the last 5 s)</p>");
+    }
+    // A table large enough to make the figures slow is reloaded less often.
+    let refresh = if data.took > Duration::from_millis(500) {
+        30
+    } else {
+        10
+    };
     Ok(Response::html(
         200,
-        page("Overview", "Overview", Some(10), st.read_only, &b),
+        page("Overview", "Overview", Some(refresh), st.read_only, &b),
     ))
 }
 
