@@ -427,3 +427,122 @@ fn slow_clients_neither_stall_others_nor_hold_a_thread_forever() {
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
     dash.shutdown();
 }
+
+#[test]
+fn a_flood_of_silent_connections_gets_quick_answers_not_a_hang() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(2)
+        .read_timeout(Duration::from_secs(3))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // More silent clients than threads and queue together.
+    let silent: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let r = get(addr, "/workers");
+    let took = started.elapsed();
+    eprintln!(
+        "measured: a request behind 60 silent connections -> {} in {took:?}",
+        r.status
+    );
+    // Refused at once when the queue is full; served, or refused, within about the read
+    // timeout (3 s) when the flood was slow to arrive and it got a place in the queue.
+    assert!(matches!(r.status, 200 | 503), "{}", r.body);
+    if r.status == 503 {
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    drop(silent);
+    // Once they are gone the dashboard serves again.
+    assert!(wait_until(Duration::from_secs(10), || get(
+        addr, "/workers"
+    )
+    .status
+        == 200));
+    dash.shutdown();
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_dashboard_command_serves_until_killed_and_checks_its_auth_settings() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    app.defer("from_cli", &json!({"a": 1})).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--read-only"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("POSTPONE_DASHBOARD_TOKEN")
+        .env_remove("POSTPONE_DASHBOARD_USER")
+        .env_remove("POSTPONE_DASHBOARD_PASSWORD")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches(',');
+    assert!(line.contains("read-only"), "{line}");
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let page = get(addr, "/jobs");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("from_cli") && page.body.contains("read-only"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("POSTPONE_DASHBOARD_TOKEN", "t")
+        .env("POSTPONE_DASHBOARD_USER", "u")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("set either POSTPONE_DASHBOARD_TOKEN"), "{err}");
+}
+
+#[test]
+fn a_request_queued_behind_slow_clients_is_answered_within_about_the_read_timeout() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(1)
+        .read_timeout(Duration::from_secs(1))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // Four silent clients: served one at a time, each would hold the thread for 1 s.
+    let silent: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let r = get(addr, "/workers");
+    let took = started.elapsed();
+    eprintln!(
+        "measured: a request queued behind 4 silent clients -> {} in {took:?}",
+        r.status
+    );
+    // Served in turn it would wait 4 s. Connections that waited past the read timeout are
+    // answered 503 at once instead, so this one is served (or refused) within about 1 s.
+    assert!(matches!(r.status, 200 | 503), "{}", r.body);
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    drop(silent);
+    dash.shutdown();
+}

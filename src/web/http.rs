@@ -6,7 +6,9 @@
 //! full, answers `503` itself (under a short write timeout) and closes. A request thread
 //! reads one request under a deadline for the whole head and body (`read_timeout`), so a
 //! client that trickles bytes or goes silent holds one thread for at most that long and
-//! never the others. Heads are limited to 16 KiB and bodies to 64 KiB.
+//! never the others; a connection that waited in the queue longer than `read_timeout`
+//! (behind a flood of such clients) gets a `503` at once, so no request waits much more
+//! than that. Heads are limited to 16 KiB and bodies to 64 KiB.
 //!
 //! Parsing is `httparse`'s; everything else is `std::net`.
 
@@ -145,18 +147,24 @@ impl Server {
         let listener = TcpListener::bind(listen)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = bounded::<TcpStream>(BACKLOG);
+        let (tx, rx) = bounded::<(TcpStream, Instant)>(BACKLOG);
         let mut threads = Vec::new();
         for n in 0..opts.threads.max(1) {
-            let rx: Receiver<TcpStream> = rx.clone();
+            let rx: Receiver<(TcpStream, Instant)> = rx.clone();
             let handle = handle.clone();
             let opts = opts.clone();
             threads.push(
                 thread::Builder::new()
                     .name(format!("postpone-web-{n}"))
                     .spawn(move || {
-                        for stream in rx {
-                            serve(stream, &opts, &*handle);
+                        for (stream, accepted) in rx {
+                            if accepted.elapsed() > opts.read_timeout {
+                                // It waited behind slow clients for longer than a client
+                                // may take: answer at once rather than add to the wait.
+                                busy(stream, opts.write_timeout);
+                            } else {
+                                serve(stream, &opts, &*handle);
+                            }
                         }
                     })?,
             );
@@ -179,21 +187,9 @@ impl Server {
                                 continue;
                             }
                         };
-                        match tx.try_send(stream) {
+                        match tx.try_send((stream, Instant::now())) {
                             Ok(()) => {}
-                            Err(TrySendError::Full(stream)) => {
-                                let _ = stream.set_write_timeout(Some(write_timeout.min(
-                                    Duration::from_millis(500),
-                                )));
-                                let mut stream = stream;
-                                let resp = Response::text(
-                                    503,
-                                    "the dashboard is busy: every request thread is taken; try again\n",
-                                )
-                                .header("Retry-After", "1");
-                                let _ = write_response(&mut stream, &resp);
-                                let _ = stream.shutdown(Shutdown::Both);
-                            }
+                            Err(TrySendError::Full((stream, _))) => busy(stream, write_timeout),
                             Err(TrySendError::Disconnected(_)) => break,
                         }
                     }
@@ -235,6 +231,18 @@ impl Server {
             let _ = t.join();
         }
     }
+}
+
+/// Answers 503 without reading the request.
+fn busy(mut stream: TcpStream, write_timeout: Duration) {
+    let _ = stream.set_write_timeout(Some(write_timeout.min(Duration::from_millis(500))));
+    let resp = Response::text(
+        503,
+        "the dashboard is busy: every request thread is taken; try again\n",
+    )
+    .header("Retry-After", "1");
+    let _ = write_response(&mut stream, &resp);
+    let _ = stream.shutdown(Shutdown::Both);
 }
 
 fn serve(mut stream: TcpStream, opts: &ServerOptions, handle: &dyn Fn(&Request) -> Response) {
