@@ -546,3 +546,43 @@ fn a_request_queued_behind_slow_clients_is_answered_within_about_the_read_timeou
     drop(silent);
     dash.shutdown();
 }
+
+#[test]
+fn without_auth_only_requests_to_an_address_or_localhost_are_answered() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = dashboard(&app);
+    let raw = |host: &str| -> Resp {
+        let mut s = TcpStream::connect(dash.addr()).unwrap();
+        s.write_all(format!("GET /jobs HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        read_response(&mut s)
+    };
+    // A rebinding page would send its own host name.
+    let r = raw("evil.example:8080");
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("POSTPONE_DASHBOARD_TOKEN"), "{}", r.body);
+    assert_eq!(
+        raw(&format!("localhost:{}", dash.addr().port())).status,
+        200
+    );
+    assert_eq!(raw(&dash.addr().to_string()).status, 200);
+    dash.shutdown();
+
+    let guarded = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .auth(Some(DashboardAuth::Token("t".into())))
+        .spawn()
+        .unwrap();
+    let mut s = TcpStream::connect(guarded.addr()).unwrap();
+    s.write_all(b"GET /jobs HTTP/1.1\r\nHost: dash.example\r\nAuthorization: Bearer t\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s).status,
+        200,
+        "a host name is fine with auth"
+    );
+    guarded.shutdown();
+}

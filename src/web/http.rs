@@ -249,7 +249,13 @@ fn serve(mut stream: TcpStream, opts: &ServerOptions, handle: &dyn Fn(&Request) 
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(opts.write_timeout));
     let resp = match read_request(&mut stream, opts.read_timeout) {
-        Ok(req) => handle(&req),
+        Ok(req) => {
+            let mut resp = handle(&req);
+            if req.method == "HEAD" {
+                resp.body.clear();
+            }
+            resp
+        }
         Err(ReadError::Io) => return,
         Err(ReadError::Status(status, msg)) => Response::text(status, msg),
     };

@@ -96,6 +96,17 @@ impl Cost {
 }
 
 pub(crate) fn handle(st: &State, req: &Request) -> Response {
+    if st.auth.is_none() && !req.header("host").is_some_and(is_local_host) {
+        // Without auth, a page of another site could reach a loopback dashboard through a
+        // host name that it points at 127.0.0.1 (DNS rebinding), read the CSRF token and
+        // post. Such a request names that host: refuse any name but an address or localhost.
+        return Response::text(
+            403,
+            "this dashboard has no access control, so it answers only requests addressed to \
+             an IP address or localhost; set POSTPONE_DASHBOARD_TOKEN (or a user and password) \
+             to serve it under a host name\n",
+        );
+    }
     if let Some(denied) = check_auth(st, req) {
         return denied;
     }
@@ -255,6 +266,23 @@ fn check_auth(st: &State, req: &Request) -> Option<Response> {
             }
         }
     }
+}
+
+/// `127.0.0.1:8080`, `[::1]:8080`, `localhost`, `10.0.0.5`: an address or localhost, with
+/// or without a port.
+fn is_local_host(host: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit());
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split_once(']').is_some_and(|(addr, tail)| {
+            addr.parse::<std::net::Ipv6Addr>().is_ok()
+                && (tail.is_empty() || tail.strip_prefix(':').is_some_and(digits))
+        });
+    }
+    let name = match host.rsplit_once(':') {
+        Some((h, port)) if digits(port) => h,
+        _ => host,
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 /// A path of ours to redirect to: never `//host` (which a browser reads as another site).
@@ -896,6 +924,30 @@ mod tests {
         assert_eq!(base64_decode("YTpi").unwrap(), b"a:b");
         assert_eq!(base64_decode("YQ==").unwrap(), b"a");
         assert!(base64_decode("***").is_none());
+    }
+
+    #[test]
+    fn only_addresses_and_localhost_are_local_hosts() {
+        for ok in [
+            "127.0.0.1:8080",
+            "127.0.0.1",
+            "[::1]:80",
+            "localhost:8080",
+            "LOCALHOST",
+            "10.1.2.3:1",
+        ] {
+            assert!(is_local_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "127.0.0.1.evil.example",
+            "[::1",
+            "",
+            "localhost.evil:80",
+        ] {
+            assert!(!is_local_host(bad), "{bad}");
+        }
     }
 
     #[test]
