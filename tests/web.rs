@@ -586,3 +586,42 @@ fn without_auth_only_requests_to_an_address_or_localhost_are_answered() {
     );
     guarded.shutdown();
 }
+
+#[test]
+fn the_abort_button_stops_a_running_job() {
+    use postpone::{Job, TaskError, Tasks, Worker};
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut tasks = Tasks::new();
+    tasks.register("spin", |job: &Job| -> Result<(), TaskError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !job.should_abort() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    });
+    let id = app.defer("spin", &json!({})).unwrap();
+    let worker = Worker::builder(&app, tasks).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(20), || status_of(&app, id) == "doing"));
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), &format!("/jobs/{id}"));
+    assert!(page.body.contains("id=\"abort\"") && !page.body.contains("id=\"cancel\""));
+    let r = request(
+        dash.addr(),
+        "POST",
+        &format!("/jobs/{id}/abort"),
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &format!("csrf={}&go=1", csrf_of(&page.body)),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/jobs/{id}?done=abort-requested").as_str())
+    );
+    assert!(wait_until(Duration::from_secs(10), || status_of(&app, id) == "aborted"));
+    let after = get(dash.addr(), &format!("/jobs/{id}"));
+    assert!(after.body.contains("s-aborted") && !after.body.contains("id=\"abort\""));
+    dash.shutdown();
+    assert!(worker.shutdown(Duration::from_secs(5)).is_clean());
+}
