@@ -123,7 +123,7 @@ fn every_page_shows_real_jobs_and_escapes_hostile_values() {
     assert_inert(&periodic.body);
     assert!(periodic.body.contains("id&lt;&amp;&gt;"));
     assert!(periodic.body.contains(&format!("href=\"/jobs/{}\"", fx.ok)));
-    assert!(periodic.body.contains("Expected next"));
+    assert!(periodic.body.contains("(inferred)"), "{}", periodic.body);
 
     assert_eq!(get(addr, "/jobs/999999").status, 404);
     assert_eq!(get(addr, "/jobs/abc").status, 400);
@@ -624,4 +624,44 @@ fn the_abort_button_stops_a_running_job() {
     assert!(after.body.contains("s-aborted") && !after.body.contains("id=\"abort\""));
     dash.shutdown();
     assert!(worker.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
+fn schedules_given_by_the_program_show_their_exact_next_instant() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut tasks = postpone::Tasks::new();
+    tasks.register(
+        "report",
+        |_: &postpone::Job| -> Result<(), postpone::TaskError> { Ok(()) },
+    );
+    tasks.periodic("report", "0 0 1 1 *").id("<yearly>");
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .schedules(&tasks)
+        .spawn()
+        .unwrap();
+    let page = get(dash.addr(), "/periodic");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<code>0 0 1 1 *</code>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("&lt;yearly&gt;") && page.body.contains("none yet"));
+    // The next 1 January, 00:00 UTC.
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let year = 1970 + secs / 31_556_952;
+    // (The year is approximate within hours of New Year: accept either neighbour.)
+    let found = [year, year + 1, year + 2]
+        .iter()
+        .any(|y| page.body.contains(&format!("{y}-01-01 00:00:00 UTC")));
+    assert!(found, "no next 1 January near {year} in {}", page.body);
+    dash.shutdown();
 }

@@ -108,6 +108,7 @@ pub struct Dashboard {
     threads: usize,
     read_timeout: Duration,
     stalled_after: Duration,
+    schedules: Vec<crate::periodic::PeriodicOptions>,
 }
 
 impl Dashboard {
@@ -121,7 +122,17 @@ impl Dashboard {
             threads: 4,
             read_timeout: Duration::from_secs(5),
             stalled_after: Duration::from_secs(30),
+            schedules: Vec::new(),
         }
+    }
+
+    /// The periodic schedules registered in `tasks`: the periodic page then shows each
+    /// one's cron expression and its exact next instant, even before its first run.
+    /// Without them (as from `postpone dashboard`), the next instant is inferred from the
+    /// spacing of the last two recorded. Defaults to none.
+    pub fn schedules(mut self, tasks: &crate::Tasks) -> Dashboard {
+        self.schedules = tasks.periodic.clone();
+        self
     }
 
     /// The address to listen on (port 0: any free port, see [`DashboardHandle::addr`]).
@@ -184,6 +195,7 @@ impl Dashboard {
             csrf,
             stalled_after: self.stalled_after,
             overview: std::sync::Mutex::new(None),
+            schedules: self.schedules.clone(),
         });
         let opts = ServerOptions {
             threads: self.threads,
