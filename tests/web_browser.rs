@@ -45,8 +45,9 @@ struct Browser {
 }
 
 impl Browser {
-    /// Starts chromedriver and a headless Chromium; `Err` says why it cannot.
-    fn start() -> Result<Browser, String> {
+    /// Starts chromedriver and a headless Chromium (with JavaScript off unless `js`);
+    /// `Err` says why it cannot.
+    fn start(js: bool) -> Result<Browser, String> {
         let chromium = find_program(&["chromium", "chromium-browser"])
             .ok_or("no chromium binary on PATH (Debian package `chromium`)")?;
         let chromedriver = find_program(&["chromedriver"])
@@ -83,7 +84,8 @@ impl Browser {
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
                          "--disable-dev-shm-usage", "--window-size=1200,820",
                          "--hide-scrollbars",
-                         format!("--user-data-dir={}", b.profile.display())]
+                         format!("--user-data-dir={}", b.profile.display())],
+                "prefs": {"profile.managed_default_content_settings.javascript": if js { 1 } else { 2 }}
             }
         }}});
         let v = b.call("POST", "/session", Some(caps));
@@ -163,6 +165,20 @@ impl Browser {
     fn click(&self, css: &str) {
         let el = self.find(css);
         self.cmd("POST", &format!("/element/{el}/click"), Some(json!({})));
+    }
+
+    /// Clicks and waits until the page that the click loads has an address containing
+    /// `url_part` and is parsed (a click returns before the navigation it starts ends).
+    fn click_to(&self, css: &str, url_part: &str) {
+        self.click(css);
+        let arrived = wait_until(Duration::from_secs(15), || {
+            self.url().contains(url_part) && !self.find_all("main").is_empty()
+        });
+        assert!(
+            arrived,
+            "clicking {css} did not lead to {url_part:?}: at {}",
+            self.url()
+        );
     }
 
     /// Runs a script in the page (WebDriver's own channel: the page itself has none).
@@ -250,7 +266,7 @@ fn base64(s: &str) -> Vec<u8> {
 #[test]
 fn every_page_in_chromium_with_retry_and_cancel() {
     init_logging();
-    let browser = match Browser::start() {
+    let browser = match Browser::start(true) {
         Ok(b) => b,
         Err(why) => {
             if std::env::var_os("CI").is_some() {
@@ -298,7 +314,7 @@ fn every_page_in_chromium_with_retry_and_cancel() {
         &format!("/element/{}/value", browser.find("input[name=queue]")),
         Some(json!({ "text": HOSTILE_QUEUE })),
     );
-    browser.click("form.filters button");
+    browser.click_to("form.filters button", "queue=q%22");
     let rows = browser.find_all("table tr");
     assert_eq!(
         rows.len(),
@@ -314,12 +330,7 @@ fn every_page_in_chromium_with_retry_and_cancel() {
         .contains("boom <script>window.pwned=4</script> \"double\" 'single' NUL:\u{fffd}:end"));
     assert!(browser.text("#args").contains(HOSTILE_ARG));
     browser.screenshot("job");
-    browser.click("#retry");
-    assert!(
-        browser.url().ends_with("?done=retried"),
-        "{}",
-        browser.url()
-    );
+    browser.click_to("#retry", "?done=retried");
     assert!(browser.text(".flash").starts_with("Retried"));
     assert!(
         wait_until(Duration::from_secs(20), || status_of(&fx.app, fx.flaky)
@@ -339,7 +350,7 @@ fn every_page_in_chromium_with_retry_and_cancel() {
 
     browser.load(&format!("{base}/jobs/{}", fx.later), "Job");
     assert!(browser.text("h1").contains("todo"));
-    browser.click("#cancel");
+    browser.click_to("#cancel", "?done=cancelled");
     assert!(browser.text(".flash").starts_with("Cancelled"));
     assert!(browser.text("h1").contains("cancelled"));
     assert_eq!(status_of(&fx.app, fx.later), "cancelled");
@@ -353,6 +364,31 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     assert!(browser.text("table").contains(HOSTILE_TASK));
     assert!(browser.text("table").contains("id<&>"));
     browser.screenshot("periodic");
+
+    // JavaScript off: the pages and their buttons work the same (plain forms and links).
+    drop(browser);
+    let nojs = Browser::start(false).expect("a second browser");
+    // (Proof that scripts are off in it: this page's script would rename it.)
+    nojs.goto("data:text/html,<title>off</title><script>document.title='on'</script>");
+    assert_eq!(nojs.title(), "off", "JavaScript is not off");
+    nojs.goto(&format!("{base}/jobs/{}", fx.hostile));
+    assert!(nojs.title().starts_with("Job"));
+    assert!(nojs.text("h1").contains("failed"));
+    nojs.click_to("#retry", "?done=retried");
+    assert!(nojs.text(".flash").starts_with("Retried"), "{}", nojs.url());
+    // It ran again (and failed again: that task always fails), so it has two errors now.
+    let errors = || -> i32 {
+        let mut c = fx.app.connection().unwrap();
+        c.query_one(
+            "SELECT jsonb_array_length(errors) FROM postpone_jobs WHERE id = $1",
+            &[&fx.hostile.get()],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert!(wait_until(Duration::from_secs(20), || errors() == 2));
+    nojs.goto(&format!("{base}/jobs?status=cancelled"));
+    assert!(nojs.text("table").contains(&fx.later.to_string()));
 
     dash.shutdown();
     fx.stop();
