@@ -39,7 +39,8 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
 /// not due yet), whatever the table's statistics say.
 pub(crate) const JOB_CLAIM: &str = "
-SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at
+SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at,
+       queue_wait
   FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`

@@ -802,6 +802,7 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                crate::metrics::deadline_fired();
                 // The statement may be running on (a half-open link, or a slow one): ask the
                 // server to cancel it before the socket goes, so that its backend does not
                 // keep working and holding locks for a caller that has given up.

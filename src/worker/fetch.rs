@@ -167,6 +167,7 @@ fn claim(
         stmt,
         &[&id, &limit, &shared.opts.queues, task_names],
     )?;
+    crate::metrics::queue_waits(&rows);
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {

@@ -182,6 +182,7 @@ impl Shared {
             None,
         )?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::reconnect();
         Ok(conn)
     }
 
