@@ -27,10 +27,13 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
+use super::session_attrs;
 use super::socket;
 use super::target::{Stream, Target};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
+
+mod routing;
 
 /// A notification received on a `LISTEN`ed channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +65,9 @@ pub struct Notification {
 pub struct Connection {
     // Field order is drop order: statements and client before the runtime that drives them,
     // the runtime (which closes the socket) before the watchdog registration (the dup).
-    statements: HashMap<&'static str, Statement>,
+    statements: HashMap<String, Statement>,
+    /// Through a transaction pooler: the parameter types of each SQL text sent unnamed.
+    unnamed: Option<HashMap<String, Vec<tokio_postgres::types::Type>>>,
     client: Client,
     inner: Inner,
 }
@@ -107,10 +112,19 @@ impl Connection {
             })?;
         let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
-        let targets = socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
+        let mut targets =
+            socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
+        if opts.routing.random {
+            session_attrs::shuffle(&mut targets);
+        }
         let mut rt = Some(rt);
         let mut last = None;
-        for target in &targets {
+        // One pass over the targets per kind of server wanted (two for prefer-standby).
+        let passes = opts.routing.attrs.passes();
+        for (target, want) in passes
+            .iter()
+            .flat_map(|want| targets.iter().map(move |t| (t, *want)))
+        {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
             if Instant::now() >= deadline.at {
                 break;
@@ -125,7 +139,9 @@ impl Connection {
                         Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
                     })?,
             };
-            match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
+            match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
+                .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
+            {
                 Ok(conn) => return Ok(conn),
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
@@ -201,6 +217,7 @@ impl Connection {
                 Ok((client, notifications)) => {
                     return Ok(Connection {
                         statements: HashMap::new(),
+                        unnamed: opts.routing.transaction_pooler.then(HashMap::new),
                         client,
                         inner: Inner {
                             notifications,
@@ -218,7 +235,8 @@ impl Connection {
                     reg.sever();
                     if with_check
                         && e.kind() == ErrorKind::Database
-                        && e.to_string().contains("client_connection_check_interval")
+                        && (e.to_string().contains("client_connection_check_interval")
+                            || session_attrs::refuses_startup_options(&e.to_string()))
                     {
                         log::info!(
                             "server at {target} rejects client_connection_check_interval; \
@@ -304,8 +322,12 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
-        self.inner
-            .run("running a query", t, self.client.query(statement, params))
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
+            self.client.query(statement, params),
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement that returns exactly one row.
@@ -314,11 +336,12 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
-        self.inner.run(
-            "running a query",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.query_one(statement, params),
-        )
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement that returns at most one row.
@@ -331,11 +354,12 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
-        self.inner.run(
-            "running a query",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.query_opt(statement, params),
-        )
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement and returns the number of rows it changed.
@@ -344,11 +368,12 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
-        self.inner.run(
-            "running a statement",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.execute(statement, params),
-        )
+        );
+        self.inner.run("running a statement", t, fut)
     }
 
     /// Runs one or more statements separated by semicolons, without parameters.
@@ -358,8 +383,11 @@ impl Connection {
             .run("running statements", t, self.client.batch_execute(sql))
     }
 
-    /// Prepares a statement.
+    /// Prepares a statement. Refused through a transaction-pooling PgBouncer
+    /// (`pooler_mode=transaction`), where a named statement does not outlive the
+    /// transaction: pass the SQL text to [`query`](Self::query) instead.
     pub fn prepare(&mut self, sql: &str) -> Result<Statement> {
+        self.refuse_without_session("a prepared statement (Connection::prepare)")?;
         let t = self.inner.io_timeout;
         self.inner
             .run("preparing a statement", t, self.client.prepare(sql))
@@ -403,8 +431,11 @@ impl Connection {
         self.inner.in_tx
     }
 
-    /// Starts listening on `channel` (quoted as an identifier).
+    /// Starts listening on `channel` (quoted as an identifier). Refused through a
+    /// transaction-pooling PgBouncer (`pooler_mode=transaction`), which does not keep the
+    /// session that would hear the notifications.
     pub fn listen(&mut self, channel: &str) -> Result<()> {
+        self.refuse_without_session("LISTEN")?;
         let sql = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
         self.batch_execute(&sql)
     }
@@ -459,9 +490,12 @@ impl Connection {
     pub(crate) fn query_cached(
         &mut self,
         what: &str,
-        sql: &'static str,
+        sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
+        if self.through_transaction_pooler() {
+            return self.query_unnamed(what, sql, params);
+        }
         let stmt = self.cached(what, sql)?;
         let t = self.inner.io_timeout;
         self.inner.run(what, t, self.client.query(&stmt, params))
@@ -471,37 +505,36 @@ impl Connection {
     pub(crate) fn execute_cached(
         &mut self,
         what: &str,
-        sql: &'static str,
+        sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
+        if self.through_transaction_pooler() {
+            return self.execute_unnamed(what, sql, params);
+        }
         let stmt = self.cached(what, sql)?;
         let t = self.inner.io_timeout;
         self.inner.run(what, t, self.client.execute(&stmt, params))
     }
 
-    fn cached(&mut self, what: &str, sql: &'static str) -> Result<Statement> {
+    fn cached(&mut self, what: &str, sql: &str) -> Result<Statement> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
         let t = self.inner.io_timeout;
         let stmt = self.inner.run(what, t, self.client.prepare(sql))?;
-        self.statements.insert(sql, stmt.clone());
+        self.statements.insert(sql.to_owned(), stmt.clone());
         Ok(stmt)
     }
 
-    /// Like [`query`](Self::query), naming the operation in errors and logs.
-    pub(crate) fn query_named<T>(
+    /// Like [`query`](Self::query), naming the operation in errors and logs; the statement
+    /// is prepared once per connection (or sent unnamed through a transaction pooler).
+    pub(crate) fn query_named(
         &mut self,
         what: &str,
-        statement: &T,
+        sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>>
-    where
-        T: ?Sized + ToStatement,
-    {
-        let t = self.inner.io_timeout;
-        self.inner
-            .run(what, t, self.client.query(statement, params))
+    ) -> Result<Vec<Row>> {
+        self.query_cached(what, sql, params)
     }
 
     /// Severs the socket now (used when the connection is abandoned mid-transaction).
@@ -570,7 +603,9 @@ impl Inner {
         if let Some(db) = e.as_db_error() {
             let err = Error::from_db(what, db);
             // FATAL and PANIC end the session (terminated backend, server shutdown).
-            if matches!(db.severity(), "FATAL" | "PANIC") || db.code().code().starts_with("57P") {
+            if matches!(db.severity(), "FATAL" | "PANIC")
+                || session_attrs::ends_session(db.code().code())
+            {
                 self.broken = Some(format!("server ended the session: {}", db.message()));
                 self.reg.sever();
                 return err.set_kind(ErrorKind::Closed);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
+use super::session_attrs::Routing;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -30,6 +31,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) keepalive_interval: Duration,
     pub(crate) keepalive_retries: u32,
     pub(crate) tls: TlsSettings,
+    /// `target_session_attrs`, `load_balance_hosts`, `pooler_mode`.
+    pub(crate) routing: Routing,
     /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
     /// platform without it), so later connections do not ask again.
     check_interval: AtomicBool,
@@ -38,7 +41,8 @@ pub(crate) struct ConnectOptions {
 impl ConnectOptions {
     /// Parses a URL or key=value connection string.
     pub(crate) fn parse(url: &str) -> Result<ConnectOptions> {
-        let (url, tls) = TlsSettings::extract(url)?;
+        let (url, routing) = Routing::extract(url)?;
+        let (url, tls) = TlsSettings::extract(&url)?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
@@ -80,8 +84,10 @@ impl ConnectOptions {
                 .unwrap_or(Duration::from_secs(10)),
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
+            routing,
             config,
-            check_interval: AtomicBool::new(true),
+            // Through a transaction pooler, startup options are refused (PgBouncer) or lost.
+            check_interval: AtomicBool::new(!routing.transaction_pooler),
         })
     }
 

@@ -286,6 +286,12 @@ impl WorkerBuilder {
             opts,
             hook,
         } = self;
+        if opts.listen && app.inner.opts.routing.transaction_pooler {
+            return Err(crate::conn::session_attrs::needs_session(
+                "the worker's LISTEN for new jobs (turn it off with .listen(false): the \
+                 fetcher then polls every poll_interval)",
+            ));
+        }
         let margin = opts.heartbeat_interval + app.inner.opts.io_timeout;
         if opts.stalled_after <= margin {
             log::warn!(

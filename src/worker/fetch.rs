@@ -9,7 +9,6 @@
 use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio_postgres::Statement;
 
 use super::backoff::Backoff;
 use super::{sleep_or_stop, Claimed, Shared};
@@ -26,7 +25,7 @@ pub(crate) fn run(
 ) {
     let sql = store::job_claim_sql(shared.opts.queues.is_some(), shared.opts.only_registered);
     let task_names: Vec<String> = shared.tasks.keys().cloned().collect();
-    let mut conn: Option<(Connection, Statement)> = None;
+    let mut conn: Option<Connection> = None;
     let mut backoff = Backoff::new(shared.opts.backoff_cap);
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
@@ -50,10 +49,7 @@ pub(crate) fn run(
             }
         }
         if conn.is_none() {
-            match shared.connect().and_then(|mut c| {
-                let stmt = c.prepare(&sql)?;
-                Ok((c, stmt))
-            }) {
+            match shared.connect() {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     shared.log_db_error("connecting to claim jobs", &e, backoff.failures() + 1);
@@ -64,9 +60,9 @@ pub(crate) fn run(
                 }
             }
         }
-        let (c, stmt) = conn.as_mut().expect("connected above");
+        let c = conn.as_mut().expect("connected above");
         let started = Instant::now();
-        let res = claim(shared, c, stmt, free, &task_names);
+        let res = claim(shared, c, &sql, free, &task_names);
         claim_latency.observe(started.elapsed());
         match res {
             Ok(claimed) => {
@@ -167,7 +163,7 @@ impl Ewma {
 fn claim(
     shared: &Shared,
     conn: &mut Connection,
-    stmt: &Statement,
+    sql: &str,
     limit: usize,
     task_names: &[String],
 ) -> Result<Vec<Claimed>> {
@@ -181,7 +177,7 @@ fn claim(
     if shared.opts.only_registered {
         params.push(&task_names);
     }
-    let rows = conn.query_named("claiming jobs", stmt, &params)?;
+    let rows = conn.query_named("claiming jobs", sql, &params)?;
     let mut claimed: Vec<(i32, Claimed)> = rows
         .iter()
         .map(|r| {

@@ -56,7 +56,7 @@ use self::verify::client_config;
 use super::target::Target;
 use crate::error::{Error, ErrorKind, Result};
 
-mod params;
+pub(crate) mod params;
 mod stream;
 mod verify;
 
