@@ -338,7 +338,7 @@ impl Cluster {
     pub fn wait_caught_up(&self, primary: &Cluster, timeout: Duration) -> bool {
         let lsn: String = primary
             .client("postgres")
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
             .expect("reading the primary's WAL position")
             .get(0);
         let mut standby = self.client("postgres");
