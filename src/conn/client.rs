@@ -406,7 +406,11 @@ impl Connection {
     /// [`rollback`](Self::rollback). A connection dropped or returned to the pool inside a
     /// transaction is discarded, never reused.
     pub fn begin(&mut self) -> Result<()> {
-        self.batch_execute("BEGIN")?;
+        if self.through_transaction_pooler() {
+            self.batch_execute(routing::BEGIN_CLEAN)?;
+        } else {
+            self.batch_execute("BEGIN")?;
+        }
         self.inner.in_tx = true;
         Ok(())
     }

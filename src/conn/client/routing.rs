@@ -5,9 +5,9 @@
 //! Through such a pooler a server session lasts one transaction, so nothing named may
 //! outlive one: the library's own statements go as unnamed statements (Parse, Bind, Execute
 //! and Sync in one message, parameter types given), and the parameter types of each SQL text
-//! are learnt once per connection inside a short transaction that also closes the named
-//! statement it took to learn them. A caller's statements outside a transaction are wrapped
-//! in one for the same reason. `LISTEN` and [`Connection::prepare`] need a session and are
+//! are learnt once per connection inside a short transaction. A caller's statements outside
+//! a transaction are wrapped in one for the same reason, and every transaction that may name
+//! a statement starts by clearing what earlier clients left behind (see [`BEGIN_CLEAN`]). `LISTEN` and [`Connection::prepare`] need a session and are
 //! refused with an error that says so.
 //!
 //! Fails like any call of the connection (deadline, closed link, database error); a server of
@@ -25,6 +25,14 @@ use super::super::session_attrs::{self, ServerState, SessionAttrs};
 use super::super::socket::Deadline;
 use super::Connection;
 use crate::error::{Error, ErrorKind, Result};
+
+/// How a transaction starts through a transaction pooler. A named statement is closed only
+/// when the last row that refers to it is dropped, which may be after the transaction ended,
+/// so its Close may reach another server session than its Parse did and leave it behind
+/// there (where the next client to use that name would fail with 42P05). Every transaction
+/// that may name a statement therefore starts by clearing what earlier clients left on the
+/// server session it got. A late Close that finds nothing is not an error.
+pub(super) const BEGIN_CLEAN: &str = "BEGIN; DEALLOCATE ALL";
 
 impl Connection {
     /// Keeps this new connection if its server is what `want` asks for (one pass of `asked`,
@@ -109,7 +117,7 @@ impl Connection {
         if !wrap {
             return fut.await;
         }
-        client.batch_execute("BEGIN").await?;
+        client.batch_execute(BEGIN_CLEAN).await?;
         match fut.await {
             Ok(v) => {
                 client.batch_execute("COMMIT").await?;
@@ -140,7 +148,7 @@ impl Connection {
             // statement that prepare makes is closed (on drop, queued before the ROLLBACK)
             // on the session it was made on.
             if !in_tx {
-                client.batch_execute("BEGIN").await?;
+                client.batch_execute(BEGIN_CLEAN).await?;
             }
             let res = client.prepare(sql).await.map(|s| s.params().to_vec());
             if !in_tx {
