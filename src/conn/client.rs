@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::tls::TlsConnect;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, Row, Statement, ToStatement};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
 use super::session_attrs;
@@ -52,6 +53,13 @@ pub struct Notification {
 /// from task code. Calls use the connection's `io_timeout` (the App's, 10 s by default); when
 /// it fires, the socket is severed, the connection is marked broken and the call returns an
 /// error of kind [`Timeout`](ErrorKind::Timeout) at once: no call can hang.
+///
+/// Before the socket goes, a CancelRequest is sent from a fresh socket (under its own short
+/// deadline, at most 1 s and never more than `connect_timeout`), so that the server stops the
+/// statement instead of running it on for a caller that has given up. A timeout does not say
+/// whether a write happened: the statement may have committed before the deadline fired, or
+/// before the cancel arrived (a `defer` that timed out may have inserted its job). Write so
+/// that a retry is harmless (a `queueing_lock`, an idempotent statement), or check.
 ///
 /// ```no_run
 /// # fn main() -> postpone::Result<()> {
@@ -81,7 +89,31 @@ struct Inner {
     in_tx: bool,
     last_ok: Instant,
     peer: String,
+    cancel: CancelRoute,
+    /// A round-trip is in flight: still true afterwards only if user code (a `ToSql`)
+    /// panicked inside it, and then the session's state is unknown: the connection is broken.
+    in_flight: bool,
+    /// When a ping that was given less than `io_timeout` went unanswered; the link is not
+    /// judged until that ping has had its full `io_timeout`.
+    unanswered_since: Option<Instant>,
 }
+
+/// What it takes to send a CancelRequest for this connection from a fresh socket of ours: a
+/// timed-out statement would otherwise run on in its backend (with its locks) while the link
+/// is half-open, since the server learns of nothing until its own keepalive fires.
+struct CancelRoute {
+    opts: Arc<ConnectOptions>,
+    target: Target,
+    /// The session fell back to plain text (`sslmode=prefer`): so does its cancel.
+    plain: bool,
+    token: CancelToken,
+    watchdog: Watchdog,
+    group: u64,
+}
+
+/// The longest a CancelRequest may take (connect, TLS, send), on top of the deadline that
+/// fired; never more than `connect_timeout`.
+pub(crate) const CANCEL_DEADLINE: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -98,10 +130,25 @@ impl Connection {
     /// `connect_timeout` (and never past `overall`), its socket registered in `group` of the
     /// watchdog from before the first byte.
     pub(crate) fn open(
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         watchdog: &Watchdog,
         group: u64,
         overall: Option<Instant>,
+    ) -> Result<Connection> {
+        Self::open_within(
+            opts,
+            watchdog,
+            group,
+            overall.map(|d| (d, "shutdown timeout")),
+        )
+    }
+
+    /// [`open`](Self::open), with the overall deadline named for errors (`pool_timeout`).
+    pub(crate) fn open_within(
+        opts: &Arc<ConnectOptions>,
+        watchdog: &Watchdog,
+        group: u64,
+        overall: Option<(Instant, &str)>,
     ) -> Result<Connection> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -112,41 +159,62 @@ impl Connection {
             })?;
         let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
-        let mut targets =
-            socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
-        if opts.routing.random {
-            session_attrs::shuffle(&mut targets);
-        }
+        let severed = || watchdog.sever_count(group) != severs;
         let mut rt = Some(rt);
         let mut last = None;
-        // One pass over the targets per kind of server wanted (two for prefer-standby).
+        // Host by host, as libpq: each name resolved when its turn comes, under a deadline
+        // of its own, then each of its addresses tried under its own. One pass over the hosts
+        // per kind of server target_session_attrs wants (two for prefer-standby), in random
+        // order for load_balance_hosts=random.
+        let mut hosts: Vec<usize> = (0..socket::host_count(opts)).collect();
+        if opts.routing.random {
+            session_attrs::shuffle(&mut hosts);
+        }
         let passes = opts.routing.attrs.passes();
-        for (target, want) in passes
+        for (i, want) in passes
             .iter()
-            .flat_map(|want| targets.iter().map(move |t| (t, *want)))
+            .flat_map(|want| hosts.iter().map(move |i| (*i, *want)))
         {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
             if Instant::now() >= deadline.at {
                 break;
             }
-            let runtime = match rt.take() {
-                Some(r) => r,
-                None => tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .enable_time()
-                    .build()
-                    .map_err(|e| {
-                        Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
-                    })?,
-            };
-            match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
-                .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
-            {
-                Ok(conn) => return Ok(conn),
+            let mut targets = match socket::resolve_host(opts, i, &deadline, &severed) {
+                Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
                     log::debug!("{e}");
                     last = Some(e);
+                    continue;
+                }
+            };
+            if opts.routing.random {
+                session_attrs::shuffle(&mut targets);
+            }
+            for target in &targets {
+                let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
+                if Instant::now() >= deadline.at {
+                    break;
+                }
+                let runtime = match rt.take() {
+                    Some(r) => r,
+                    None => tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .enable_time()
+                        .build()
+                        .map_err(|e| {
+                            Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
+                        })?,
+                };
+                match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
+                    .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
+                {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
+                    Err(e) => {
+                        log::debug!("{e}");
+                        last = Some(e);
+                    }
                 }
             }
         }
@@ -164,7 +232,7 @@ impl Connection {
 
     fn open_target(
         rt: Runtime,
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         target: &Target,
         watchdog: &Watchdog,
         group: u64,
@@ -193,6 +261,7 @@ impl Connection {
             } else {
                 opts.tls.connector(target)?
             };
+            let over_tls = connector.is_some();
             let result = match connector {
                 None => {
                     // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
@@ -215,6 +284,14 @@ impl Connection {
             };
             match result {
                 Ok((client, notifications)) => {
+                    let cancel = CancelRoute {
+                        opts: opts.clone(),
+                        target: target.clone(),
+                        plain: !over_tls,
+                        token: client.cancel_token(),
+                        watchdog: watchdog.clone(),
+                        group,
+                    };
                     return Ok(Connection {
                         statements: HashMap::new(),
                         unnamed: opts.routing.transaction_pooler.then(HashMap::new),
@@ -228,8 +305,11 @@ impl Connection {
                             in_tx: false,
                             last_ok: Instant::now(),
                             peer: target.to_string(),
+                            cancel,
+                            in_flight: false,
+                            unanswered_since: None,
                         },
-                    })
+                    });
                 }
                 Err(e) => {
                     reg.sever();
@@ -295,12 +375,13 @@ impl Connection {
     /// Changes the deadline of each later round-trip on this connection (for a statement known
     /// to run long). A pooled connection gets the App's `io_timeout` back when it is reused.
     pub fn set_io_timeout(&mut self, timeout: Duration) {
-        self.inner.io_timeout = timeout;
+        self.inner.io_timeout = timeout.min(LONGEST);
     }
 
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
         self.inner.broken.is_some()
+            || self.inner.in_flight
             || self.client.is_closed()
             || self.inner.reg.severed() != SeverReason::None
     }
@@ -395,11 +476,48 @@ impl Connection {
 
     /// Proves the link is alive with one round-trip under `timeout`.
     pub fn ping(&mut self, timeout: Duration) -> Result<()> {
-        self.inner.run(
+        self.inner.run_then_cancel(
             "pinging the server",
             timeout,
             self.client.check_connection(),
+            false,
         )
+    }
+
+    /// A ping that may be given less than `io_timeout` (a checkout with little time left)
+    /// without condemning a healthy but slow link: `Ok(true)` when the server answered,
+    /// `Ok(false)` when `budget` ran out first. Then the ping stays outstanding and the
+    /// connection unbroken; a later call pings again, and once the first unanswered ping has
+    /// had its whole `io_timeout` the link is judged (and severed) as any round-trip is.
+    pub(crate) fn ping_within(&mut self, budget: Duration) -> Result<bool> {
+        let now = Instant::now();
+        let since = self.inner.unanswered_since.unwrap_or(now);
+        let full = since
+            .checked_add(self.inner.io_timeout)
+            .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        if full <= budget {
+            self.ping(full)?;
+            self.inner.unanswered_since = None;
+            return Ok(true);
+        }
+        let got =
+            self.inner
+                .run_soft("pinging the server", budget, self.client.check_connection())?;
+        match got {
+            Some(()) => {
+                self.inner.unanswered_since = None;
+                Ok(true)
+            }
+            None => {
+                self.inner.unanswered_since = Some(since);
+                Ok(false)
+            }
+        }
+    }
+
+    /// When a ping given less than `io_timeout` went unanswered (see `ping_within`).
+    pub(crate) fn unanswered_since(&self) -> Option<Instant> {
+        self.inner.unanswered_since
     }
 
     /// Starts a transaction (`BEGIN`); end it with [`commit`](Self::commit) or
@@ -500,9 +618,10 @@ impl Connection {
         if self.through_transaction_pooler() {
             return self.query_unnamed(what, sql, params);
         }
-        let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.query(&stmt, params))
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.query(stmt, params))
+        })
     }
 
     /// Like [`query_cached`](Self::query_cached) for a statement that returns no rows.
@@ -515,9 +634,42 @@ impl Connection {
         if self.through_transaction_pooler() {
             return self.execute_unnamed(what, sql, params);
         }
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.execute(stmt, params))
+        })
+    }
+
+    /// Runs `call` with the cached statement for `sql`. Task code may have dropped the
+    /// session's prepared statements (`DEALLOCATE ALL`, `DISCARD ALL`): the server then
+    /// answers 26000 (no such prepared statement), which executed nothing. The cache is
+    /// forgotten (ours and the driver's type-lookup statements), and outside a transaction
+    /// the call is made once more with a statement prepared afresh; inside one, the error
+    /// is returned (the transaction is aborted anyway) and the next call prepares afresh.
+    fn with_cached<T>(
+        &mut self,
+        what: &str,
+        sql: &str,
+        mut call: impl FnMut(&mut Connection, &Statement) -> Result<T>,
+    ) -> Result<T> {
         let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.execute(&stmt, params))
+        match call(self, &stmt) {
+            Err(e) if e.sqlstate() == Some("26000") => {
+                log::info!(
+                    "{what} on {}: the session's prepared statements were dropped \
+                     (DEALLOCATE/DISCARD); preparing them again",
+                    self.inner.peer
+                );
+                self.statements.clear();
+                self.client.clear_type_cache();
+                if self.inner.in_tx {
+                    return Err(e);
+                }
+                let stmt = self.cached(what, sql)?;
+                call(self, &stmt)
+            }
+            other => other,
+        }
     }
 
     fn cached(&mut self, what: &str, sql: &str) -> Result<Statement> {
@@ -565,11 +717,25 @@ impl Inner {
         timeout: Duration,
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
+        self.run_then_cancel(what, timeout, fut, true)
+    }
+
+    /// `run`, saying whether a deadline that fires sends a CancelRequest (not for a ping:
+    /// it runs nothing worth stopping).
+    fn run_then_cancel<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+        cancel: bool,
+    ) -> Result<T> {
         self.usable(what)?;
-        self.reg.arm(Instant::now() + timeout);
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
         let res = self
             .rt
             .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
         self.reg.disarm();
         match res {
             Ok(Ok(v)) => {
@@ -578,12 +744,44 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                // The statement may be running on (a half-open link, or a slow one): ask the
+                // server to cancel it before the socket goes, so that its backend does not
+                // keep working and holding locks for a caller that has given up.
+                if cancel {
+                    self.cancel.send(&self.rt, what, &self.peer);
+                }
                 self.reg.sever();
                 let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
                 self.broken = Some(why.clone());
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
             }
+        }
+    }
+
+    /// Like `run`, but a deadline that fires is not a verdict: the request is left to finish
+    /// (its answer, when it comes, is read and dropped by the driver) and `Ok(None)` returned.
+    fn run_soft<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<Option<T>> {
+        self.usable(what)?;
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
+        let res = self
+            .rt
+            .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
+        self.reg.disarm();
+        match res {
+            Ok(Ok(v)) => {
+                self.last_ok = Instant::now();
+                Ok(Some(v))
+            }
+            Ok(Err(e)) => Err(self.classify(what, e)),
+            Err(_) => Ok(None),
         }
     }
 
@@ -630,6 +828,69 @@ impl Inner {
     }
 }
 
+impl CancelRoute {
+    /// Sends a CancelRequest for whatever the session is running, from a fresh socket
+    /// registered in the connection's watchdog group (so a shutdown severs it too), under
+    /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
+    fn send(&self, rt: &Runtime, what: &str, peer: &str) {
+        let wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+        let deadline = socket::Deadline {
+            at: Instant::now() + wait,
+            name: format!("{} cancel deadline", fmt_duration(wait)),
+        };
+        let started = Instant::now();
+        let sent = (|| -> Result<()> {
+            let (stream, reg) = socket::connect(
+                rt,
+                &self.opts,
+                &self.target,
+                &self.watchdog,
+                self.group,
+                &deadline,
+            )?;
+            reg.arm(deadline.at);
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let connector = if self.plain {
+                None
+            } else {
+                self.opts.tls.connector(&self.target)?
+            };
+            let res = match connector {
+                None => rt.block_on(async {
+                    tokio::time::timeout(
+                        left,
+                        self.token.cancel_query_raw(stream, tokio_postgres::NoTls),
+                    )
+                    .await
+                }),
+                Some(tls) => rt.block_on(async {
+                    tokio::time::timeout(left, self.token.cancel_query_raw(stream, tls)).await
+                }),
+            };
+            reg.disarm();
+            reg.sever();
+            match res {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::with_source(ErrorKind::Connect, "sending", e)),
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no answer within {}", deadline.name),
+                )),
+            }
+        })();
+        match sent {
+            Ok(()) => log::info!(
+                "{what} on {peer}: timed out; cancel request sent in {}",
+                fmt_duration(started.elapsed())
+            ),
+            Err(e) => log::warn!(
+                "{what} on {peer}: timed out, and the cancel request failed ({e}); the \
+                 statement may run on in its backend until the server notices the client is gone"
+            ),
+        }
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         // Shut the socket down first: the server sees an orderly end of stream and nothing
@@ -638,6 +899,18 @@ impl Drop for Connection {
         self.inner.reg.sever();
     }
 }
+
+/// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(LONGEST))
+        .unwrap_or(now)
+}
+
+/// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
+/// years, so that deadlines and sums of timeouts stay representable.
+pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.
@@ -704,4 +977,55 @@ where
         }
     });
     Ok((client, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{SocketAddr, TcpListener};
+
+    /// `hang.invalid` stalls for 3 s (a resolver that does not answer); other names are
+    /// 127.0.0.1.
+    fn hang_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        if name == "hang.invalid" {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    }
+
+    /// How long until a connection attempt to `hosts` reaches a listener on 127.0.0.1
+    /// (which never answers the startup: only the arrival matters).
+    fn time_to_first_attempt(hosts: &str) -> Duration {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut opts = ConnectOptions::parse(&format!(
+            "host={hosts} port={port} user=u dbname=d connect_timeout=1 sslmode=disable"
+        ))
+        .unwrap();
+        opts.resolver = hang_resolver;
+        let opts = Arc::new(opts);
+        let watchdog = Watchdog::start().unwrap();
+        let group = watchdog.new_group();
+        let started = Instant::now();
+        let opener = std::thread::spawn(move || {
+            let _ = Connection::open(&opts, &watchdog, group, None);
+        });
+        let (_accepted, _) = listener.accept().unwrap();
+        let took = started.elapsed();
+        opener.join().unwrap();
+        took
+    }
+
+    #[test]
+    fn hosts_are_resolved_one_at_a_time_each_under_its_own_deadline() {
+        // The first host is tried at once, whatever a later one's name lookup does.
+        let t = time_to_first_attempt("localhost,hang.invalid");
+        assert!(t < Duration::from_millis(500), "first attempt after {t:?}");
+        // A stalled first name costs its own connect_timeout (1 s), then the next host.
+        let t = time_to_first_attempt("hang.invalid,localhost");
+        assert!(
+            t >= Duration::from_millis(900) && t < Duration::from_millis(2500),
+            "failed over after {t:?}"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
+use super::client::LONGEST;
 use super::session_attrs::Routing;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
@@ -33,6 +34,8 @@ pub(crate) struct ConnectOptions {
     pub(crate) tls: TlsSettings,
     /// `target_session_attrs`, `load_balance_hosts`, `pooler_mode`.
     pub(crate) routing: Routing,
+    /// How host names are resolved.
+    pub(crate) resolver: super::socket::Resolver,
     /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
     /// platform without it), so later connections do not ask again.
     check_interval: AtomicBool,
@@ -66,12 +69,14 @@ impl ConnectOptions {
             connect_timeout: config
                 .get_connect_timeout()
                 .copied()
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+                .min(LONGEST),
             io_timeout: DEFAULT_IO_TIMEOUT,
             tcp_user_timeout: config
                 .get_tcp_user_timeout()
                 .copied()
-                .unwrap_or(Duration::from_secs(30)),
+                .unwrap_or(Duration::from_secs(30))
+                .min(LONGEST),
             keepalive: config.get_keepalives(),
             // libpq's default of 2 hours is far too long to notice anything: probe after 30 s.
             keepalive_idle: if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
@@ -85,6 +90,7 @@ impl ConnectOptions {
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
             routing,
+            resolver: super::socket::system_resolver,
             config,
             // Through a transaction pooler, startup options are refused (PgBouncer) or lost.
             check_interval: AtomicBool::new(!routing.transaction_pooler),
