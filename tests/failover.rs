@@ -103,6 +103,16 @@ fn target_session_attrs_and_a_failover_under_a_running_worker() {
     let only_primary =
         format!("postgres://postgres@127.0.0.1:{p}/postgres?target_session_attrs=prefer-standby");
     assert_eq!(server_port(&app(&only_primary)).unwrap(), p);
+    // Admin and dashboard reads from a standby: prefer-standby, primary listed first.
+    let reader = app(&two_hosts(
+        &primary,
+        &standby,
+        "target_session_attrs=prefer-standby",
+    ));
+    assert_eq!(server_port(&reader).unwrap(), s);
+    reader.admin().counts().unwrap();
+    reader.admin().jobs(&postpone::JobFilter::new()).unwrap();
+    drop(reader);
     // load_balance_hosts=random: a dozen fresh Apps reach both hosts.
     let random = two_hosts(&primary, &standby, "load_balance_hosts=random");
     let ports: std::collections::HashSet<u16> = (0..12)
