@@ -13,15 +13,12 @@
 mod support;
 mod worker_util;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver};
+use crossbeam_channel::unbounded;
 use postpone::{App, ErrorKind, Job, NewJob, Tasks, Worker};
-use support::{skip, wait_until, FaultProxy, NewConns, PgBouncer, PoolMode, TestDb};
+use support::{skip, wait_until, ChildProc, FaultProxy, NewConns, PgBouncer, PoolMode, TestDb};
 use worker_util::*;
 
 const CHILD_URL: &str = "POSTPONE_PGB_CHILD_URL";
@@ -73,97 +70,18 @@ fn child_pgbouncer_worker() {
     );
 }
 
-struct Proc {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    /// The last lines of its stderr, for failure messages.
-    errors: Arc<Mutex<Vec<String>>>,
-}
-
-impl Proc {
-    fn start(url: &str, listen: bool) -> Proc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "child_pgbouncer_worker",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_URL, url)
-            .env(CHILD_LISTEN, if listen { "1" } else { "0" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting a worker process");
-        let stdout = child.stdout.take().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-        let keep = errors.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut kept = keep.lock().unwrap();
-                kept.push(line);
-                if kept.len() > 40 {
-                    kept.remove(0);
-                }
-            }
-        });
-        let (tx, lines) = unbounded();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        Proc {
-            stdin: child.stdin.take(),
-            child,
-            lines,
-            errors,
-        }
-    }
-
-    fn wait_line(&self, prefix: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                // The harness may have written `test name ... ` on the same line first.
-                Ok(line) if line.contains(prefix) => {
-                    return line[line.find(prefix).unwrap_or(0)..].to_owned()
-                }
-                Ok(_) => {}
-                Err(_) => panic!(
-                    "worker process {}: no {prefix} line; its stderr ends with:\n{}",
-                    self.child.id(),
-                    self.errors.lock().unwrap().join("\n")
-                ),
-            }
-        }
-    }
-
-    /// Closes stdin (the signal to shut down); returns its report line.
-    fn stop(mut self) -> String {
-        drop(self.stdin.take());
-        let line = self.wait_line("CHILD_REPORT", Duration::from_secs(15));
-        let exited = wait_until(Duration::from_secs(10), || {
-            matches!(self.child.try_wait(), Ok(Some(_)))
-        });
-        if !exited {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-        line
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn start_worker(url: &str, listen: bool) -> ChildProc {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "child_pgbouncer_worker",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_URL, url)
+    .env(CHILD_LISTEN, if listen { "1" } else { "0" });
+    ChildProc::spawn(cmd)
 }
 
 /// Connections each worker process holds on the server (by application_name), direct only.
@@ -189,9 +107,9 @@ fn connections_by_process(db: &TestDb, names: &[String]) -> Vec<i64> {
 fn run_processes(label: &str, db: &TestDb, url: &str, listen: bool) -> f64 {
     let sep = if url.contains('?') { '&' } else { '?' };
     let names: Vec<String> = (0..PROCESSES).map(|i| format!("pgb-{label}-{i}")).collect();
-    let procs: Vec<Proc> = names
+    let procs: Vec<ChildProc> = names
         .iter()
-        .map(|n| Proc::start(&format!("{url}{sep}application_name={n}"), listen))
+        .map(|n| start_worker(&format!("{url}{sep}application_name={n}"), listen))
         .collect();
     for p in &procs {
         p.wait_line("CHILD_READY", Duration::from_secs(30));
@@ -232,7 +150,7 @@ fn run_processes(label: &str, db: &TestDb, url: &str, listen: bool) -> f64 {
         assert!(per.iter().all(|&n| n > 0), "{per:?}");
     }
     for p in procs {
-        let report = p.stop();
+        let report = p.stop("CHILD_REPORT", Duration::from_secs(15));
         assert!(report.contains("clean=true"), "{label}: {report}");
         let ms: u64 = report
             .split("elapsed_ms=")

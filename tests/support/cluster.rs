@@ -180,11 +180,19 @@ impl Cluster {
     /// A new primary: [`prepare`](Self::prepare) then [`init`](Self::init) with replication
     /// allowed from this machine, then [`start`](Self::start).
     pub fn primary(tag: &str) -> Cluster {
+        Cluster::primary_with(tag, "", "")
+    }
+
+    /// [`primary`](Self::primary) with more settings and pg_hba.conf lines (e.g. listen on
+    /// the host side of a network namespace's link too).
+    pub fn primary_with(tag: &str, conf: &str, hba: &str) -> Cluster {
         let mut c = Cluster::prepare(tag);
         c.init(
-            "wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = 64MB\n",
-            "local all all trust\nlocal replication all trust\n\
-             host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n",
+            &format!("wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = 64MB\n{conf}"),
+            &format!(
+                "local all all trust\nlocal replication all trust\n\
+                 host all all 127.0.0.1/32 trust\nhost replication all 127.0.0.1/32 trust\n{hba}"
+            ),
         );
         c.start();
         c
