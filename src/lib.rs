@@ -20,7 +20,7 @@ pub use admin::{
 };
 pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
 pub use conn::tls::SslMode;
-pub use conn::{Connection, Notification};
+pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};
 pub use job::{Job, JobId, JobStatus};
 pub use periodic::PeriodicOptions;

@@ -1110,3 +1110,142 @@ fn huge_timeouts_mean_very_long_and_never_panic() {
     let report = handle.shutdown(Duration::MAX);
     assert!(report.is_clean(), "{report:?}");
 }
+
+#[test]
+fn a_transaction_rolls_back_unless_committed() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    conn.batch_execute("CREATE TABLE t (n int)").unwrap();
+    let count = |conn: &mut postpone::Connection| -> i64 {
+        conn.query_one("SELECT count(*) FROM t", &[])
+            .unwrap()
+            .get(0)
+    };
+
+    // Dropped without commit (an early return): rolled back.
+    let early = |conn: &mut postpone::Connection| -> postpone::Result<()> {
+        let mut tx = conn.transaction()?;
+        tx.execute("INSERT INTO t VALUES (1)", &[])?;
+        assert!(tx.in_transaction());
+        tx.execute("SELECT 1/0", &[])?; // fails: `?` returns, tx drops
+        tx.commit()
+    };
+    assert!(early(&mut conn).is_err());
+    assert!(!conn.in_transaction());
+    assert_eq!(count(&mut conn), 0);
+
+    // Committed.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(count(&mut conn), 1);
+
+    // Rolled back explicitly.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (3)", &[]).unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(count(&mut conn), 1);
+    assert!(!conn.is_broken());
+
+    // The connection goes back to the pool healthy, on the same session.
+    let pid = backend_pid(&mut conn);
+    drop(conn);
+    let mut again = app.connection().unwrap();
+    assert_eq!(backend_pid(&mut again), pid);
+}
+
+#[test]
+fn hostaddr_without_host_connects() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(format!(
+        "hostaddr=127.0.0.1 port={} user={} dbname={}",
+        db.server().port,
+        db.server().user,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .expect("hostaddr alone names the server, as in libpq");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(conn.peer().starts_with("127.0.0.1"), "{}", conn.peer());
+}
+
+#[test]
+fn an_old_pgbouncer_refusing_the_options_parameter_is_connected_through() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let bouncer = PgBouncerStandIn::start(&db.server_addr());
+    let url = db
+        .server()
+        .url_at(&format!("127.0.0.1:{}", bouncer.port()), db.name());
+    let app = App::builder(url)
+        .pool_size(2)
+        .build()
+        .expect("connecting through a pooler that refuses `options`");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(
+        bouncer.refused() >= 1,
+        "the stand-in was never asked with options"
+    );
+    assert!(bouncer.relayed() >= 1);
+    let asked = bouncer.refused();
+    // Later connections to that host do not ask again.
+    let _second = app.connection().unwrap();
+    drop(conn);
+    app.sever_all();
+    let mut third = app.connection().unwrap();
+    third.query_one("SELECT 1", &[]).unwrap();
+    assert_eq!(bouncer.refused(), asked, "asked again with options");
+}
+
+#[test]
+fn one_host_refusing_the_check_interval_does_not_turn_it_off_for_the_others() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let bouncer = PgBouncerStandIn::start(&db.server_addr());
+    let app = App::builder(format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user={} dbname={}",
+        bouncer.port(),
+        db.server().port,
+        db.server().user,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let through_bouncer: String = conn
+        .query_one("SHOW client_connection_check_interval", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(through_bouncer, "0");
+    drop(conn);
+    // The pooler goes away: the next connection goes to the second host, which accepts the
+    // setting and must get it.
+    drop(bouncer);
+    app.sever_all();
+    let mut conn = app.connection().unwrap();
+    assert!(
+        conn.peer().ends_with(&format!(":{}", db.server().port)),
+        "{}",
+        conn.peer()
+    );
+    let direct: String = conn
+        .query_one("SHOW client_connection_check_interval", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(direct, "10s", "the second host lost the check interval");
+}

@@ -5,8 +5,9 @@
 //! round-trips run with `block_on` under a deadline, by default the connection's `io_timeout`.
 //!
 //! States: *healthy* -> *broken* (terminal). A connection becomes broken when a deadline fires
-//! (it severs its own socket first), when the socket is closed, reset or severed by the
-//! watchdog, or when the server ends the session. A broken connection answers every later call
+//! (it sends a CancelRequest from a fresh socket, then severs its own socket), when the
+//! socket is closed, reset or severed by the watchdog, when the server ends the session, or
+//! when a panic (user code such as a `ToSql`) unwinds out of a round-trip. A broken connection answers every later call
 //! with an error at once and is never reused: pools discard it, workers open a new one.
 //!
 //! Dropping a connection never blocks: it shuts the socket down (the server sees an orderly
@@ -238,7 +239,8 @@ impl Connection {
         group: u64,
         deadline: &socket::Deadline,
     ) -> Result<Connection> {
-        let mut with_check = opts.wants_check_interval();
+        let label = target.to_string();
+        let mut with_check = opts.wants_check_interval(&label);
         let mut plain = false;
         loop {
             let (stream, reg) = socket::connect(&rt, opts, target, watchdog, group, deadline)?;
@@ -313,17 +315,13 @@ impl Connection {
                 }
                 Err(e) => {
                     reg.sever();
-                    if with_check
-                        && e.kind() == ErrorKind::Database
-                        && (e.to_string().contains("client_connection_check_interval")
-                            || session_attrs::refuses_startup_options(&e.to_string()))
-                    {
-                        log::info!(
-                            "server at {target} rejects client_connection_check_interval; \
-                             connecting without it (a severed client may keep its backend until \
-                             the server notices)"
+                    if with_check && refuses_our_options(&e) {
+                        log::warn!(
+                            "server at {target} refuses our startup options ({e}); connecting \
+                             without client_connection_check_interval (a severed client may keep \
+                             its backend until the server notices)"
                         );
-                        opts.disable_check_interval();
+                        opts.disable_check_interval(&label);
                         with_check = false;
                         continue;
                     }
@@ -333,8 +331,9 @@ impl Connection {
                         && reg.severed() == SeverReason::Local
                         && Instant::now() < deadline.at
                     {
-                        log::info!(
-                            "connecting to {target}: {e}; sslmode=prefer, so trying again without TLS"
+                        log::warn!(
+                            "connecting to {target}: {e}; sslmode=prefer, so trying again in \
+                             plain text (give sslrootcert, or sslmode=require, to refuse that)"
                         );
                         plain = true;
                         continue;
@@ -898,6 +897,20 @@ impl Drop for Connection {
         // registration (closes the dup).
         self.inner.reg.sever();
     }
+}
+
+/// A startup refusal caused by the `options` parameter we add: a server that does not know
+/// `client_connection_check_interval` (before 14) names it; a pooler that takes no
+/// `options` at all (PgBouncer before 1.20: `unsupported startup parameter: options`) names
+/// that.
+fn refuses_our_options(e: &Error) -> bool {
+    if !matches!(e.kind(), ErrorKind::Database | ErrorKind::Connect) {
+        return false;
+    }
+    let text = e.to_string();
+    text.contains("client_connection_check_interval")
+        || (text.contains("options")
+            && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
 }
 
 /// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.

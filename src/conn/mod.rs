@@ -8,6 +8,8 @@ pub(crate) mod session_attrs;
 pub(crate) mod socket;
 pub(crate) mod target;
 pub(crate) mod tls;
+pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
 pub use client::{Connection, Notification};
+pub use transaction::Transaction;

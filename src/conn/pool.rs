@@ -194,11 +194,21 @@ impl Pool {
                         last = Some(e);
                         // Do not hammer a server that refuses: pause (a returned connection
                         // ends the pause early), within the caller's deadline only.
-                        let pause = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                        let until = Instant::now() + backoff;
                         backoff = (backoff * 2).min(BACKOFF_MAX);
-                        let st = lock(&shared.state);
-                        if st.idle.is_empty() {
-                            let _ = shared.freed.wait_timeout(st, pause.min(WAIT_SLICE));
+                        let mut st = lock(&shared.state);
+                        while st.idle.is_empty() && !interrupted() {
+                            let left = until
+                                .min(deadline)
+                                .saturating_duration_since(Instant::now());
+                            if left.is_zero() {
+                                break;
+                            }
+                            st = shared
+                                .freed
+                                .wait_timeout(st, left.min(WAIT_SLICE))
+                                .unwrap_or_else(|e| e.into_inner())
+                                .0;
                         }
                     }
                 }

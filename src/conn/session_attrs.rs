@@ -239,13 +239,6 @@ pub(crate) fn ends_session(sqlstate: &str) -> bool {
     sqlstate == "25006" || sqlstate.starts_with("57P") || sqlstate.starts_with("08")
 }
 
-/// True when a server (PgBouncer) refused the startup `options` parameter, which carries
-/// `client_connection_check_interval`: connect again without it.
-pub(crate) fn refuses_startup_options(message: &str) -> bool {
-    message.contains("unsupported startup parameter: options")
-        || message.contains("unsupported startup parameter \"options\"")
-}
-
 /// The error for something that needs a server session while `pooler_mode=transaction`.
 pub(crate) fn needs_session(what: &str) -> Error {
     Error::new(
@@ -341,16 +334,13 @@ mod tests {
     }
 
     #[test]
-    fn session_ending_states_and_pgbouncer_refusals() {
+    fn session_ending_states_and_shuffles() {
         for code in ["25006", "57P01", "57P02", "57P03", "08006", "08P01"] {
             assert!(ends_session(code), "{code}");
         }
         for code in ["23505", "40001", "42P01", "25P02"] {
             assert!(!ends_session(code), "{code}");
         }
-        assert!(refuses_startup_options(
-            "FATAL: unsupported startup parameter: options [SQLSTATE 08P01]"
-        ));
         let mut v: Vec<u32> = (0..50).collect();
         shuffle(&mut v);
         let mut sorted = v.clone();

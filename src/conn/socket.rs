@@ -1,12 +1,14 @@
 //! Sockets we create ourselves, so that the watchdog can always reach them.
 //!
-//! Owns: turning the hosts of a connection string into targets (resolving names on a helper
-//! thread under the connect deadline, since `getaddrinfo` has no timeout of its own), creating
+//! Owns: turning one host of a connection string into targets when its turn comes (resolving
+//! its name on a helper thread under that host's deadline, since `getaddrinfo` has no timeout
+//! of its own; one lookup per name in flight, at most [`MAX_LOOKUPS`] at once), creating
 //! each socket with socket2 (TCP_NODELAY, keepalive, TCP_USER_TIMEOUT, close-on-exec), taking the
 //! watchdog's sever handle *before* the connect starts, and the non-blocking connect itself
 //! inside the connection's runtime so that both the deadline and a sever end it.
 //!
-//! Fails with `Connect` (refused, unreachable, no such socket file), `Timeout` (the
+//! Fails with `Connect` (refused, unreachable, no such socket file, a full listen queue, a
+//! name that does not resolve or whose lookup thread died), `Timeout` (the
 //! `connect_timeout` fired) or `Shutdown` (the watchdog severed the attempt).
 
 use std::collections::HashMap;
@@ -287,7 +289,16 @@ pub(crate) fn connect(
             let addr = SockAddr::unix(path).map_err(fail)?;
             let pending = match socket.connect(&addr) {
                 Ok(()) => false,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+                Err(e) if e.raw_os_error() == Some(EINPROGRESS) => true,
+                // A Unix socket answers EAGAIN, not "in progress", when the server's listen
+                // queue is full: nothing is pending, the attempt failed.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(Error::with_source(
+                        ErrorKind::Connect,
+                        format!("{what}: the server's listen queue is full (it accepts no more connections for now)"),
+                        e,
+                    ))
+                }
                 Err(e) => return Err(fail(e)),
             };
             let std_stream: std::os::unix::net::UnixStream = socket.into();
@@ -331,6 +342,12 @@ fn check_not_severed(reg: &Registration, what: &str) -> Result<()> {
         )),
     }
 }
+
+/// errno of a non-blocking connect still in progress.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const EINPROGRESS: i32 = 115;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const EINPROGRESS: i32 = 36;
 
 /// The longest keepalive idle time or interval Linux accepts.
 const KEEPALIVE_MAX: Duration = Duration::from_secs(32767);
@@ -482,6 +499,44 @@ mod tests {
         assert!(refused >= 20 - MAX_LOOKUPS, "refused {refused}");
         let now = dns_threads();
         assert!(now <= before + MAX_LOOKUPS, "{before} -> {now} dns threads");
+    }
+
+    #[test]
+    fn a_unix_socket_with_a_full_listen_queue_is_a_clear_connect_error() {
+        let dir = std::env::temp_dir().join(format!("postpone-backlog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(".s.PGSQL.5432");
+        let _ = std::fs::remove_file(&path);
+        let listener = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(0).unwrap();
+        // Fill the queue: nobody accepts.
+        let mut queued = Vec::new();
+        loop {
+            let c = Socket::new(Domain::UNIX, Type::STREAM, None).unwrap();
+            c.set_nonblocking(true).unwrap();
+            match c.connect(&SockAddr::unix(&path).unwrap()) {
+                Ok(()) => queued.push(c),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("filling the queue: {e}"),
+            }
+            assert!(queued.len() < 1000, "the queue never filled");
+        }
+        let opts = ConnectOptions::parse(&format!("host={} user=u", dir.display())).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let wd = Watchdog::start().unwrap();
+        let target = Target::Unix { path: path.clone() };
+        let started = Instant::now();
+        let Err(e) = connect(&rt, &opts, &target, &wd, wd.new_group(), &far()) else {
+            panic!("connected through a full listen queue");
+        };
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(e.kind(), ErrorKind::Connect, "{e}");
+        assert!(e.to_string().contains("listen queue is full"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

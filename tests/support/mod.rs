@@ -13,6 +13,7 @@ pub mod db;
 pub mod netns;
 pub mod pgbouncer;
 pub mod proxy;
+pub mod standin;
 
 // A test file may use neither re-export.
 #[allow(unused_imports)]
@@ -27,6 +28,8 @@ pub use netns::Netns;
 pub use pgbouncer::{PgBouncer, PoolMode};
 #[allow(unused_imports)]
 pub use proxy::*;
+#[allow(unused_imports)]
+pub use standin::*;
 
 use std::collections::HashSet;
 use std::fs;

@@ -171,7 +171,7 @@ impl TlsWatch {
             ),
             C::NotValidForName => format!("it is not valid for the name {host}"),
             C::NotValidForNameContext { presented, .. } if presented.is_empty() => {
-                format!("it is not valid for the name {host} (it names no host)")
+                format!("it is not valid for the name {host} (it has neither a subjectAltName nor a CN)")
             }
             C::NotValidForNameContext { presented, .. } => format!(
                 "it is not valid for the name {host} (it names {})",
