@@ -771,26 +771,22 @@ fn builder_settings_win_over_the_url() {
 
 #[test]
 fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
-    let Some(bin) = postgres_bin() else {
-        skip("initdb not installed (no /usr/lib/postgresql/*/bin/initdb)");
+    if let Some(reason) = cluster::skip_reason() {
+        skip(&reason);
         return;
-    };
+    }
     if !which("openssl") {
         skip("the openssl command is not installed (it makes the test certificates)");
         return;
     }
-    if is_root() && !which("runuser") {
-        skip("running as root without runuser (initdb refuses to run as root)");
-        return;
-    }
     init_logging();
-    let cluster = Cluster::start(bin);
-    let port = cluster.port;
+    let cluster = tls_cluster();
+    let port = cluster.port();
     let ca = cluster.path("ca.crt");
     let other_ca = cluster.path("other-ca.crt");
 
     // A server certificate that names its host in the CN only, without a subjectAltName.
-    let dir = PathBuf::from(cluster.path(""));
+    let dir = cluster.dir().to_path_buf();
     make_leaf(
         &dir,
         "cnonly",
@@ -799,7 +795,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
         "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n",
     );
     let key = cluster.path("cnonly.key");
-    if is_root() {
+    if cluster::is_root() {
         run(
             false,
             Path::new("chown"),
@@ -828,7 +824,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
             .unwrap_or_else(|e| panic!("switching the server certificate: {sql}: {e}"));
     }
     // verify-full by name: libpq accepts the CN when there is no subjectAltName.
-    let full = cluster.url(
+    let full = tls_url(
         port,
         "postgres",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -859,7 +855,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
     );
     // prefer with a root that does not sign the server's certificate: the check is meant,
     // so no retry in plain text (the server would accept plain text from postgres).
-    let e = build_error(&cluster.url(
+    let e = build_error(&tls_url(
         port,
         "postgres",
         &format!("sslmode=prefer sslrootcert={other_ca}"),
@@ -867,7 +863,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
     assert!(e.to_string().contains("not trusted"), "{e}");
     // Without a root, prefer still takes TLS here (no check).
-    assert!(connects_encrypted(&cluster.url(
+    assert!(connects_encrypted(&tls_url(
         port,
         "postgres",
         "sslmode=prefer"
