@@ -255,6 +255,40 @@ fn what_needs_a_session_is_refused_through_a_transaction_pooler() {
     wait_status(&db, id, "succeeded", Duration::from_secs(10));
     let report = worker.shutdown(Duration::from_secs(3));
     assert!(report.is_clean(), "{report}");
+    // A listener connected directly (listen_via) wakes a worker whose App goes through the
+    // pooler: with a 30 s poll interval, only a notification can start the job promptly.
+    let (ran_tx, ran_rx) = unbounded::<i64>();
+    let mut tasks = Tasks::new();
+    tasks.register("noop", move |job: &Job| {
+        ran_tx.send(job.id().get()).unwrap();
+        Ok(())
+    });
+    let direct = app_at(&db.url(), Duration::from_secs(5));
+    let worker = fast_worker(&app, tasks)
+        .listen_via(&direct)
+        .poll_interval(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    assert!(listening_backends(&db) >= 1);
+    // The first job may be found by the fetcher's claim at start; after it the fetcher waits
+    // for news for up to 30 s, so the second one is started by the notification alone.
+    let first = app.defer("noop", &()).unwrap();
+    assert_eq!(
+        ran_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        first.get()
+    );
+    let started = Instant::now();
+    let second = app.defer("noop", &()).unwrap();
+    assert_eq!(
+        ran_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        second.get()
+    );
+    report_figure(
+        "pooler_mode=transaction, listen_via a direct App: defer to start",
+        started.elapsed(),
+    );
+    let report = worker.shutdown(Duration::from_secs(3));
+    assert!(report.is_clean(), "{report}");
     // PgBouncer never saw a named statement fail.
     assert!(
         !bouncer.log().contains("prepared statement"),

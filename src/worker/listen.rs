@@ -25,7 +25,7 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
             return;
         }
         if conn.is_none() {
-            match shared.connect().and_then(|mut c| {
+            match shared.connect_listener().and_then(|mut c| {
                 c.listen(store::CHANNEL)?;
                 Ok(c)
             }) {

@@ -176,6 +176,19 @@ impl Shared {
         Ok(conn)
     }
 
+    /// Opens the listener's connection: like [`connect`](Self::connect), to where
+    /// `listen_via` says when it was given.
+    pub(crate) fn connect_listener(&self) -> Result<Connection> {
+        let opts = self
+            .opts
+            .listen_opts
+            .as_ref()
+            .unwrap_or(&self.app.inner.opts);
+        let conn = Connection::open(opts, &self.app.inner.watchdog, self.group, None)?;
+        self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
