@@ -305,10 +305,13 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        self.inner
+        let conn = self
+            .inner
             .pool
-            .checkout(self.inner.pool_timeout, &self.inner.severs)
-            .map(PooledConnection)
+            .checkout(self.inner.pool_timeout, &self.inner.severs)?;
+        // Checked out by a worker's task: a sever of that worker reaches it.
+        conn.lend(crate::conn::watchdog::current_borrower());
+        Ok(PooledConnection(conn))
     }
 
     /// Checks the schema version once per App.
@@ -437,6 +440,12 @@ impl DerefMut for PooledConnection {
     }
 }
 
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        self.0.lend(0);
+    }
+}
+
 impl std::fmt::Debug for PooledConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         (**self).fmt(f)
@@ -444,7 +453,7 @@ impl std::fmt::Debug for PooledConnection {
 }
 
 #[derive(Clone, Debug)]
-enum Schedule {
+pub(crate) enum Schedule {
     Now,
     At(SystemTime),
     In(Duration),
@@ -539,6 +548,18 @@ impl NewJob {
                 )));
             }
         }
+        // What notification payloads and index entries can hold, and a schedule the
+        // database's timestamps can reach.
+        crate::limits::check_name("task name", &self.task)?;
+        if let Some(q) = &self.queue {
+            crate::limits::check_name("queue name", q)?;
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if let Some(v) = v {
+                crate::limits::check_lock(what, v)?;
+            }
+        }
+        crate::limits::check_schedule(&self.schedule)?;
         Ok(())
     }
 

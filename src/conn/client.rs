@@ -37,6 +37,17 @@ use crate::error::{fmt_duration, Error, ErrorKind, Result};
 
 mod routing;
 
+/// What [`Connection::check_within`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// The server answered, and the session carries nothing of its last user's.
+    Alive,
+    /// The server answered: the last user left a transaction open or a LISTEN behind.
+    Dirty,
+    /// No answer within the budget, which was shorter than `io_timeout`: no verdict yet.
+    Unanswered,
+}
+
 /// A notification received on a `LISTEN`ed channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Notification {
@@ -86,6 +97,15 @@ struct Inner {
     rt: Runtime,
     reg: Registration,
     io_timeout: Duration,
+    /// An absolute end no round-trip may pass, whatever `io_timeout` says (a shutdown's).
+    deadline: Option<Instant>,
+    /// Statements of the caller's ran since the pool last checked the session: they may
+    /// have left state behind (an open transaction, a LISTEN).
+    touched: bool,
+    /// A LISTEN ran on this connection (through `listen`, or in a text we saw): a pooled one
+    /// is discarded on return, since a session that listens and is not read holds up the
+    /// server's notification queue for everyone.
+    listening: bool,
     broken: Option<String>,
     in_tx: bool,
     last_ok: Instant,
@@ -303,6 +323,9 @@ impl Connection {
                             rt,
                             reg,
                             io_timeout: opts.io_timeout,
+                            deadline: None,
+                            touched: false,
+                            listening: false,
                             broken: None,
                             in_tx: false,
                             last_ok: Instant::now(),
@@ -377,6 +400,17 @@ impl Connection {
         self.inner.io_timeout = timeout.min(LONGEST);
     }
 
+    /// Lends this pooled connection's socket to watchdog group `group` (0: returns it).
+    pub(crate) fn lend(&self, group: u64) {
+        self.inner.reg.lend(group);
+    }
+
+    /// Caps every later round-trip at `deadline` (a shutdown's end), on top of `io_timeout`;
+    /// `None` removes the cap.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.inner.deadline = deadline;
+    }
+
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
         self.inner.broken.is_some()
@@ -402,6 +436,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         let fut = Self::pinned(
             &self.client,
             self.needs_pinning(),
@@ -416,6 +451,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         let fut = Self::pinned(
             &self.client,
             self.needs_pinning(),
@@ -434,6 +470,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         let fut = Self::pinned(
             &self.client,
             self.needs_pinning(),
@@ -448,6 +485,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         let fut = Self::pinned(
             &self.client,
             self.needs_pinning(),
@@ -459,6 +497,8 @@ impl Connection {
     /// Runs one or more statements separated by semicolons, without parameters.
     pub fn batch_execute(&mut self, sql: &str) -> Result<()> {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
+        self.inner.listening |= mentions_listen(sql);
         self.inner
             .run("running statements", t, self.client.batch_execute(sql))
     }
@@ -469,8 +509,20 @@ impl Connection {
     pub fn prepare(&mut self, sql: &str) -> Result<Statement> {
         self.refuse_without_session("a prepared statement (Connection::prepare)")?;
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
+        self.inner.listening |= mentions_listen(sql);
         self.inner
             .run("preparing a statement", t, self.client.prepare(sql))
+    }
+
+    /// True once a LISTEN ran on this connection.
+    pub(crate) fn listening(&self) -> bool {
+        self.inner.listening
+    }
+
+    /// True when statements of the caller's ran since the pool last checked the session.
+    pub(crate) fn touched(&self) -> bool {
+        self.inner.touched
     }
 
     /// Proves the link is alive with one round-trip under `timeout`.
@@ -483,35 +535,71 @@ impl Connection {
         )
     }
 
-    /// A ping that may be given less than `io_timeout` (a checkout with little time left)
-    /// without condemning a healthy but slow link: `Ok(true)` when the server answered,
-    /// `Ok(false)` when `budget` ran out first. Then the ping stays outstanding and the
-    /// connection unbroken; a later call pings again, and once the first unanswered ping has
-    /// had its whole `io_timeout` the link is judged (and severed) as any round-trip is.
-    pub(crate) fn ping_within(&mut self, budget: Duration) -> Result<bool> {
+    /// The pool's check before it hands this connection out again, in one round-trip: a
+    /// ping, or, if the previous user ran statements of its own, a query that proves they
+    /// left no open transaction (even a failed one) and no LISTEN behind (it also drops the
+    /// notifications a LISTEN may have buffered).
+    ///
+    /// The check may be given less than `io_timeout` (a checkout with little time left)
+    /// without condemning a healthy but slow link: when `budget` runs out first the answer is
+    /// [`Checked::Unanswered`], the request stays outstanding and the connection unbroken; a
+    /// later check sends another, and once the first unanswered one has had its whole
+    /// `io_timeout` the link is judged (and severed) as any round-trip is.
+    pub(crate) fn check_within(&mut self, budget: Duration) -> Result<Checked> {
+        while self.inner.notifications.try_recv().is_ok() {}
         let now = Instant::now();
         let since = self.inner.unanswered_since.unwrap_or(now);
         let full = since
             .checked_add(self.inner.io_timeout)
             .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
-        if full <= budget {
-            self.ping(full)?;
-            self.inner.unanswered_since = None;
-            return Ok(true);
-        }
-        let got =
-            self.inner
-                .run_soft("pinging the server", budget, self.client.check_connection())?;
-        match got {
-            Some(()) => {
+        let (what, wait, soft) = if full <= budget {
+            ("pinging the server", full, false)
+        } else {
+            ("pinging the server", budget, true)
+        };
+        let touched = std::mem::take(&mut self.inner.touched);
+        let got = if touched {
+            // The simple protocol, so that the statement is the transaction's first: outside
+            // a transaction block both clocks are then the same instant.
+            let fut = self.client.simple_query(
+                "SELECT now() = statement_timestamp()
+                        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())",
+            );
+            let what = "checking the session of a pooled connection";
+            if soft {
+                self.inner.run_soft(what, wait, fut)?
+            } else {
+                Some(self.inner.run_then_cancel(what, wait, fut, false)?)
+            }
+            .map(|messages| {
+                messages.iter().any(|m| {
+                    matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t"))
+                })
+            })
+        } else {
+            let fut = self.client.check_connection();
+            if soft {
+                self.inner.run_soft(what, wait, fut)?
+            } else {
+                Some(self.inner.run_then_cancel(what, wait, fut, false)?)
+            }
+            .map(|()| true)
+        };
+        Ok(match got {
+            Some(clean) => {
                 self.inner.unanswered_since = None;
-                Ok(true)
+                if clean {
+                    Checked::Alive
+                } else {
+                    Checked::Dirty
+                }
             }
             None => {
+                self.inner.touched = touched;
                 self.inner.unanswered_since = Some(since);
-                Ok(false)
+                Checked::Unanswered
             }
-        }
+        })
     }
 
     /// When a ping given less than `io_timeout` went unanswered (see `ping_within`).
@@ -729,6 +817,12 @@ impl Inner {
         cancel: bool,
     ) -> Result<T> {
         self.usable(what)?;
+        let (timeout, capped) = match self.deadline {
+            Some(d) if d.saturating_duration_since(Instant::now()) < timeout => {
+                (d.saturating_duration_since(Instant::now()), true)
+            }
+            _ => (timeout, false),
+        };
         self.reg.arm(deadline_after(timeout));
         self.in_flight = true;
         let res = self
@@ -746,11 +840,20 @@ impl Inner {
                 // The statement may be running on (a half-open link, or a slow one): ask the
                 // server to cancel it before the socket goes, so that its backend does not
                 // keep working and holding locks for a caller that has given up.
-                if cancel {
-                    self.cancel.send(&self.rt, what, &self.peer);
+                // Not when the caller's own deadline (a shutdown's) cut the wait short: it
+                // leaves no time for one, and the caller's promise is that deadline.
+                if cancel && !capped {
+                    self.cancel.send(&self.rt, what, &self.peer, self.deadline);
                 }
                 self.reg.sever();
-                let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
+                let why = if capped {
+                    format!(
+                        "no answer within the {} left before the caller's deadline",
+                        fmt_duration(timeout)
+                    )
+                } else {
+                    format!("no answer within {} io_timeout", fmt_duration(timeout))
+                };
                 self.broken = Some(why.clone());
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
@@ -831,8 +934,15 @@ impl CancelRoute {
     /// Sends a CancelRequest for whatever the session is running, from a fresh socket
     /// registered in the connection's watchdog group (so a shutdown severs it too), under
     /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
-    fn send(&self, rt: &Runtime, what: &str, peer: &str) {
-        let wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+    fn send(&self, rt: &Runtime, what: &str, peer: &str, cap: Option<Instant>) {
+        let mut wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+        if let Some(cap) = cap {
+            wait = wait.min(cap.saturating_duration_since(Instant::now()));
+        }
+        if wait.is_zero() {
+            log::warn!("{what} on {peer}: timed out, and no time is left to send a cancel request");
+            return;
+        }
         let deadline = socket::Deadline {
             at: Instant::now() + wait,
             name: format!("{} cancel deadline", fmt_duration(wait)),
@@ -924,6 +1034,13 @@ pub(crate) fn deadline_after(d: Duration) -> Instant {
 /// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
 /// years, so that deadlines and sums of timeouts stay representable.
 pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
+
+/// True when `sql` has the word LISTEN in it (any case), as a statement that starts
+/// listening would.
+fn mentions_listen(sql: &str) -> bool {
+    sql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| w.eq_ignore_ascii_case("listen"))
+}
 
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.

@@ -21,8 +21,13 @@
 //!   before it are discarded without a ping of their own (half-open sockets come in groups:
 //!   a failover, a middlebox reset).
 //!
-//! Returned connections that are broken, inside a transaction, or returned by a thread that
-//! is panicking are dropped (which never blocks), and their place is free at once.
+//! A connection whose last user ran statements of its own is checked, in the round-trip that
+//! serves as its ping, for an open transaction (a raw `BEGIN`) or a LISTEN it left behind;
+//! if so it is discarded.
+//!
+//! Returned connections that are broken, inside a transaction (`begin`), that ran a LISTEN,
+//! or returned by a thread that is panicking are dropped (which never blocks), and their
+//! place is free at once.
 //!
 //! Fails with `Timeout` (nothing free within `pool_timeout`), `Connect` (no connection could
 //! be opened within it; the message carries the last error) or `Shutdown` (`sever_all`).
@@ -32,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::client::{deadline_after, Connection};
+use super::client::{deadline_after, Checked, Connection};
 use super::options::ConnectOptions;
 use super::watchdog::Watchdog;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
@@ -246,8 +251,14 @@ impl Shared {
         conn.set_io_timeout(self.opts.io_timeout);
         // Skip the ping only if the socket has nothing unread: an idle socket with input
         // has been reset, closed by the server, or sent an error (a terminated backend).
+        // Its last user must have run no statement that could have left session state
+        // behind either (a raw BEGIN, a LISTEN): that is checked in the same round-trip.
         let pending = conn.has_pending_input();
-        if conn.unanswered_since().is_none() && conn.idle_for() < FRESH && !pending {
+        if conn.unanswered_since().is_none()
+            && conn.idle_for() < FRESH
+            && !pending
+            && !conn.touched()
+        {
             return Check::Good;
         }
         let last_answer = Instant::now().checked_sub(conn.idle_for());
@@ -264,9 +275,13 @@ impl Shared {
         if budget.is_zero() {
             return Check::Unanswered;
         }
-        match conn.ping_within(budget) {
-            Ok(true) => Check::Good,
-            Ok(false) => Check::Unanswered,
+        match conn.check_within(budget) {
+            Ok(Checked::Alive) => Check::Good,
+            Ok(Checked::Unanswered) => Check::Unanswered,
+            Ok(Checked::Dirty) => Check::Dead(Error::new(
+                ErrorKind::Closed,
+                "pooled connection discarded: its last user left a transaction open or a LISTEN behind",
+            )),
             Err(e) => {
                 if e.is_timeout() {
                     // Unanswered for a whole io_timeout: half-open, and probably not alone.
@@ -286,7 +301,8 @@ impl Shared {
     }
 
     fn give_back(&self, conn: Connection) {
-        if std::thread::panicking() || conn.is_broken() || conn.in_transaction() {
+        if std::thread::panicking() || conn.is_broken() || conn.in_transaction() || conn.listening()
+        {
             // Dropping severs the socket: the server ends the session (and rolls back).
             drop(conn);
             self.release_place();

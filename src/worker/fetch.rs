@@ -33,16 +33,18 @@ pub(crate) fn run(
             return;
         }
         let capacity = shared.opts.concurrency + prefetch(shared, claim_latency.get());
-        let free = capacity.saturating_sub(shared.in_flight.load(Ordering::Acquire));
-        // While executors still have jobs waiting, claim only when half the capacity is
-        // free, so that a busy worker claims in batches rather than one job per round-trip.
+        let free = capacity.saturating_sub(shared.ledger.held());
+        // Attempts count until their outcome is recorded, so a worker whose outcomes wait
+        // stops claiming. While executors still have jobs waiting, claim only when half the
+        // capacity is free, so that a busy worker claims in batches rather than one job per
+        // round-trip.
         let threshold = if jobs.is_empty() {
             1
         } else {
             (capacity / 2).max(1)
         };
         if free < threshold {
-            // Executors signal on `wake` when they finish a job.
+            // The completer signals on `wake` when it has recorded outcomes.
             select! {
                 recv(stop) -> _ => return,
                 recv(wake) -> _ => continue,
@@ -69,8 +71,7 @@ pub(crate) fn run(
                 backoff.reset();
                 let n = claimed.len();
                 if n > 0 {
-                    shared.hold(claimed.iter().map(|j| j.id));
-                    shared.in_flight.fetch_add(n, Ordering::AcqRel);
+                    shared.ledger.hold(claimed.iter().map(Claimed::key));
                     shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
                     for job in claimed {
                         log::debug!(
@@ -192,6 +193,7 @@ fn claim(
                     priority: r.get(5),
                     lock: r.get(6),
                     abort_requested: r.get(7),
+                    worker: id,
                 },
             )
         })

@@ -83,23 +83,28 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
     }
 }
 
+/// A notification is only a hint (any role that can connect can send one): `job:<queue>`
+/// makes the fetcher look now, `abort:<id>` makes the beat thread read the job's abort flag
+/// in the table now, and holds the job's start until it has.
 fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
-        let ours = shared
-            .opts
-            .queues
-            .as_ref()
-            .is_none_or(|qs| qs.iter().any(|q| q == queue));
+        let ours = queue == "*"
+            || shared
+                .opts
+                .queues
+                .as_ref()
+                .is_none_or(|qs| qs.iter().any(|q| q == queue));
         if ours {
             let _ = wake.try_send(());
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {
-            if let Some(task) = shared.request_abort(JobId(id)) {
-                log::info!(
-                    "worker {}: abort requested for job {id} ({task})",
+            if shared.ledger.suspect(JobId(id)) {
+                log::debug!(
+                    "worker {}: abort notification for job {id}: reading the table",
                     shared.name
                 );
+                let _ = shared.beat_wake.0.try_send(());
             }
         }
     }
