@@ -453,7 +453,7 @@ impl std::fmt::Debug for PooledConnection {
 }
 
 #[derive(Clone, Debug)]
-pub(crate) enum Schedule {
+enum Schedule {
     Now,
     At(SystemTime),
     In(Duration),
@@ -559,7 +559,15 @@ impl NewJob {
                 crate::limits::check_lock(what, v)?;
             }
         }
-        crate::limits::check_schedule(&self.schedule)?;
+        match self.schedule {
+            Schedule::In(d) => crate::limits::check_schedule(d)?,
+            Schedule::At(t) => {
+                if let Ok(d) = t.duration_since(SystemTime::now()) {
+                    crate::limits::check_schedule(d)?;
+                }
+            }
+            Schedule::Now => {}
+        }
         Ok(())
     }
 

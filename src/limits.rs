@@ -65,16 +65,9 @@ fn shorten(s: &str) -> String {
     }
 }
 
-/// Checks that a job's schedule lies within [`MAX_DELAY`] of now.
-pub(crate) fn check_schedule(schedule: &crate::app::Schedule) -> Result<()> {
-    let far = match schedule {
-        crate::app::Schedule::In(d) => *d > MAX_DELAY,
-        crate::app::Schedule::At(t) => t
-            .duration_since(std::time::SystemTime::now())
-            .is_ok_and(|d| d > MAX_DELAY),
-        crate::app::Schedule::Now => false,
-    };
-    if far {
+/// Checks that a job scheduled `ahead` of now lies within [`MAX_DELAY`].
+pub(crate) fn check_schedule(ahead: Duration) -> Result<()> {
+    if ahead > MAX_DELAY {
         return Err(Error::invalid(
             "invalid schedule: more than 100 years ahead (the most a job can be scheduled)",
         ));

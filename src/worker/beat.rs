@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{select, Receiver, TryRecvError};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::Shared;
 use crate::conn::Connection;
 use crate::error::Result;
@@ -42,8 +42,8 @@ const ABORT_POLL: Duration = Duration::from_millis(400);
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
 pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: &Receiver<()>) {
-    let mut conn = Some(conn);
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::new(shared, "the heartbeat");
+    link.adopt(conn, ());
     let mut retry_at = Instant::now();
     let mut next_beat = Instant::now() + shared.opts.heartbeat_interval;
     // Look for stalled workers soon after start, then at every heartbeat.
@@ -81,17 +81,13 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
         if !(due_beat || due_rescue || due_abort) {
             continue;
         }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error("connecting for the heartbeat", &e, backoff.failures() + 1);
-                    retry_at = Instant::now() + backoff.next_wait();
-                    continue;
-                }
+        let c = match link.get() {
+            Ok((c, ())) => c,
+            Err(wait) => {
+                retry_at = Instant::now() + wait;
+                continue;
             }
-        }
-        let c = conn.as_mut().expect("connected above");
+        };
         let result = (|| -> Result<()> {
             if due_beat {
                 heartbeat(shared, c)?;
@@ -108,19 +104,12 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             }
             Ok(())
         })();
-        match result {
-            Ok(()) => backoff.reset(),
-            Err(e) => {
-                if hard_deadline_passed(hard) {
-                    // Severed by the shutdown: not worth a warning.
-                    return;
-                }
-                shared.log_db_error("heartbeat", &e, backoff.failures() + 1);
-                if c.is_broken() {
-                    conn = None;
-                }
-                retry_at = Instant::now() + backoff.next_wait();
-            }
+        if result.is_err() && hard_deadline_passed(hard) {
+            // Severed by the shutdown: not worth a warning.
+            return;
+        }
+        if let Err(wait) = link.judge(result) {
+            retry_at = Instant::now() + wait;
         }
     }
 }

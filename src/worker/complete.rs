@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::{Error, Result};
@@ -41,8 +41,7 @@ pub(crate) fn run(
     wake: &Sender<()>,
 ) {
     let mut pending: Vec<Outcome> = Vec::new();
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::new(shared, "recording job outcomes");
     let mut senders_gone = false;
     loop {
         if pending.is_empty() {
@@ -67,62 +66,28 @@ pub(crate) fn run(
                 }
             }
         }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error(
-                        &format!("connecting to record {} outcome(s)", pending.len()),
-                        &e,
-                        backoff.failures() + 1,
-                    );
-                    if wait_or_hard(hard, &mut backoff) {
-                        keep(shared, pending);
-                        return;
-                    }
-                    continue;
-                }
-            }
-        }
-        let c = conn.as_mut().expect("connected above");
         let batch = pending.len().min(MAX_BATCH);
-        match record(shared, c, &pending[..batch]) {
+        let res = match link.get() {
+            Ok((c, ())) => {
+                let res = record(shared, c, &pending[..batch]);
+                link.judge(res)
+            }
+            Err(wait) => Err(wait),
+        };
+        match res {
             Ok(()) => {
-                backoff.reset();
                 pending.drain(..batch);
                 // Slots are free again (and a job retried at once is due): let the fetcher look.
                 let _ = wake.try_send(());
             }
-            Err(e) => {
-                let ids: Vec<String> = pending[..batch.min(5)]
-                    .iter()
-                    .map(|o| o.key.id.to_string())
-                    .collect();
-                shared.log_db_error(
-                    &format!(
-                        "recording {} outcome(s) (jobs {}{})",
-                        batch,
-                        ids.join(", "),
-                        if batch > 5 { ", ..." } else { "" }
-                    ),
-                    &e,
-                    backoff.failures() + 1,
-                );
-                if c.is_broken() {
-                    conn = None;
-                }
-                if wait_or_hard(hard, &mut backoff) {
+            Err(wait) => {
+                if super::sleep_or_stop(hard, wait) {
                     keep(shared, pending);
                     return;
                 }
             }
         }
     }
-}
-
-/// Waits the next backoff step; true if the hard deadline came first.
-fn wait_or_hard(hard: &Receiver<()>, backoff: &mut Backoff) -> bool {
-    super::sleep_or_stop(hard, backoff.next_wait())
 }
 
 fn keep(shared: &Shared, pending: Vec<Outcome>) {

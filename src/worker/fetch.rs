@@ -10,7 +10,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{sleep_or_stop, Claimed, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
@@ -25,8 +25,9 @@ pub(crate) fn run(
 ) {
     let sql = store::job_claim_sql(shared.opts.queues.is_some(), shared.opts.only_registered);
     let task_names: Vec<String> = shared.tasks.keys().cloned().collect();
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    // The claim goes by its SQL text (prepared once per connection, or sent unnamed through
+    // a transaction pooler, where a statement prepared here would not survive).
+    let mut link = Link::new(shared, "claiming jobs");
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
         if shared.stopping() {
@@ -50,59 +51,47 @@ pub(crate) fn run(
                 recv(wake) -> _ => continue,
             }
         }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error("connecting to claim jobs", &e, backoff.failures() + 1);
-                    if sleep_or_stop(stop, backoff.next_wait()) {
-                        return;
-                    }
-                    continue;
-                }
+        let claimed = match link.get() {
+            Ok((c, ())) => {
+                let started = Instant::now();
+                let res = claim(shared, c, &sql, free, &task_names);
+                claim_latency.observe(started.elapsed());
+                link.judge(res)
             }
-        }
-        let c = conn.as_mut().expect("connected above");
-        let started = Instant::now();
-        let res = claim(shared, c, &sql, free, &task_names);
-        claim_latency.observe(started.elapsed());
-        match res {
-            Ok(claimed) => {
-                backoff.reset();
-                let n = claimed.len();
-                if n > 0 {
-                    shared.ledger.hold(claimed.iter().map(Claimed::key));
-                    shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
-                    for job in claimed {
-                        log::debug!(
-                            "worker {}: claimed job {} ({}, attempt {})",
-                            shared.name,
-                            job.id,
-                            job.task,
-                            job.attempts
-                        );
-                        // Executors hold the receiver until the handle drops it after they
-                        // have all stopped, so this cannot fail while we run.
-                        let _ = jobs.send(job);
-                    }
-                }
-                if n < free {
-                    // The queue had less than we could take: wait for news.
-                    select! {
-                        recv(stop) -> _ => return,
-                        recv(wake) -> _ => {},
-                        default(shared.opts.poll_interval) => {},
-                    }
-                }
-            }
-            Err(e) => {
-                shared.log_db_error("claiming jobs", &e, backoff.failures() + 1);
-                if c.is_broken() {
-                    conn = None;
-                }
-                if sleep_or_stop(stop, backoff.next_wait()) {
+            Err(wait) => Err(wait),
+        };
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(wait) => {
+                if sleep_or_stop(stop, wait) {
                     return;
                 }
+                continue;
+            }
+        };
+        let n = claimed.len();
+        if n > 0 {
+            shared.ledger.hold(claimed.iter().map(Claimed::key));
+            shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
+            for job in claimed {
+                log::debug!(
+                    "worker {}: claimed job {} ({}, attempt {})",
+                    shared.name,
+                    job.id,
+                    job.task,
+                    job.attempts
+                );
+                // The channel holds as many jobs as the worker can hold attempts, and
+                // executors keep the receiver until they have all stopped: never blocks.
+                let _ = jobs.send(job);
+            }
+        }
+        if n < free {
+            // The queue had less than we could take: wait for news.
+            select! {
+                recv(stop) -> _ => return,
+                recv(wake) -> _ => {},
+                default(shared.opts.poll_interval) => {},
             }
         }
     }

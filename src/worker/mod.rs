@@ -27,6 +27,7 @@ mod complete;
 mod exec;
 mod fetch;
 mod ledger;
+mod link;
 mod listen;
 mod periodic;
 mod shutdown;
