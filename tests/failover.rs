@@ -124,12 +124,31 @@ fn target_session_attrs_and_a_failover_under_a_running_worker() {
         "12 random-order connections all went to {ports:?}"
     );
 
-    // --- A server that turns read-only under an open session (25006, as an old primary
-    // demoted in place answers): the pooled connection is discarded, never reused.
+    // --- A server that turns read-only under open sessions (25006, as an old primary
+    // demoted in place answers): the pooled connection is discarded, never reused, and the
+    // worker's threads open new connections.
     let one = App::builder(primary.url("postgres"))
         .pool_size(1)
         .build()
         .unwrap();
+    let (seen_tx, seen_rx) = unbounded::<i64>();
+    let mut tasks = Tasks::new();
+    tasks.register("count", move |job: &Job| {
+        seen_tx.send(job.id().get()).unwrap();
+        Ok(())
+    });
+    let worker = fast_worker(&one, tasks).spawn().unwrap();
+    let first = one.defer("count", &()).unwrap();
+    assert_eq!(
+        seen_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        first.get()
+    );
+    // fetch, complete and listen have each connected once (beat keeps spawn's connection).
+    assert!(wait_until(Duration::from_secs(5), || worker
+        .stats()
+        .connections_opened
+        >= 3));
+    let opened = worker.stats().connections_opened;
     let backend = |app: &App| -> i32 {
         let mut c = app.connection().unwrap();
         c.query_one("SELECT pg_backend_pid()", &[]).unwrap().get(0)
@@ -153,15 +172,34 @@ fn target_session_attrs_and_a_failover_under_a_running_worker() {
     }));
     let refused = refused.unwrap();
     assert_eq!(refused.sqlstate(), Some("25006"), "{refused}");
+    // The fetcher's claims and the heartbeat fail the same way meanwhile.
+    assert!(wait_until(Duration::from_secs(5), || worker
+        .stats()
+        .db_errors
+        >= 2));
     set("ALTER SYSTEM RESET default_transaction_read_only");
     assert!(wait_until(Duration::from_secs(5), || one
         .defer("count", &())
         .is_ok()));
+    let after = one.defer("count", &()).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || seen_rx
+            .try_iter()
+            .any(|id| id == after.get())),
+        "the worker runs jobs again once the server is writable"
+    );
+    let stats = worker.stats();
+    assert!(
+        stats.connections_opened > opened,
+        "the worker kept its connections that answered 25006: {stats:?}"
+    );
     assert_ne!(
         backend(&one),
         before,
         "the connection that answered 25006 was given out again"
     );
+    let report = worker.shutdown(Duration::from_secs(3));
+    assert!(report.is_clean(), "{report}");
     primary
         .client("postgres")
         .batch_execute("DELETE FROM postpone_jobs")
