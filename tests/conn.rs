@@ -942,7 +942,7 @@ fn a_checkout_ping_cut_short_by_the_checkout_deadline_condemns_nothing() {
     let proxy = FaultProxy::start(&db.server_addr());
     let app = App::builder(db.url_via(&proxy))
         .pool_size(1)
-        .io_timeout(Duration::from_secs(6))
+        .io_timeout(Duration::from_secs(2))
         .pool_timeout(Duration::from_millis(1500))
         .build()
         .unwrap();
@@ -969,6 +969,9 @@ fn a_checkout_ping_cut_short_by_the_checkout_deadline_condemns_nothing() {
     );
     assert!(took < Duration::from_millis(2500), "took {took:?}");
     proxy.set_delay(Duration::ZERO);
+    // Past that ping's whole io_timeout: its answer came long ago (after 1.2 s) and waits
+    // in the socket, so the link is judged afresh, not condemned for the old ping.
+    thread::sleep(Duration::from_millis(2500));
     // The connection was not severed for a ping that had too little time.
     let mut conn = app
         .connection()
@@ -1248,4 +1251,35 @@ fn one_host_refusing_the_check_interval_does_not_turn_it_off_for_the_others() {
         .unwrap()
         .get(0);
     assert_eq!(direct, "10s", "the second host lost the check interval");
+}
+
+#[test]
+fn a_reply_out_of_step_breaks_the_connection() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let standin = PgBouncerStandIn::start(&db.server_addr());
+    let url = db
+        .server()
+        .url_at(&format!("127.0.0.1:{}", standin.port()), db.name());
+    let app = App::builder(url).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let pid = backend_pid(&mut conn);
+    // A simple query waits for every reply before it (the unprepared statement's Close), so
+    // that the stray reply lands on the query below, not on a request nobody awaits.
+    conn.batch_execute("SELECT 1").unwrap();
+    standin.garble_on("out_of_step");
+    let err = conn
+        .query("SELECT 'out_of_step'", &[])
+        .expect_err("a reply out of step cannot give rows");
+    eprintln!("measured: reply out of step: {err}");
+    assert!(conn.is_broken(), "still in use after: {err}");
+    drop(conn);
+    let mut next = app.connection().unwrap();
+    assert_ne!(
+        backend_pid(&mut next),
+        pid,
+        "the out-of-step session was reused"
+    );
 }

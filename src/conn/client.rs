@@ -548,7 +548,12 @@ impl Connection {
     pub(crate) fn check_within(&mut self, budget: Duration) -> Result<Checked> {
         while self.inner.notifications.try_recv().is_ok() {}
         let now = Instant::now();
-        let since = self.inner.unanswered_since.unwrap_or(now);
+        // Input waiting in the socket: the earlier check's answer (or an error) has come, so
+        // the link is judged afresh, with a whole io_timeout from now.
+        let since = match self.inner.unanswered_since {
+            Some(t) if !self.has_pending_input() => t,
+            _ => now,
+        };
         let full = since
             .checked_add(self.inner.io_timeout)
             .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
@@ -925,7 +930,22 @@ impl Inner {
             }
             return err;
         }
-        // Anything else (a type conversion, an unexpected message) leaves the link alone.
+        // A reply the driver did not expect, or could not parse: client and server are out
+        // of step (a broken proxy, a driver bug), and whatever the session did is unknown.
+        // The link is not trusted again.
+        let text = e.to_string();
+        if text.starts_with("unexpected message from server")
+            || text.starts_with("error parsing response from server")
+        {
+            self.broken = Some(format!("protocol out of step: {text}"));
+            self.reg.sever();
+            return Error::with_source(
+                ErrorKind::Closed,
+                format!("{what}: the server's replies are out of step with our requests (connection severed)"),
+                e,
+            );
+        }
+        // Anything else (a type conversion, a parameter count) leaves the link alone.
         Error::with_source(ErrorKind::Database, what.to_owned(), e)
     }
 }

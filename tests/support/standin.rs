@@ -24,6 +24,8 @@ struct Shared {
     relayed: AtomicUsize,
     sockets: Mutex<Vec<TcpStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// See [`PgBouncerStandIn::garble_on`].
+    garble: Mutex<Option<Vec<u8>>>,
 }
 
 pub struct PgBouncerStandIn {
@@ -47,6 +49,7 @@ impl PgBouncerStandIn {
             relayed: AtomicUsize::new(0),
             sockets: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
+            garble: Mutex::new(None),
         });
         let s = shared.clone();
         let accept = thread::Builder::new()
@@ -82,6 +85,12 @@ impl PgBouncerStandIn {
     /// Startup messages refused for carrying `options`.
     pub fn refused(&self) -> usize {
         self.shared.refused.load(Ordering::SeqCst)
+    }
+
+    /// From now on, when a client message containing `marker` passes, the client first gets
+    /// a BindComplete it never asked for: a reply out of step with its requests.
+    pub fn garble_on(&self, marker: &str) {
+        *self.shared.garble.lock().unwrap() = Some(marker.as_bytes().to_vec());
     }
 
     /// Connections relayed to the upstream server.
@@ -209,7 +218,23 @@ fn serve(shared: &Shared, mut client: TcpStream) {
         let _ = to.shutdown(Shutdown::Both);
         let _ = from.shutdown(Shutdown::Both);
     });
-    let _ = io::copy(&mut client, &mut upstream);
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match client.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let marker = shared.garble.lock().unwrap().clone();
+        if let Some(m) = marker {
+            if buf[..n].windows(m.len()).any(|w| w == m.as_slice()) {
+                // BindComplete: '2', length 4; nothing was bound.
+                let _ = client.write_all(&[b'2', 0, 0, 0, 4]);
+            }
+        }
+        if upstream.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
     let _ = upstream.shutdown(Shutdown::Both);
     let _ = client.shutdown(Shutdown::Both);
     let _ = back.join();
