@@ -27,6 +27,7 @@ pub use job::{Job, JobId, JobStatus};
 pub use periodic::PeriodicOptions;
 pub use retention::{PruneReport, Retention};
 pub use retry::RetryStrategy;
+pub use schema::SCHEMA_VERSION;
 pub use task::{TaskError, TaskOptions, Tasks};
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,

@@ -1,8 +1,6 @@
 //! Every SQL statement the library runs, in one place, named `noun_verb`.
 //!
-//! Statements whose text is fixed are `&'static str` and are prepared once per connection.
-//! The claim depends on the worker's queues and task filter, so [`job_claim_sql`] builds it
-//! once per worker.
+//! Statements are `&'static str` and are prepared once per connection.
 //!
 //! Guards live in the SQL, not in the callers: a completion only touches a row that is still
 //! `doing` *and* still held by the completing worker; a rescue only touches rows still
@@ -33,43 +31,16 @@ RETURNING id";
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
-/// Builds the claim for a worker: takes up to `$2` due jobs for worker `$1`, highest priority
-/// first then oldest (the ids are collected into an array so that the update reaches them by
-/// primary key, whatever the generic plan guesses of `LIMIT $2`), skipping rows other claimers hold, and never a job whose lock has a
-/// running job or an older pending one. `$3` (queues) and `$4` (task names) are present only
-/// when the worker filters on them. Nothing is claimed if the worker's row is gone (it was
-/// declared dead): it must register again first.
-pub(crate) fn job_claim_sql(filter_queues: bool, filter_tasks: bool) -> String {
-    let mut filters = String::new();
-    let mut n = 3;
-    if filter_queues {
-        filters.push_str(&format!("\n          AND j.queue = ANY(${n}::text[])"));
-        n += 1;
-    }
-    if filter_tasks {
-        filters.push_str(&format!("\n          AND j.task = ANY(${n}::text[])"));
-    }
-    format!(
-        "
-UPDATE postpone_jobs j
-   SET status = 'doing', worker_id = $1, attempts = j.attempts + 1, started_at = now()
- WHERE j.id = ANY(ARRAY(
-       SELECT j.id
-         FROM postpone_jobs j
-        WHERE j.status = 'todo'
-          AND j.scheduled_at <= now(){filters}
-          AND (j.lock IS NULL OR NOT EXISTS (
-               SELECT 1 FROM postpone_jobs e
-                WHERE e.lock = j.lock
-                  AND e.status IN ('todo', 'doing')
-                  AND (e.status = 'doing' OR e.id < j.id)))
-        ORDER BY j.priority DESC, j.id
-        LIMIT $2
-          FOR UPDATE SKIP LOCKED))
-   AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = $1)
-RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort_requested"
-    )
-}
+/// Claims up to `$2` due jobs for worker `$1` through `postpone_claim` (schema version 3):
+/// highest priority first, then the earliest due, then the oldest; skipping rows other
+/// claimers hold, and never a job whose lock has a running job or an older pending one. `$3`
+/// the worker's queues and `$4` its task names (each NULL: no filter). Nothing is claimed if
+/// the worker's row is gone (it was presumed dead): it must register again first. The
+/// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
+/// not due yet), whatever the table's statistics say.
+pub(crate) const JOB_CLAIM: &str = "
+SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at
+  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the
@@ -366,20 +337,3 @@ SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.las
        (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
   FROM postpone_workers w
  ORDER BY w.id";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claim_numbers_its_parameters_in_order() {
-        let both = job_claim_sql(true, true);
-        assert!(both.contains("j.queue = ANY($3::text[])"));
-        assert!(both.contains("j.task = ANY($4::text[])"));
-        let tasks_only = job_claim_sql(false, true);
-        assert!(tasks_only.contains("j.task = ANY($3::text[])"));
-        assert!(!tasks_only.contains("j.queue = ANY"));
-        let none = job_claim_sql(false, false);
-        assert!(!none.contains("queue = ANY") && !none.contains("task = ANY"));
-    }
-}

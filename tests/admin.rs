@@ -423,7 +423,10 @@ fn check_schema_tells_missing_from_current() {
     let e = app.admin().check_schema().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SchemaMissing, "{e}");
     app.migrate().unwrap();
-    assert_eq!(app.admin().check_schema().unwrap(), 2);
+    assert_eq!(
+        app.admin().check_schema().unwrap(),
+        postpone::SCHEMA_VERSION
+    );
 }
 
 /// An abort recorded while the job waits in the worker's prefetch queue (claimed, not

@@ -33,10 +33,19 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "integrity",
         sql: include_str!("0002_integrity.sql"),
     },
+    Migration {
+        version: 3,
+        name: "claim",
+        sql: include_str!("0003_claim.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 2;
+pub(crate) const LATEST: i32 = 3;
+
+/// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
+/// brings a database to it; an older one is refused with `SchemaOutdated`).
+pub const SCHEMA_VERSION: i32 = LATEST;
 
 /// Key of the advisory lock that serialises migrations (any constant works; this one spells
 /// "postpone" in ASCII).
