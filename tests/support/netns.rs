@@ -48,10 +48,23 @@ impl Netns {
         }
     }
 
-    /// The link-local /24 that namespaces of this process use: `169.254.<octet>.0/24`,
-    /// the third octet taken from the process id so that parallel runs rarely collide.
+    /// The link-local /24 that namespaces of this process use: `169.254.<octet>.0/24`, the
+    /// first one from the process id on that no interface of this machine uses yet (chosen
+    /// once per process), so that parallel runs do not collide.
     pub fn subnet_octet() -> u32 {
-        std::process::id() % 200 + 20
+        static OCTET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        *OCTET.get_or_init(|| {
+            let start = std::process::id() % 200;
+            (0..200)
+                .map(|i| (start + i) % 200 + 20)
+                .find(|octet| {
+                    Command::new("ip")
+                        .args(["-o", "addr", "show", "to", &format!("169.254.{octet}.0/24")])
+                        .output()
+                        .is_ok_and(|o| o.status.success() && o.stdout.is_empty())
+                })
+                .unwrap_or(start + 20)
+        })
     }
 
     /// Namespace number `n` (0..63) of this process: `169.254.<octet>.<4n+1>` on the host
