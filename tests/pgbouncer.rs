@@ -295,12 +295,7 @@ fn what_needs_a_session_is_refused_through_a_transaction_pooler() {
     );
     let report = worker.shutdown(Duration::from_secs(3));
     assert!(report.is_clean(), "{report}");
-    // PgBouncer never saw a named statement fail.
-    assert!(
-        !bouncer.log().contains("prepared statement"),
-        "{}",
-        bouncer.log()
-    );
+    drop(bouncer);
 }
 
 #[test]
