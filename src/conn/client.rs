@@ -85,7 +85,7 @@ pub struct Notification {
 pub struct Connection {
     // Field order is drop order: statements and client before the runtime that drives them,
     // the runtime (which closes the socket) before the watchdog registration (the dup).
-    statements: HashMap<String, Statement>,
+    statements: HashMap<&'static str, Statement>,
     /// Through a transaction pooler: the parameter types of each SQL text sent unnamed.
     unnamed: Option<HashMap<String, Vec<tokio_postgres::types::Type>>>,
     client: Client,
@@ -704,7 +704,7 @@ impl Connection {
     pub(crate) fn query_cached(
         &mut self,
         what: &str,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
         if self.through_transaction_pooler() {
@@ -720,7 +720,7 @@ impl Connection {
     pub(crate) fn execute_cached(
         &mut self,
         what: &str,
-        sql: &str,
+        sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
         if self.through_transaction_pooler() {
@@ -741,7 +741,7 @@ impl Connection {
     fn with_cached<T>(
         &mut self,
         what: &str,
-        sql: &str,
+        sql: &'static str,
         mut call: impl FnMut(&mut Connection, &Statement) -> Result<T>,
     ) -> Result<T> {
         let stmt = self.cached(what, sql)?;
@@ -764,25 +764,30 @@ impl Connection {
         }
     }
 
-    fn cached(&mut self, what: &str, sql: &str) -> Result<Statement> {
+    fn cached(&mut self, what: &str, sql: &'static str) -> Result<Statement> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
         let t = self.inner.io_timeout;
         let stmt = self.inner.run(what, t, self.client.prepare(sql))?;
-        self.statements.insert(sql.to_owned(), stmt.clone());
+        self.statements.insert(sql, stmt.clone());
         Ok(stmt)
     }
 
-    /// Like [`query`](Self::query), naming the operation in errors and logs; the statement
-    /// is prepared once per connection (or sent unnamed through a transaction pooler).
+    /// Like [`query`](Self::query), naming the operation in errors and logs; for SQL built
+    /// at run time, which is not kept prepared (through a transaction pooler it goes as an
+    /// unnamed statement).
     pub(crate) fn query_named(
         &mut self,
         what: &str,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        self.query_cached(what, sql, params)
+        if self.through_transaction_pooler() {
+            return self.query_unnamed(what, sql, params);
+        }
+        let t = self.inner.io_timeout;
+        self.inner.run(what, t, self.client.query(sql, params))
     }
 
     /// Severs the socket now (used when the connection is abandoned mid-transaction).

@@ -27,8 +27,8 @@ pub(crate) fn run(
         .opts
         .only_registered
         .then(|| shared.tasks.keys().cloned().collect());
-    // The claim goes by its SQL text (prepared once per connection, or sent unnamed through
-    // a transaction pooler, where a statement prepared here would not survive).
+    // The claim is prepared once per connection by query_cached (or sent unnamed through a
+    // transaction pooler, where a statement prepared here would not survive).
     let mut link = Link::new(shared, "claiming jobs");
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
@@ -160,7 +160,7 @@ fn claim(
 ) -> Result<Vec<Claimed>> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
-    let rows = conn.query_named(
+    let rows = conn.query_cached(
         "claiming jobs",
         store::JOB_CLAIM,
         &[&id, &limit, &shared.opts.queues, task_names],

@@ -34,6 +34,9 @@ use crate::error::{Error, ErrorKind, Result};
 /// server session it got. A late Close that finds nothing is not an error.
 pub(super) const BEGIN_CLEAN: &str = "BEGIN; DEALLOCATE ALL";
 
+/// How many SQL texts' parameter types a connection keeps (more are learnt again).
+const MAX_KNOWN_TEXTS: usize = 256;
+
 impl Connection {
     /// Keeps this new connection if its server is what `want` asks for (one pass of `asked`,
     /// the connection string's `target_session_attrs`); asks within what is left of the
@@ -157,6 +160,10 @@ impl Connection {
             res
         })?;
         if let Some(m) = self.unnamed.as_mut() {
+            // SQL built at run time (admin filters) must not grow this without bound.
+            if m.len() >= MAX_KNOWN_TEXTS {
+                m.clear();
+            }
             m.insert(sql.to_owned(), types.clone());
         }
         Ok(types)
