@@ -186,6 +186,19 @@ impl Shared {
         Ok(conn)
     }
 
+    /// Opens the listener's connection: like [`connect`](Self::connect), to where
+    /// `listen_via` says when it was given.
+    pub(crate) fn connect_listener(&self) -> Result<Connection> {
+        let opts = self
+            .opts
+            .listen_opts
+            .as_ref()
+            .unwrap_or(&self.app.inner.opts);
+        let conn = Connection::open(opts, &self.app.inner.watchdog, self.group, None)?;
+        self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
     /// Logs a database error of a worker thread, once per failure streak at warn level.
     pub(crate) fn log_db_error(&self, what: &str, e: &Error, failures: u32) {
         self.stats.db_errors.fetch_add(1, Ordering::Relaxed);
