@@ -335,19 +335,15 @@ UPDATE postpone_jobs
                 FOR UPDATE SKIP LOCKED)
 RETURNING id, queue, task, args, attempts, priority, lock";
 
-/// Records the outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2` (`todo` for a
-/// retry after `$3` microseconds), output `$4`, error `$5` appended to its errors.
+/// Records the final outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2`, output
+/// `$3`, error `$4` appended to its errors. (A retry goes through [`JOB_REQUEUE`].)
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_FINISH: &str = "
 UPDATE postpone_jobs j
    SET status = $2::text,
-       scheduled_at = CASE WHEN $2::text = 'todo'
-                           THEN now() + $3::bigint * interval '1 microsecond'
-                           ELSE j.scheduled_at END,
-       started_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE j.started_at END,
-       finished_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE now() END,
-       output = $4::jsonb,
-       errors = CASE WHEN $5::text IS NULL THEN j.errors
+       finished_at = now(),
+       output = $3::jsonb,
+       errors = CASE WHEN $4::text IS NULL THEN j.errors
                      ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
-                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $5::text)) END
+                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text)) END
  WHERE j.id = $1 AND j.status = 'doing'";
