@@ -32,6 +32,7 @@ use super::options::ConnectOptions;
 use super::session_attrs;
 use super::socket;
 use super::target::{Stream, Target};
+pub(crate) use super::time::{deadline_after, LONGEST};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 
@@ -1048,18 +1049,6 @@ fn refuses_our_options(e: &Error) -> bool {
         || (text.contains("options")
             && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
 }
-
-/// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(LONGEST))
-        .unwrap_or(now)
-}
-
-/// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
-/// years, so that deadlines and sums of timeouts stay representable.
-pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// True when `sql` has the word LISTEN in it (any case), as a statement that starts
 /// listening would.

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
-use super::client::LONGEST;
 use super::session_attrs::Routing;
+use super::time::LONGEST;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -36,7 +36,7 @@ pub(crate) struct ConnectOptions {
     /// `target_session_attrs`, `load_balance_hosts`, `pooler_mode`.
     pub(crate) routing: Routing,
     /// How host names are resolved.
-    pub(crate) resolver: super::socket::Resolver,
+    pub(crate) resolver: super::target::Resolver,
     /// The targets (`host:port`, socket paths) that refused our `options` startup parameter
     /// (a server before 14, a platform without `client_connection_check_interval`, a pooler
     /// that takes no `options`): later connections to them do not send it again. Per target,
@@ -100,7 +100,7 @@ impl ConnectOptions {
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
             routing,
-            resolver: super::socket::system_resolver,
+            resolver: super::target::system_resolver,
             config,
             no_check_interval: Mutex::new(HashSet::new()),
         })

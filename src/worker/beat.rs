@@ -100,7 +100,7 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             if due_rescue {
                 rescue(shared, c)?;
                 release_lost_claims(shared, c)?;
-                crate::metrics::queue_gauges(c);
+                super::observe::queue_gauges(c);
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
             }
             Ok(())

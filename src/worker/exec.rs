@@ -276,7 +276,7 @@ fn run_one(
     // Pooled connections the task checks out (`job.app()`) are lent to the worker's group,
     // so the hard deadline's sever reaches a task blocked in a query.
     let result = crate::conn::watchdog::lending_to(shared.group, || {
-        crate::metrics::in_job_span(&job, || {
+        super::observe::in_job_span(&job, || {
             catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
         })
     });
@@ -497,7 +497,7 @@ fn emit(
     duration: Duration,
     error: Option<&str>,
 ) {
-    crate::metrics::job_event(kind, &job.queue, &job.task, duration);
+    super::observe::job_event(kind, &job.queue, &job.task, duration);
     if let Some(hook) = &shared.hook {
         let event = JobEvent {
             kind,

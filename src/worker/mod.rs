@@ -29,6 +29,7 @@ mod fetch;
 mod ledger;
 mod link;
 mod listen;
+mod observe;
 mod periodic;
 mod shutdown;
 
