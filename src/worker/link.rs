@@ -90,6 +90,18 @@ impl<'a, S> Link<'a, S> {
         Ok((c, s))
     }
 
+    /// The connection, opened and set up if there is none; a failure is returned as it is,
+    /// for the caller to hand to [`judge`](Self::judge) with the rest of its work (for a
+    /// thread that connects only when it has something to do).
+    pub(crate) fn connection(&mut self) -> Result<&mut Connection> {
+        if self.conn.is_none() {
+            let mut c = self.shared.connect()?;
+            let s = (self.setup)(&mut c)?;
+            self.conn = Some((c, s));
+        }
+        Ok(&mut self.conn.as_mut().expect("connected above").0)
+    }
+
     /// Judges the result of a round-trip: a success resets the backoff; a failure is logged,
     /// drops the connection if it broke, and gives the wait before the next try.
     pub(crate) fn judge<T>(&mut self, res: Result<T>) -> std::result::Result<T, Duration> {

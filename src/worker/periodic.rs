@@ -21,10 +21,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{sleep_or_stop, Shared, WorkerBuilder, WorkerOptions};
 use crate::admin::rfc3339;
-use crate::conn::Connection;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 use crate::periodic::{self, describe, Deferred, PeriodicOptions};
 use crate::retention::{self, Retention};
@@ -166,8 +165,7 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
         .retention
         .as_ref()
         .map(|r| Instant::now() + r.interval.mul_f64(jitter_rand()));
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::new(shared, "periodic tasks and retention");
     if !schedules.is_empty() {
         log::info!(
             "worker {}: deferring {} periodic schedule(s): {}",
@@ -190,19 +188,21 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
         }
         // The clock is read once per round (tests count the reads).
         let now = now_fn();
-        let result = defer_due(shared, &mut conn, &mut schedules, now).and_then(|()| {
+        let result = defer_due(shared, &mut link, &mut schedules, now).and_then(|()| {
             match (&settings.retention, next_prune) {
                 (Some(r), Some(at)) if Instant::now() >= at => {
-                    prune(shared, &mut conn, r)?;
+                    prune(shared, &mut link, r)?;
                     next_prune = Some(Instant::now() + r.interval);
                     Ok(())
                 }
                 _ => Ok(()),
             }
         });
-        let wait = match result {
+        if result.is_err() && shared.stopping() {
+            return;
+        }
+        let wait = match link.judge(result) {
             Ok(()) => {
-                backoff.reset();
                 let mut wait = max_sleep;
                 for s in &schedules {
                     if let Some(next) = s.next {
@@ -214,16 +214,7 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
                 }
                 wait
             }
-            Err(e) => {
-                if shared.stopping() {
-                    return;
-                }
-                shared.log_db_error("periodic tasks and retention", &e, backoff.failures() + 1);
-                if conn.as_ref().is_some_and(Connection::is_broken) {
-                    conn = None;
-                }
-                backoff.next_wait()
-            }
+            Err(wait) => wait,
         };
         if sleep_or_stop(stop, wait) {
             return;
@@ -231,18 +222,10 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
     }
 }
 
-/// The thread's connection, opened on first need.
-fn connection<'a>(shared: &Shared, slot: &'a mut Option<Connection>) -> Result<&'a mut Connection> {
-    if slot.is_none() {
-        *slot = Some(shared.connect()?);
-    }
-    Ok(slot.as_mut().expect("connected above"))
-}
-
 /// Primes the schedules not primed yet, then defers every due instant inside its window.
 fn defer_due(
     shared: &Shared,
-    conn: &mut Option<Connection>,
+    link: &mut Link<'_>,
     schedules: &mut [Schedule],
     now: SystemTime,
 ) -> Result<()> {
@@ -252,7 +235,7 @@ fn defer_due(
             // Its instant is the start time, to the second (instants are whole seconds).
             let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
             let at = UNIX_EPOCH + Duration::from_secs(secs);
-            let c = connection(shared, conn)?;
+            let c = link.connection()?;
             let who = describe(&s.spec.task, &s.spec.id);
             let done = periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
                 .map_err(|e| e.context(format_args!("periodic task {who}: run on start")))?;
@@ -264,7 +247,7 @@ fn defer_due(
             s.started = true;
         }
         if !s.primed {
-            let c = connection(shared, conn)?;
+            let c = link.connection()?;
             let latest = periodic::latest_instant(c, &s.spec)?;
             let from = match latest {
                 Some(l) if l > window_start => l,
@@ -297,7 +280,7 @@ fn defer_due(
                 s.next = resume;
                 continue;
             }
-            let c = connection(shared, conn)?;
+            let c = link.connection()?;
             let who = describe(&s.spec.task, &s.spec.id);
             match periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
                 .map_err(|e| e.context(format_args!("periodic task {who} at {}", rfc3339(at))))?
@@ -324,8 +307,8 @@ fn defer_due(
     Ok(())
 }
 
-fn prune(shared: &Shared, conn: &mut Option<Connection>, r: &Retention) -> Result<()> {
-    let c = connection(shared, conn)?;
+fn prune(shared: &Shared, link: &mut Link<'_>, r: &Retention) -> Result<()> {
+    let c = link.connection()?;
     let report = retention::prune(c, r, || !shared.stopping())?;
     if report.jobs_deleted > 0 || report.periodic_deleted > 0 {
         log::info!(
