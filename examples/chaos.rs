@@ -7,7 +7,7 @@
 //!
 //! Options: `--seconds N` (faults and defers, default 30), `--seed S` (default: from the
 //! clock, printed), `--workers W` (default 3), `--concurrency C` (threads per worker, 2),
-//! `--rate R` (jobs deferred per second, 15), `--drain N` (seconds to wait for every job to
+//! `--rate R` (jobs deferred per second, 10), `--drain N` (seconds to wait for every job to
 //! end, 30), `--exclude a,b` (faults or task kinds to leave out), `--logs DIR` (the worker
 //! processes' logs), `--verbose` (print each fault), and
 //! `--restart-cmd CMD`: also restart the server now and then by running `sh -c CMD` (for
@@ -60,9 +60,7 @@ fn run() -> Result<bool, String> {
             cfg.verbose = true;
             continue;
         }
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = |v: &str| -> Result<u64, String> {
             v.parse()
                 .map_err(|e| format!("{flag} {v:?}: not a number: {e}"))
@@ -77,7 +75,11 @@ fn run() -> Result<bool, String> {
             "--exclude" => exclude = value,
             "--logs" => cfg.child_logs = Some(value.into()),
             "--restart-cmd" => cfg.restart_cmd = Some(value),
-            other => return Err(format!("unknown option {other} (see the header of examples/chaos.rs)")),
+            other => {
+                return Err(format!(
+                    "unknown option {other} (see the header of examples/chaos.rs)"
+                ))
+            }
         }
     }
     let mut mix = Mix::default().excluding(&exclude)?;

@@ -38,7 +38,11 @@ fn chaos_seeds_hold_every_promise() {
     let seeds: Vec<u64> = match std::env::var("CHAOS_SEEDS") {
         Ok(s) if !s.trim().is_empty() => s
             .split(',')
-            .map(|x| x.trim().parse().expect("CHAOS_SEEDS: comma-separated numbers"))
+            .map(|x| {
+                x.trim()
+                    .parse()
+                    .expect("CHAOS_SEEDS: comma-separated numbers")
+            })
             .collect(),
         _ => SEEDS.to_vec(),
     };

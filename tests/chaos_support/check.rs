@@ -433,10 +433,11 @@ impl Checker<'_> {
                             }
                             if finished && job.status != "aborted" {
                                 // Fine only if attempt a0 had already returned that outcome.
-                                let done_before = ex.iter().rev().find(|e| e.attempt == a0).is_some_and(|e| {
-                                    e.end.is_some_and(|t| t < a.after)
-                                        && expected(kind, e).contains(&job.status.as_str())
-                                });
+                                let done_before =
+                                    ex.iter().rev().find(|e| e.attempt == a0).is_some_and(|e| {
+                                        e.end.is_some_and(|t| t < a.after)
+                                            && expected(kind, e).contains(&job.status.as_str())
+                                    });
                                 if !done_before {
                                     self.violation(
                                         job.id,
@@ -486,7 +487,9 @@ impl Checker<'_> {
         if !finished {
             return;
         }
-        let Some(last) = ex.last() else {
+        // The last attempt: the highest attempt number, the latest of those (a stale start
+        // of an older attempt is rule 3's business).
+        let Some(last) = ex.iter().max_by_key(|e| (e.attempt, e.start)) else {
             let ok = match job.status.as_str() {
                 "failed" => true,
                 "cancelled" | "aborted" => abort_excuses,
@@ -579,9 +582,10 @@ impl Checker<'_> {
         }
         for (lock, ex) in by_lock {
             for (i, x) in ex.iter().enumerate() {
-                for y in &ex[i + 1..] {
+                let x_end = self.end(x);
+                // Sorted by start: once one starts after x ended, all the rest do.
+                for y in ex[i + 1..].iter().take_while(|y| y.start < x_end) {
                     if x.job != y.job
-                        && y.start < self.end(x)
                         && !self.disturbed(x.slot, x.start - self.stalled_us(), y.start)
                     {
                         self.violation(
@@ -658,7 +662,12 @@ impl Checker<'_> {
         }
         if lo <= hi {
             let lo = lo - self.stalled_us();
-            for f in self.rec.faults.iter().filter(|f| f.from <= hi && f.to >= lo) {
+            for f in self
+                .rec
+                .faults
+                .iter()
+                .filter(|f| f.from <= hi && f.to >= lo)
+            {
                 if matches!(f.fault, Fault::Abort | Fault::BareNotify) {
                     continue;
                 }

@@ -11,9 +11,8 @@
 //! row at entry (job, attempt, pid, lock, start time), completed at exit (end time, what the
 //! task returned, whether it saw an abort request). A task that panics logs before it panics.
 
-use std::cell::RefCell;
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -76,6 +75,7 @@ pub fn main_from_env() -> bool {
         log_url,
         slot,
         pid: std::process::id() as i32,
+        idle: Mutex::new(Vec::new()),
     });
     // The proxy may be stranding or refusing right now: keep trying.
     let handle = loop {
@@ -125,40 +125,43 @@ struct Ctx {
     log_url: String,
     slot: i32,
     pid: i32,
-}
-
-thread_local! {
-    /// This executor thread's log connection.
-    static LOG: RefCell<Option<Client>> = const { RefCell::new(None) };
+    /// Idle log connections (not thread-locals: a `postgres::Client` cannot be dropped
+    /// during thread-local destruction).
+    idle: Mutex<Vec<Client>>,
 }
 
 impl Ctx {
-    /// Runs `f` on this thread's log connection, reconnecting (a few times) when it fails.
-    fn log<T>(&self, what: &str, mut f: impl FnMut(&mut Client) -> Result<T, postgres::Error>) -> Option<T> {
-        LOG.with(|slot| {
-            let mut slot = slot.borrow_mut();
-            for round in 0..5 {
-                if slot.as_ref().is_none_or(Client::is_closed) {
-                    match Client::connect(&self.log_url, NoTls) {
-                        Ok(c) => *slot = Some(c),
-                        Err(e) => {
-                            eprintln!("chaos log: connecting ({what}): {e}");
-                            thread::sleep(Duration::from_millis(50 << round));
-                            continue;
-                        }
-                    }
-                }
-                let client = slot.as_mut().expect("connected above");
-                match f(client) {
-                    Ok(v) => return Some(v),
+    /// Runs `f` on a log connection, reconnecting (a few times) when it fails.
+    fn log<T>(
+        &self,
+        what: &str,
+        mut f: impl FnMut(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Option<T> {
+        let mut conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        for round in 0..5 {
+            let mut client = match conn.take() {
+                Some(c) if !c.is_closed() => c,
+                _ => match Client::connect(&self.log_url, NoTls) {
+                    Ok(c) => c,
                     Err(e) => {
-                        eprintln!("chaos log: {what}: {e}");
-                        *slot = None;
+                        eprintln!("chaos log: connecting ({what}): {e}");
+                        thread::sleep(Duration::from_millis(50 << round));
+                        continue;
                     }
+                },
+            };
+            match f(&mut client) {
+                Ok(v) => {
+                    self.idle
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(client);
+                    return Some(v);
                 }
+                Err(e) => eprintln!("chaos log: {what}: {e}"),
             }
-            None
-        })
+        }
+        None
     }
 
     fn log_start(&self, job: &Job, kind: Kind, t_start: i64) -> Option<i64> {
@@ -213,11 +216,37 @@ fn run_task(ctx: &Ctx, kind: Kind, job: &Job) -> Result<(), TaskError> {
     let t_start = now_us();
     let exec = ctx.log_start(job, kind, t_start);
     let args: Args = job.args().unwrap_or_default();
+    if kind == Kind::QlockCollide {
+        if let Some(ql) = &args.ql {
+            // A successor waiting under the same queueing lock (and the same lock, if any),
+            // due in 3 s, deferred before the work so that a kill or a pause during the work leaves a
+            // rescue to collide with it too. Through the worker's own App (and proxy): it
+            // may fail under faults, or find a successor already waiting.
+            // Scheduled a little later, so that it still waits when the retry comes.
+            let mut b = job
+                .app()
+                .job(&Kind::Ok.task())
+                .queueing_lock(ql.as_str())
+                .schedule_in(Duration::from_secs(3));
+            if let Some(lock) = job.lock() {
+                b = b.lock(lock);
+            }
+            if let Err(e) = b.defer(&Args { ms: 20, ql: None }) {
+                eprintln!("chaos: deferring the successor of job {}: {e}", job.id());
+            }
+        }
+    }
     let stopped = work(job, args.ms);
     let (outcome, result): (&str, Result<(), TaskError>) = if job.abort_requested() {
-        ("aborted", Err(TaskError::fail("chaos: stopped on an abort request")))
+        (
+            "aborted",
+            Err(TaskError::fail("chaos: stopped on an abort request")),
+        )
     } else if stopped && kind == Kind::Timeout {
-        ("timeout", Err(TaskError::fail("chaos: stopped at the task timeout")))
+        (
+            "timeout",
+            Err(TaskError::fail("chaos: stopped at the task timeout")),
+        )
     } else if stopped {
         (
             "interrupted",
@@ -243,23 +272,15 @@ fn run_task(ctx: &Ctx, kind: Kind, job: &Job) -> Result<(), TaskError> {
                 ("retry", Err(TaskError::retry("chaos: retry once")))
             }
             Kind::RetryOnce => ("ok", Ok(())),
-            Kind::QlockCollide => {
-                if let Some(ql) = &args.ql {
-                    // A successor waiting under the same queueing lock: the retry below
-                    // collides with it. Through the worker's own App (and proxy): it may
-                    // fail under faults, or find a successor already waiting.
-                    let r = job
-                        .app()
-                        .job(&Kind::Ok.task())
-                        .queueing_lock(ql.as_str())
-                        .defer(&Args { ms: 20, ql: None });
-                    if let Err(e) = r {
-                        eprintln!("chaos: deferring the successor of job {}: {e}", job.id());
-                    }
-                }
-                ("retry", Err(TaskError::retry("chaos: retry into a taken queueing lock")))
-            }
-            Kind::Cancel => ("cancel", Err(TaskError::cancel("chaos: cancelled by its task"))),
+            // The successor was deferred before the work (see above).
+            Kind::QlockCollide => (
+                "retry",
+                Err(TaskError::retry("chaos: retry into a taken queueing lock")),
+            ),
+            Kind::Cancel => (
+                "cancel",
+                Err(TaskError::cancel("chaos: cancelled by its task")),
+            ),
         }
     };
     ctx.log_end(exec, outcome, job.abort_requested());

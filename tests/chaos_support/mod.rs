@@ -168,7 +168,9 @@ pub enum Kind {
     HugeDelay,
     /// Retries on its first attempt, then succeeds (strategy: 3 attempts).
     RetryOnce,
-    /// Defers a job with its own queueing lock, then asks for a retry: the requeue collides.
+    /// Defers a successor under its own queueing lock (half of the jobs also have it as
+    /// their lock), works 0.3-2 s, then asks for a retry: the requeue collides with the
+    /// successor, and so does a rescue when its worker is killed or paused meanwhile.
     QlockCollide,
     /// Runs past its task timeout (300 ms) until `should_abort`, then fails.
     Timeout,
@@ -217,7 +219,7 @@ impl Kind {
     pub fn default_weight(self) -> u32 {
         match self {
             Kind::Ok => 10,
-            Kind::Slow => 6,
+            Kind::Slow => 4,
             Kind::NulFail => 1,
             Kind::NulPanic => 1,
             Kind::Panic => 1,
@@ -240,7 +242,10 @@ pub struct Mix {
 impl Default for Mix {
     fn default() -> Mix {
         Mix {
-            faults: Fault::ALL.iter().map(|&f| (f, f.default_weight())).collect(),
+            faults: Fault::ALL
+                .iter()
+                .map(|&f| (f, f.default_weight()))
+                .collect(),
             kinds: Kind::ALL.iter().map(|&k| (k, k.default_weight())).collect(),
         }
     }

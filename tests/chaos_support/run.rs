@@ -67,7 +67,7 @@ impl Config {
             run_for: Duration::from_secs(8),
             workers: 3,
             concurrency: 2,
-            jobs_per_sec: 15,
+            jobs_per_sec: 10,
             drain_timeout: Duration::from_secs(20),
             stalled_after: Duration::from_secs(2),
             heartbeat: Duration::from_millis(250),
@@ -469,6 +469,7 @@ impl Run<'_> {
             Kind::Slow => self.rng.range(1000, 3500),
             Kind::Ok => self.rng.range(20, 400),
             Kind::Timeout => 5000,
+            Kind::QlockCollide => self.rng.range(300, 2000),
             _ => self.rng.range(10, 200),
         };
         let mut args = Args { ms, ql: None };
@@ -480,6 +481,10 @@ impl Run<'_> {
         if kind == Kind::QlockCollide {
             let ql = format!("ql{}", self.seq);
             b = b.queueing_lock(ql.as_str());
+            if self.rng.chance(0.5) {
+                // lock == queueing lock: a requeue that collides must not stall the lock.
+                b = b.lock(ql.as_str());
+            }
             args.ql = Some(ql);
         }
         match b.defer(&args) {
@@ -520,7 +525,9 @@ impl Run<'_> {
                 self.slots[slot].stdin = None;
                 self.slots[slot].stopped = false;
                 self.mark_died(pid, true);
-                let d = self.rng.duration(Duration::from_millis(200), Duration::from_millis(1200));
+                let d = self
+                    .rng
+                    .duration(Duration::from_millis(200), Duration::from_millis(1200));
                 self.slots[slot].respawn_pending = true;
                 self.heals.push((now + d, Heal::Respawn { slot }));
                 Some((Some(slot), Some(pid), t, "SIGKILL".to_owned()))
@@ -533,12 +540,18 @@ impl Run<'_> {
                 signal("STOP", pid);
                 self.slots[slot].stopped = true;
                 self.heals.push((now + d, Heal::Cont { slot, pid }));
-                Some((Some(slot), Some(pid), t + d.as_micros() as i64, format!("SIGSTOP for {d:?}")))
+                Some((
+                    Some(slot),
+                    Some(pid),
+                    t + d.as_micros() as i64,
+                    format!("SIGSTOP for {d:?}"),
+                ))
             }
             Fault::Strand if !self.slots[slot].net_fault => {
-                let d = self
-                    .rng
-                    .duration(Duration::from_millis(300), stalled + Duration::from_millis(1500));
+                let d = self.rng.duration(
+                    Duration::from_millis(300),
+                    stalled + Duration::from_millis(1500),
+                );
                 let reset = self.rng.chance(0.5);
                 let s = &mut self.slots[slot];
                 s.proxy.set_new_conns(NewConns::Strand);
@@ -549,7 +562,10 @@ impl Run<'_> {
                     Some(slot),
                     Some(pid),
                     t + d.as_micros() as i64,
-                    format!("links stranded for {d:?}, then {}", if reset { "reset" } else { "left" }),
+                    format!(
+                        "links stranded for {d:?}, then {}",
+                        if reset { "reset" } else { "left" }
+                    ),
                 ))
             }
             Fault::Refuse if !self.slots[slot].net_fault => {
@@ -561,7 +577,12 @@ impl Run<'_> {
                 s.proxy.reset_all();
                 s.net_fault = true;
                 self.heals.push((now + d, Heal::Net { slot, reset: false }));
-                Some((Some(slot), Some(pid), t + d.as_micros() as i64, format!("links reset, connections refused for {d:?}")))
+                Some((
+                    Some(slot),
+                    Some(pid),
+                    t + d.as_micros() as i64,
+                    format!("links reset, connections refused for {d:?}"),
+                ))
             }
             Fault::Reset => {
                 self.slots[slot].proxy.reset_all();
@@ -588,7 +609,12 @@ impl Run<'_> {
                     return;
                 };
                 let status = Command::new("sh").arg("-c").arg(&cmd).status();
-                Some((None, None, now_us(), format!("server restarted by {cmd:?}: {status:?}")))
+                Some((
+                    None,
+                    None,
+                    now_us(),
+                    format!("server restarted by {cmd:?}: {status:?}"),
+                ))
             }
             _ => None,
         };
