@@ -248,13 +248,20 @@ pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
         *statuses.entry(s).or_insert(0) += 1;
     }
     let mut histories = String::new();
-    let mut shown = Vec::new();
-    for v in &ck.violations {
-        if v.job != 0 && !shown.contains(&v.job) && shown.len() < 4 {
-            shown.push(v.job);
-            if let Some(job) = jobs.iter().find(|j| j.id == v.job) {
-                let ex = by_job.get(&job.id).cloned().unwrap_or_default();
-                ck.history(&mut histories, job, &ex);
+    // The histories of up to 5 jobs with the rarer violations first, then of 2 left unfinished.
+    let mut shown: Vec<i64> = Vec::new();
+    for (rare, most) in [(true, 5), (false, 7)] {
+        for v in &ck.violations {
+            if v.job != 0
+                && (v.rule != "final") == rare
+                && !shown.contains(&v.job)
+                && shown.len() < most
+            {
+                shown.push(v.job);
+                if let Some(job) = jobs.iter().find(|j| j.id == v.job) {
+                    let ex = by_job.get(&job.id).cloned().unwrap_or_default();
+                    ck.history(&mut histories, job, &ex);
+                }
             }
         }
     }
