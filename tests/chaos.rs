@@ -80,3 +80,142 @@ fn chaos_seeds_hold_every_promise() {
         );
     }
 }
+
+/// The checker itself, on a made-up run: each rule fires on the history that breaks it, and
+/// stays quiet on the histories the promises allow (a rescue after a pause, a parked job).
+#[test]
+fn the_checker_flags_each_broken_rule_and_only_those() {
+    use chaos_support::check::{judge, Exec, JobRow};
+    use chaos_support::run::{AbortEvent, FaultEvent, Proc, Record};
+    use chaos_support::Fault;
+    use postpone::AbortOutcome;
+
+    let ms = |t: i64| t * 1000;
+    let job = |id: i64, task: &str, status: &str, attempts: i32| JobRow {
+        id,
+        task: task.to_owned(),
+        status: status.to_owned(),
+        attempts,
+        lock: None,
+        queueing_lock: None,
+        parked: false,
+        scheduled_in_s: 0.0,
+        errors: String::new(),
+    };
+    let exec = |job: i64, attempt: i32, pid: u32, from: i64, to: Option<i64>, outcome: &str| Exec {
+        job,
+        attempt,
+        pid,
+        slot: (pid / 100 - 1) as usize,
+        lock: None,
+        start: ms(from),
+        end: to.map(ms),
+        outcome: Some(outcome.to_owned()),
+        abort_seen: outcome == "aborted",
+    };
+    let proc = |slot: usize, pid: u32, died: Option<i64>, killed: bool| Proc {
+        slot,
+        pid,
+        spawned: 0,
+        ready: Some(0),
+        worker_id: Some(i64::from(pid)),
+        died: died.map(ms),
+        killed,
+        report: Some("true clean".to_owned()),
+    };
+    let mut rec = Record {
+        procs: vec![
+            proc(0, 100, Some(9000), false),
+            proc(1, 200, Some(9000), false),
+            proc(2, 300, Some(9000), false),
+        ],
+        ..Record::default()
+    };
+    rec.procs.push(Proc {
+        report: None,
+        ..proc(3, 400, Some(3000), false)
+    });
+    // Slot 2 (pid 300) is paused from 100 ms to 2.5 s.
+    rec.faults.push(FaultEvent {
+        fault: Fault::Stop,
+        slot: Some(2),
+        pid: Some(300),
+        from: ms(100),
+        to: ms(2500),
+        note: "SIGSTOP".to_owned(),
+    });
+    rec.aborts.push(AbortEvent {
+        job: 8,
+        before: ms(900),
+        after: ms(1000),
+        outcome: Ok(AbortOutcome::Cancelled),
+        attempts_before: Some(0),
+        attempts_after: Some(0),
+    });
+    let mut parked = job(11, "chaos_huge_delay", "todo", 1);
+    parked.parked = true;
+    let mut parked_ok = job(12, "chaos_ok", "todo", 1);
+    parked_ok.parked = true;
+    let jobs = vec![
+        job(1, "chaos_ok", "doing", 1),
+        job(2, "chaos_ok", "succeeded", 2),
+        job(3, "chaos_ok", "succeeded", 2),
+        job(4, "chaos_ok", "succeeded", 2),
+        job(5, "chaos_ok", "failed", 1),
+        job(6, "chaos_ok", "succeeded", 1),
+        job(7, "chaos_ok", "succeeded", 1),
+        job(8, "chaos_ok", "succeeded", 1),
+        job(9, "chaos_ok", "aborted", 1),
+        job(10, "chaos_ok", "succeeded", 1),
+        parked,
+        parked_ok,
+    ];
+    let mut execs = vec![
+        exec(1, 1, 100, 0, Some(100), "ok"),
+        // Two live attempts at once, on undisturbed workers.
+        exec(2, 1, 100, 0, Some(3000), "ok"),
+        exec(2, 2, 200, 1000, Some(1500), "ok"),
+        // The same, but the first one's worker was paused: it was rescued.
+        exec(3, 1, 300, 0, Some(3000), "ok"),
+        exec(3, 2, 100, 2200, Some(2300), "ok"),
+        // Attempt 1 started after attempt 2 had.
+        exec(4, 2, 200, 1000, Some(1100), "ok"),
+        exec(4, 1, 100, 2000, Some(2100), "ok"),
+        exec(5, 1, 100, 0, Some(100), "ok"),
+        exec(8, 1, 200, 2000, Some(2100), "ok"),
+        exec(9, 1, 100, 0, Some(100), "aborted"),
+        exec(10, 1, 200, 0, Some(100), "ok"),
+        exec(11, 1, 200, 0, Some(100), "retry_huge"),
+        exec(12, 1, 200, 0, Some(100), "ok"),
+    ];
+    let mut a = exec(6, 1, 100, 0, Some(1000), "ok");
+    a.lock = Some("lk".to_owned());
+    let mut b = exec(7, 1, 200, 500, Some(600), "ok");
+    b.lock = Some("lk".to_owned());
+    execs.extend([a, b]);
+    execs.sort_by_key(|e| e.start);
+
+    let cfg = Config::new(0, Arc::new(|| Command::new("true")));
+    let report = judge(&cfg, &rec, &jobs, &execs);
+    println!("{report}");
+    let got: Vec<(i64, &str)> = report.violations.iter().map(|v| (v.job, v.rule)).collect();
+    for want in [
+        (1, "final"),
+        (2, "overlap"),
+        (4, "stale_start"),
+        (5, "outcome"),
+        (7, "lock"),
+        (8, "abort"),
+        (9, "abort"),
+        (12, "final"),
+        (0, "process"),
+    ] {
+        assert!(got.contains(&want), "{want:?} not flagged:\n{report}");
+    }
+    for quiet in [3, 6, 10, 11] {
+        assert!(
+            !got.iter().any(|(j, _)| *j == quiet),
+            "job {quiet} flagged:\n{report}"
+        );
+    }
+}

@@ -143,30 +143,32 @@ impl fmt::Display for Report {
     }
 }
 
+/// A job row as the checker reads it.
 #[derive(Clone, Debug)]
-struct JobRow {
-    id: i64,
-    task: String,
-    status: String,
-    attempts: i32,
-    lock: Option<String>,
-    queueing_lock: Option<String>,
-    parked: bool,
-    scheduled_in_s: f64,
-    errors: String,
+pub struct JobRow {
+    pub id: i64,
+    pub task: String,
+    pub status: String,
+    pub attempts: i32,
+    pub lock: Option<String>,
+    pub queueing_lock: Option<String>,
+    pub parked: bool,
+    pub scheduled_in_s: f64,
+    pub errors: String,
 }
 
+/// One logged execution.
 #[derive(Clone, Debug)]
-struct Exec {
-    job: i64,
-    attempt: i32,
-    pid: u32,
-    slot: usize,
-    lock: Option<String>,
-    start: i64,
-    end: Option<i64>,
-    outcome: Option<String>,
-    abort_seen: bool,
+pub struct Exec {
+    pub job: i64,
+    pub attempt: i32,
+    pub pid: u32,
+    pub slot: usize,
+    pub lock: Option<String>,
+    pub start: i64,
+    pub end: Option<i64>,
+    pub outcome: Option<String>,
+    pub abort_seen: bool,
 }
 
 struct Checker<'a> {
@@ -222,8 +224,13 @@ pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
         })
         .collect();
 
+    judge(cfg, rec, &jobs, &execs)
+}
+
+/// Judges the final rows `jobs` and the execution log `execs` (sorted by start) of a run.
+pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Report {
     let mut by_job: HashMap<i64, Vec<&Exec>> = HashMap::new();
-    for e in &execs {
+    for e in execs {
         by_job.entry(e.job).or_default().push(e);
     }
     let mut ck = Checker {
@@ -231,15 +238,15 @@ pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
         rec,
         violations: Vec::new(),
     };
-    for job in &jobs {
+    for job in jobs {
         let ex = by_job.get(&job.id).cloned().unwrap_or_default();
         ck.job(job, &ex);
     }
-    ck.locks(&execs);
+    ck.locks(execs);
     ck.processes();
 
     let mut statuses = BTreeMap::new();
-    for j in &jobs {
+    for j in jobs {
         let s = if j.parked {
             "todo(parked)".to_owned()
         } else {
