@@ -392,8 +392,15 @@ impl Run<'_> {
         }
     }
 
-    /// Applies due heals; notices processes that exited on their own.
+    /// Applies due heals; notices processes that exited on their own; reconnects the
+    /// control connection if it broke (a server restart).
     fn tick(&mut self) {
+        if self.ctl.is_closed() {
+            let url = format!("{}?application_name=chaos-ctl", self.db.url());
+            if let Ok(c) = Client::connect(&url, postgres::NoTls) {
+                self.ctl = c;
+            }
+        }
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.heals)
             .into_iter()
