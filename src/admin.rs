@@ -308,19 +308,7 @@ impl Admin {
     /// is already waiting.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let mut conn = self.conn()?;
-        let rows = conn
-            .query_named("retrying a job", store::JOB_RETRY, &[&id.0])
-            .map_err(|e| {
-                if e.sqlstate() == Some("23505") {
-                    Error::new(
-                        ErrorKind::AlreadyEnqueued,
-                        format!("retrying job {id}: a job with its queueing lock is already waiting (todo)"),
-                    )
-                    .set_sqlstate("23505")
-                } else {
-                    e
-                }
-            })?;
+        let rows = conn.query_named("retrying a job", store::JOB_RETRY, &[&id.0])?;
         if rows.is_empty() {
             return Err(wrong_state(
                 &mut conn,
@@ -328,6 +316,15 @@ impl Admin {
                 "retry",
                 "only failed, cancelled or aborted jobs can be retried",
             ));
+        }
+        if rows[0].get::<_, &str>(0) == "collision" {
+            return Err(Error::new(
+                ErrorKind::AlreadyEnqueued,
+                format!(
+                    "retrying job {id}: a job with its queueing lock is already waiting (todo)"
+                ),
+            )
+            .set_sqlstate("23505"));
         }
         log::info!("job {id} retried by the admin API");
         Ok(())

@@ -305,12 +305,14 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        pool::checkout(
+        let conn = pool::checkout(
             &self.inner.pool,
             self.inner.pool_timeout,
             &self.inner.severs,
-        )
-        .map(PooledConnection)
+        )?;
+        // Checked out by a worker's task: a sever of that worker reaches it.
+        conn.lend(crate::conn::watchdog::current_borrower());
+        Ok(PooledConnection(conn))
     }
 
     /// Checks the schema version once per App.
@@ -439,6 +441,12 @@ impl DerefMut for PooledConnection {
     }
 }
 
+impl Drop for PooledConnection {
+    fn drop(&mut self) {
+        self.0.lend(0);
+    }
+}
+
 impl std::fmt::Debug for PooledConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         (**self).fmt(f)
@@ -540,6 +548,26 @@ impl NewJob {
                     "invalid {what}: it contains a NUL character"
                 )));
             }
+        }
+        // What notification payloads and index entries can hold, and a schedule the
+        // database's timestamps can reach.
+        crate::limits::check_name("task name", &self.task)?;
+        if let Some(q) = &self.queue {
+            crate::limits::check_name("queue name", q)?;
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if let Some(v) = v {
+                crate::limits::check_lock(what, v)?;
+            }
+        }
+        match self.schedule {
+            Schedule::In(d) => crate::limits::check_schedule(d)?,
+            Schedule::At(t) => {
+                if let Ok(d) = t.duration_since(SystemTime::now()) {
+                    crate::limits::check_schedule(d)?;
+                }
+            }
+            Schedule::Now => {}
         }
         Ok(())
     }

@@ -137,6 +137,9 @@ impl FromStr for JobStatus {
 pub(crate) const ABORT_REQUESTED: u8 = 1;
 pub(crate) const ABORT_SHUTDOWN: u8 = 2;
 pub(crate) const ABORT_TIMEOUT: u8 = 4;
+/// The worker was presumed dead by another (its heartbeat went stale): this attempt's outcome
+/// will be refused, and the job runs again elsewhere.
+pub(crate) const ABORT_LOST: u8 = 8;
 
 /// Raised by the worker, read by the task through [`Job::should_abort`].
 #[derive(Debug, Default)]

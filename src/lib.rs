@@ -7,6 +7,7 @@ mod app;
 mod conn;
 mod error;
 mod job;
+mod limits;
 mod periodic;
 mod retention;
 mod retry;

@@ -71,50 +71,72 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort
     )
 }
 
-/// Records the outcomes of many jobs of worker `$1` at once. Arrays: `$2` ids, `$3` outcome
-/// (`succeeded`, `failed`, `cancelled`, `aborted`, `retry`, `release`, `delete`), `$4` retry
-/// delay in microseconds, `$5` error text (appended to the job's errors). Returns the ids
-/// whose outcome was recorded; a missing id was no longer this worker's.
+/// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
+/// the fence of each attempt (the worker identity that claimed it and the attempt number the
+/// claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`, `aborted`, `delete`),
+/// `$5` error text (appended to the job's errors). Returns the ids whose outcome was
+/// recorded; a missing id was no longer that attempt's (it was requeued after its worker was
+/// presumed dead, and maybe claimed again). Outcomes that put a job back in the queue go
+/// through [`JOB_REQUEUE`] instead.
 ///
 /// The plan must drive from the outcomes and reach each row by primary key, whatever the
-/// statistics say. Both guards are written with `IS NOT DISTINCT FROM`, which no index can
+/// statistics say. The guards are written with `IS NOT DISTINCT FROM`, which no index can
 /// serve, so that the planner cannot scan the partial index on `doing` rows instead (it
 /// estimates it at one row, then loops over every outcome for every row it finds: O(n²)).
 /// Measured per batch of 1,000: with `=` guards, 4.4 s after 20,000 jobs (dead index entries)
-/// and 334 ms with a million finished rows; with an `id = ANY($2)` filter, 256 ms; as written,
+/// and 334 ms with a million finished rows; with an `id = ANY($1)` filter, 256 ms; as written,
 /// 12-16 ms in both cases.
+///
+/// Nothing here can collide with a unique index (final statuses are in none), and the error
+/// texts are made safe by the caller (no NUL, bounded length).
 pub(crate) const JOB_FINISH_BATCH: &str = "
 WITH o AS (
-    SELECT * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[])
-        AS o(id, outcome, delay_us, error)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[])
+        AS o(id, worker, attempt, outcome, error)
 ), updated AS (
     UPDATE postpone_jobs j
-       SET status = CASE WHEN o.outcome IN ('retry', 'release') THEN 'todo' ELSE o.outcome END,
-           scheduled_at = CASE WHEN o.outcome IN ('retry', 'release')
-                               THEN now() + o.delay_us * interval '1 microsecond'
-                               ELSE j.scheduled_at END,
-           attempts = CASE WHEN o.outcome = 'release' THEN j.attempts - 1 ELSE j.attempts END,
-           worker_id = CASE WHEN o.outcome IN ('retry', 'release') THEN NULL ELSE j.worker_id END,
-           started_at = CASE WHEN o.outcome = 'release' THEN NULL ELSE j.started_at END,
-           finished_at = CASE WHEN o.outcome IN ('retry', 'release') THEN NULL ELSE now() END,
-           abort_requested = CASE WHEN o.outcome IN ('retry', 'release') THEN false
-                                  ELSE j.abort_requested END,
+       SET status = o.outcome,
+           finished_at = now(),
            errors = CASE WHEN o.error IS NULL THEN j.errors
                          ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                              jsonb_build_object('attempt', j.attempts, 'at', now(),
                                                 'error', o.error)) END
       FROM o
      WHERE j.id = o.id AND o.outcome <> 'delete'
-       AND j.status IS NOT DISTINCT FROM 'doing' AND j.worker_id IS NOT DISTINCT FROM $1::bigint
+       AND j.status IS NOT DISTINCT FROM 'doing'
+       AND j.worker_id IS NOT DISTINCT FROM o.worker
+       AND j.attempts IS NOT DISTINCT FROM o.attempt
     RETURNING j.id
 ), deleted AS (
     DELETE FROM postpone_jobs j
      USING o
      WHERE j.id = o.id AND o.outcome = 'delete'
-       AND j.status IS NOT DISTINCT FROM 'doing' AND j.worker_id IS NOT DISTINCT FROM $1::bigint
+       AND j.status IS NOT DISTINCT FROM 'doing'
+       AND j.worker_id IS NOT DISTINCT FROM o.worker
+       AND j.attempts IS NOT DISTINCT FROM o.attempt
     RETURNING j.id
 )
 SELECT id FROM updated UNION ALL SELECT id FROM deleted";
+
+/// Puts jobs back in the queue through `postpone_requeue` (schema version 2), the one
+/// definition every path back to `todo` uses: arrays `$1` ids, `$2` workers and `$3` attempts
+/// (the fences; empty: no guard), `$4` delays in microseconds, `$5` error texts, `$6` whether
+/// each attempt is given back. Returns (id, outcome) for each job changed: `todo`, `aborted`
+/// (its abort was requested), `superseded` (another job of its queueing lock waits).
+pub(crate) const JOB_REQUEUE: &str = "
+SELECT job_id, outcome
+  FROM postpone_requeue($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::text[],
+                        $6::boolean[])";
+
+/// The last resort for an outcome the database refused (a trigger of the user's, say): the
+/// attempt `$1`/`$2`/`$3` ends `failed` with error `$4`, a text of ours. Returns its id.
+pub(crate) const JOB_FAIL_UNRECORDABLE: &str = "
+UPDATE postpone_jobs j
+   SET status = 'failed', finished_at = now(),
+       errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
+           jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text))
+ WHERE j.id = $1 AND j.status = 'doing' AND j.worker_id = $2 AND j.attempts = $3
+RETURNING j.id";
 
 /// Registers a worker; returns its id.
 pub(crate) const WORKER_INSERT: &str = "
@@ -122,68 +144,21 @@ INSERT INTO postpone_workers (name, host, pid, queues, concurrency)
 VALUES ($1, $2, $3, $4, $5)
 RETURNING id";
 
-/// Registers a worker again under the id it had (after it was declared dead while alive).
-pub(crate) const WORKER_REINSERT: &str = "
-INSERT INTO postpone_workers (id, name, host, pid, queues, concurrency)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (id) DO UPDATE SET last_heartbeat = now()";
-
 /// Refreshes a worker's heartbeat; 0 rows means the row is gone.
 pub(crate) const WORKER_HEARTBEAT: &str =
     "UPDATE postpone_workers SET last_heartbeat = now() WHERE id = $1";
 
 /// Removes workers whose heartbeat is older than `$1` milliseconds (never `$2`, the caller)
-/// and puts their running jobs back to `todo` in the same statement, plus any running job
-/// whose worker row has been gone for as long. Attempts already counted stay counted. Wakes
-/// listening workers. Returns (workers removed, job ids requeued).
-pub(crate) const WORKER_RESCUE: &str = "
-WITH dead AS (
-    DELETE FROM postpone_workers
-     WHERE last_heartbeat < now() - $1::bigint * interval '1 millisecond' AND id <> $2
-    RETURNING id, name
-), rescued AS (
-    UPDATE postpone_jobs j
-       SET status = 'todo', worker_id = NULL, started_at = NULL, scheduled_at = now(),
-           errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempts, 'at', now(),
-               'error', format('worker %s (id %s) stopped sending heartbeats while running this job; requeued', d.name, d.id)))
-      FROM dead d
-     WHERE j.worker_id = d.id AND j.status = 'doing'
-    RETURNING j.id, j.queue
-), orphans AS (
-    UPDATE postpone_jobs j
-       SET status = 'todo', worker_id = NULL, started_at = NULL, scheduled_at = now(),
-           errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempts, 'at', now(),
-               'error', format('worker id %s vanished while running this job; requeued', j.worker_id)))
-     WHERE j.status = 'doing'
-       AND j.started_at < now() - $1::bigint * interval '1 millisecond'
-       AND NOT EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = j.worker_id)
-    RETURNING j.id, j.queue
-), requeued AS (
-    SELECT id, queue FROM rescued UNION ALL SELECT id, queue FROM orphans
-)
-SELECT (SELECT count(*) FROM dead),
-       coalesce((SELECT array_agg(id) FROM requeued), '{}'::bigint[]),
-       (SELECT count(pg_notify('postpone', 'job:' || q.queue))
-          FROM (SELECT DISTINCT queue FROM requeued) q)";
+/// and requeues their running jobs, plus any running job whose worker row has been gone for
+/// as long, through `postpone_rescue` (schema version 2): one job can never fail the rescue
+/// of the others. Returns (workers removed, ids of the jobs touched, their outcomes).
+pub(crate) const WORKER_RESCUE: &str = "SELECT dead, ids, outcomes FROM postpone_rescue($1, $2)";
 
-/// At shutdown: puts every job still `doing` under worker `$1` back to `todo` (jobs in `$2`
-/// never started: their attempt is given back), wakes listening workers, and deletes the
-/// worker row. Returns the number of jobs requeued.
-pub(crate) const WORKER_RETIRE: &str = "
-WITH released AS (
-    UPDATE postpone_jobs j
-       SET status = 'todo', worker_id = NULL, started_at = NULL, abort_requested = false,
-           attempts = CASE WHEN j.id = ANY($2::bigint[]) THEN j.attempts - 1 ELSE j.attempts END
-     WHERE j.worker_id = $1 AND j.status = 'doing'
-    RETURNING j.id, j.queue
-), gone AS (
-    DELETE FROM postpone_workers WHERE id = $1
-)
-SELECT count(*), (SELECT count(pg_notify('postpone', 'job:' || q.queue))
-                    FROM (SELECT DISTINCT queue FROM released) q)
-  FROM released";
+/// At shutdown: puts every job still `doing` under worker `$1` back in the queue (the
+/// attempts of `$2`, never started, are given back; the others get the note `$3`), through
+/// `postpone_retire`, and deletes the worker row. Returns (id, outcome) per job touched.
+pub(crate) const WORKER_RETIRE: &str =
+    "SELECT job_id, outcome FROM postpone_retire($1, $2::bigint[], $3)";
 
 /// The database's clock minus `$1` milliseconds: the cutoff of [`JOB_LOST_CLAIMS_RELEASE`],
 /// read before the worker takes the set of jobs it holds.
@@ -197,23 +172,26 @@ pub(crate) const LOST_CLAIMS_CUTOFF: &str = "SELECT now() - $1::bigint * interva
 /// the ids given back.
 pub(crate) const JOB_LOST_CLAIMS_RELEASE: &str = "
 WITH lost AS (
-    UPDATE postpone_jobs j
-       SET status = 'todo', worker_id = NULL, started_at = NULL,
-           attempts = greatest(j.attempts - 1, 0)
+    SELECT j.id, j.attempts
+      FROM postpone_jobs j
      WHERE j.worker_id = $1 AND j.status = 'doing'
        AND j.started_at < $3::timestamptz
        AND NOT (j.id = ANY($2::bigint[]))
-    RETURNING j.id, j.queue
 )
-SELECT coalesce((SELECT array_agg(id) FROM lost), '{}'::bigint[]),
-       (SELECT count(pg_notify('postpone', 'job:' || q.queue))
-          FROM (SELECT DISTINCT queue FROM lost) q)";
+SELECT coalesce(array_agg(r.job_id), '{}'::bigint[])
+  FROM postpone_requeue(ARRAY(SELECT id FROM lost ORDER BY id),
+                        ARRAY(SELECT $1::bigint FROM lost ORDER BY id),
+                        ARRAY(SELECT attempts FROM lost ORDER BY id),
+                        '{}', '{}',
+                        ARRAY(SELECT true FROM lost ORDER BY id)) r";
 
-/// Status and worker of the jobs `$1` (to explain outcomes a guarded update did not apply).
+/// Status, worker and attempts of the jobs `$1` (to explain outcomes a guarded update did not
+/// apply).
 pub(crate) const JOB_STATES: &str =
-    "SELECT id, status, worker_id FROM postpone_jobs WHERE id = ANY($1::bigint[])";
+    "SELECT id, status, worker_id, attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";
 
-/// Running jobs of worker `$1` whose abort was requested (the backstop for missed NOTIFYs).
+/// Running jobs of worker `$1` whose abort was requested: the truth behind every abort (a
+/// notification only makes the worker look sooner), and the backstop for missed ones.
 pub(crate) const JOB_ABORTS_POLL: &str =
     "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";
 
@@ -330,16 +308,11 @@ pub(crate) const JOBS_STALLED: &str = concat!(
 pub(crate) const JOB_STATUS: &str = "SELECT status FROM postpone_jobs WHERE id = $1";
 
 /// Puts failed, cancelled or aborted job `$1` back to `todo`, due now, with its attempts
-/// counted from zero again (its errors are kept), and wakes the workers of its queue.
+/// counted from zero again (its errors are kept), and wakes the workers of its queue, through
+/// `postpone_requeue`. Returns one row: outcome `todo`, or `collision` when a job of its
+/// queueing lock already waits (nothing changed); no row if the job was in another state.
 pub(crate) const JOB_RETRY: &str = "
-WITH r AS (
-    UPDATE postpone_jobs
-       SET status = 'todo', scheduled_at = now(), attempts = 0, worker_id = NULL,
-           started_at = NULL, finished_at = NULL, abort_requested = false
-     WHERE id = $1 AND status IN ('failed', 'cancelled', 'aborted')
-    RETURNING id, queue
-)
-SELECT r.id, (SELECT count(pg_notify('postpone', 'job:' || r2.queue)) FROM r r2) FROM r";
+SELECT outcome FROM postpone_requeue(ARRAY[$1::bigint], '{}', '{}', '{}', '{}', '{}', true)";
 
 /// Cancels job `$1` if it is waiting (`todo`).
 pub(crate) const JOB_CANCEL: &str = "

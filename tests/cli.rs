@@ -129,20 +129,20 @@ fn every_command_against_a_real_database() {
 
     assert_eq!(
         ok(url, &["migrate"]),
-        "applied migration(s) 1; schema is at version 1\n"
+        "applied migration(s) 1, 2; schema is at version 2\n"
     );
-    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 1)\n");
+    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 2)\n");
     assert_eq!(
         json(url, &["migrate"]),
-        serde_json::json!({"applied": [], "version": 1})
+        serde_json::json!({"applied": [], "version": 2})
     );
     assert_eq!(
         ok(url, &["healthcheck"]),
-        "ok: database answers, schema version 1\n"
+        "ok: database answers, schema version 2\n"
     );
     assert_eq!(
         json(url, &["healthcheck"]),
-        serde_json::json!({"healthy": true, "schema_version": 1})
+        serde_json::json!({"healthy": true, "schema_version": 2})
     );
 
     // defer, with each option.

@@ -22,8 +22,8 @@ fn migrate_applies_once_then_nothing() {
     let db = TestDb::new();
     let app = app(&db);
     assert_eq!(app.schema_version().unwrap(), None);
-    assert_eq!(app.migrate().unwrap(), vec![1]);
-    assert_eq!(app.schema_version().unwrap(), Some(1));
+    assert_eq!(app.migrate().unwrap(), vec![1, 2]);
+    assert_eq!(app.schema_version().unwrap(), Some(2));
     assert_eq!(app.migrate().unwrap(), Vec::<i32>::new());
     // A new App (a second process) finds nothing to do either.
     assert_eq!(self::app(&db).migrate().unwrap(), Vec::<i32>::new());
@@ -31,9 +31,12 @@ fn migrate_applies_once_then_nothing() {
         .client()
         .query("SELECT version, name FROM postpone_migrations", &[])
         .unwrap();
-    assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].get::<_, i32>(0), 1);
-    assert_eq!(rows[0].get::<_, String>(1), "init");
+    let mut applied: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    applied.sort();
+    assert_eq!(
+        applied,
+        vec![(1, "init".to_owned()), (2, "integrity".to_owned())]
+    );
     app.defer("after_migrate", &1).unwrap();
 }
 
@@ -64,7 +67,11 @@ fn concurrent_migrations_install_the_schema_once() {
             Err(e) => panic!("a concurrent migrate failed: {e}"),
         }
     }
-    assert_eq!(applied, vec![1], "exactly one caller applies migration 1");
+    assert_eq!(
+        applied,
+        vec![1, 2],
+        "exactly one caller applies each migration"
+    );
     let mut client = db.client();
     let n: i64 = client
         .query_one(
@@ -141,7 +148,10 @@ fn an_older_schema_fails_with_schema_outdated_and_a_missing_row_with_schema_miss
     let mut client = db.client();
 
     client
-        .execute("UPDATE postpone_migrations SET version = 0", &[])
+        .batch_execute(
+            "DELETE FROM postpone_migrations WHERE version <> 1;
+             UPDATE postpone_migrations SET version = 0",
+        )
         .unwrap();
     let fresh = app(&db);
     let e = fresh.defer("t", &1).unwrap_err();
@@ -321,4 +331,96 @@ fn schema_objects_exist() {
         )
         .unwrap_err();
     assert_eq!(e.code().map(|s| s.code()), Some("23514"), "empty task: {e}");
+}
+
+/// A database installed by version 1, holding jobs in every status (and a dead worker's job
+/// whose queueing lock is taken meanwhile), upgrades to version 2 in place, and a worker of
+/// this version then takes it over: due jobs run, the dead worker's job is resolved, finished
+/// jobs are left alone.
+#[test]
+fn a_version_1_database_with_jobs_in_every_status_upgrades_in_place() {
+    use postpone::{JobStatus, Tasks, Worker};
+    use std::time::Duration;
+    init_logging();
+    let db = TestDb::new();
+    let mut client = db.client();
+    client
+        .batch_execute(include_str!("../src/schema/0001_init.sql"))
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE postpone_migrations (
+                 version integer PRIMARY KEY, name text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now());
+             INSERT INTO postpone_migrations (version, name) VALUES (1, 'init');
+             INSERT INTO postpone_workers (id, name, last_heartbeat)
+                  VALUES (900, 'old-v1-worker', now() - interval '1 hour');
+             INSERT INTO postpone_jobs (queue, task, args, status) VALUES
+                  ('default', 'work', '1', 'todo'),
+                  ('default', 'work', '2', 'succeeded'),
+                  ('default', 'work', '3', 'failed'),
+                  ('default', 'work', '4', 'cancelled'),
+                  ('default', 'work', '5', 'aborted');
+             -- A dead v1 worker's job whose queueing lock now has a waiting job, and one
+             -- whose abort was requested.
+             INSERT INTO postpone_jobs (queue, task, args, status, worker_id, attempts,
+                                        queueing_lock, started_at)
+                  VALUES ('default', 'work', '6', 'doing', 900, 1, 'q6', now());
+             INSERT INTO postpone_jobs (queue, task, args, status, queueing_lock, scheduled_at)
+                  VALUES ('default', 'work', '7', 'todo', 'q6', now() + interval '1 hour');
+             INSERT INTO postpone_jobs (queue, task, args, status, worker_id, attempts,
+                                        abort_requested, started_at)
+                  VALUES ('default', 'work', '8', 'doing', 900, 1, true, now());",
+        )
+        .unwrap();
+    let app = app(&db);
+    assert_eq!(app.migrate().unwrap(), vec![2]);
+    assert_eq!(app.schema_version().unwrap(), Some(2));
+
+    let mut tasks = Tasks::new();
+    tasks.register("work", |_job: &postpone::Job| Ok(()));
+    let w = Worker::builder(&app, tasks)
+        .heartbeat_interval(Duration::from_millis(100))
+        .stalled_after(Duration::from_secs(1))
+        .spawn()
+        .unwrap();
+    let status_of = |client: &mut postgres::Client, arg: i32| -> String {
+        client
+            .query_one(
+                "SELECT status FROM postpone_jobs WHERE args = to_jsonb($1::int)",
+                &[&arg],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let settled = status_of(&mut client, 1) == "succeeded"
+            && status_of(&mut client, 6) != "doing"
+            && status_of(&mut client, 8) != "doing";
+        if settled || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    let got: Vec<String> = (1..=8).map(|a| status_of(&mut client, a)).collect();
+    assert_eq!(
+        got,
+        [
+            "succeeded", // due: ran
+            "succeeded", // finished: untouched
+            "failed",
+            "cancelled",
+            "aborted",
+            "cancelled", // superseded by the waiting job of its queueing lock
+            "todo",      // that waiting job, due in an hour, does the work
+            "aborted",   // its abort was requested: not run again
+        ]
+    );
+    assert_eq!(
+        app.admin().job(postpone::JobId(1)).unwrap().job.status,
+        JobStatus::Succeeded
+    );
 }

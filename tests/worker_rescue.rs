@@ -104,18 +104,27 @@ fn a_cut_off_workers_job_is_rescued_and_its_late_outcome_ignored() {
     );
 
     // Heal A and let its task end: A reconnects, finds itself presumed dead, registers
-    // again; its outcome for the job must not be recorded, the job is B's.
+    // again under a new identity; its outcome for the job must not be recorded, the job is
+    // B's.
     proxy.set_new_conns(NewConns::Forward);
     release_tx.send(()).unwrap();
     let mut client = db.client();
-    let a_id = a.worker_id();
+    let a_old = a.worker_id();
     assert!(
-        wait_until(Duration::from_secs(10), || client
-            .query_opt("SELECT 1 FROM postpone_workers WHERE id = $1", &[&a_id])
-            .unwrap()
-            .is_some()),
-        "A registered again once healed"
+        wait_until(Duration::from_secs(10), || {
+            let now = a.worker_id();
+            now != a_old
+                && client
+                    .query_opt("SELECT 1 FROM postpone_workers WHERE id = $1", &[&now])
+                    .unwrap()
+                    .is_some()
+        }),
+        "A registered again, under a new id, once healed"
     );
+    assert!(client
+        .query_opt("SELECT 1 FROM postpone_workers WHERE id = $1", &[&a_old])
+        .unwrap()
+        .is_none());
     assert!(wait_until(Duration::from_secs(5), || a.stats().failed == 1));
     let report = a.shutdown(Duration::from_secs(5));
     println!("  A: {report}");

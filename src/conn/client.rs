@@ -71,6 +71,15 @@ struct Inner {
     rt: Runtime,
     reg: Registration,
     io_timeout: Duration,
+    /// An absolute end no round-trip may pass, whatever `io_timeout` says (a shutdown's).
+    deadline: Option<Instant>,
+    /// Statements of the caller's ran since the pool last checked the session: they may
+    /// have left state behind (an open transaction, a LISTEN).
+    touched: bool,
+    /// A LISTEN ran on this connection (through `listen`, or in a text we saw): a pooled one
+    /// is discarded on return, since a session that listens and is not read holds up the
+    /// server's notification queue for everyone.
+    listening: bool,
     broken: Option<String>,
     in_tx: bool,
     last_ok: Instant,
@@ -206,6 +215,9 @@ impl Connection {
                             rt,
                             reg,
                             io_timeout: opts.io_timeout,
+                            deadline: None,
+                            touched: false,
+                            listening: false,
                             broken: None,
                             in_tx: false,
                             last_ok: Instant::now(),
@@ -279,6 +291,17 @@ impl Connection {
         self.inner.io_timeout = timeout;
     }
 
+    /// Lends this pooled connection's socket to watchdog group `group` (0: returns it).
+    pub(crate) fn lend(&self, group: u64) {
+        self.inner.reg.lend(group);
+    }
+
+    /// Caps every later round-trip at `deadline` (a shutdown's end), on top of `io_timeout`;
+    /// `None` removes the cap.
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.inner.deadline = deadline;
+    }
+
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
         self.inner.broken.is_some()
@@ -303,6 +326,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         self.inner
             .run("running a query", t, self.client.query(statement, params))
     }
@@ -313,6 +337,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         self.inner.run(
             "running a query",
             t,
@@ -330,6 +355,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         self.inner.run(
             "running a query",
             t,
@@ -343,6 +369,7 @@ impl Connection {
         T: ?Sized + ToStatement,
     {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
         self.inner.run(
             "running a statement",
             t,
@@ -353,6 +380,8 @@ impl Connection {
     /// Runs one or more statements separated by semicolons, without parameters.
     pub fn batch_execute(&mut self, sql: &str) -> Result<()> {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
+        self.inner.listening |= mentions_listen(sql);
         self.inner
             .run("running statements", t, self.client.batch_execute(sql))
     }
@@ -360,8 +389,47 @@ impl Connection {
     /// Prepares a statement.
     pub fn prepare(&mut self, sql: &str) -> Result<Statement> {
         let t = self.inner.io_timeout;
+        self.inner.touched = true;
+        self.inner.listening |= mentions_listen(sql);
         self.inner
             .run("preparing a statement", t, self.client.prepare(sql))
+    }
+
+    /// True once a LISTEN ran on this connection.
+    pub(crate) fn listening(&self) -> bool {
+        self.inner.listening
+    }
+
+    /// True when statements of the caller's ran since the pool last checked the session.
+    pub(crate) fn touched(&self) -> bool {
+        self.inner.touched
+    }
+
+    /// For the pool, before it hands this connection out again: if the previous user ran
+    /// statements of its own, proves in one round-trip under `timeout` (which doubles as the
+    /// ping) that they left no open transaction (even a failed one) and no LISTEN behind, and
+    /// drops the notifications a LISTEN may have buffered. `Ok(false)`: the session carries
+    /// state and the connection must not be reused. `Ok(true)` without a round-trip when the
+    /// previous user ran nothing of its own.
+    pub(crate) fn session_is_clean(&mut self, timeout: Duration) -> Result<Option<bool>> {
+        while self.inner.notifications.try_recv().is_ok() {}
+        if !std::mem::take(&mut self.inner.touched) {
+            return Ok(None);
+        }
+        // The simple protocol, so that the statement is the transaction's first: outside a
+        // transaction block both clocks are then the same instant.
+        let messages = self.inner.run(
+            "checking the session of a pooled connection",
+            timeout,
+            self.client.simple_query(
+                "SELECT now() = statement_timestamp()
+                        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())",
+            ),
+        )?;
+        let clean = messages.iter().any(
+            |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t")),
+        );
+        Ok(Some(clean))
     }
 
     /// Proves the link is alive with one round-trip under `timeout`.
@@ -528,6 +596,12 @@ impl Inner {
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
         self.usable(what)?;
+        let (timeout, capped) = match self.deadline {
+            Some(d) if d.saturating_duration_since(Instant::now()) < timeout => {
+                (d.saturating_duration_since(Instant::now()), true)
+            }
+            _ => (timeout, false),
+        };
         self.reg.arm(Instant::now() + timeout);
         let res = self
             .rt
@@ -541,7 +615,14 @@ impl Inner {
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
                 self.reg.sever();
-                let why = format!("no answer within {} io_timeout", fmt_duration(timeout));
+                let why = if capped {
+                    format!(
+                        "no answer within the {} left before the caller's deadline",
+                        fmt_duration(timeout)
+                    )
+                } else {
+                    format!("no answer within {} io_timeout", fmt_duration(timeout))
+                };
                 self.broken = Some(why.clone());
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
@@ -597,6 +678,13 @@ impl Drop for Connection {
         // registration (closes the dup).
         self.inner.reg.sever();
     }
+}
+
+/// True when `sql` has the word LISTEN in it (any case), as a statement that starts
+/// listening would.
+fn mentions_listen(sql: &str) -> bool {
+    sql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| w.eq_ignore_ascii_case("listen"))
 }
 
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver

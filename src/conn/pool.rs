@@ -8,8 +8,12 @@
 //!   progress (so a pool full of half-open sockets is drained in bounded time); once a ping
 //!   has timed out, connections idle since before it are discarded without a ping of their
 //!   own (half-open sockets come in groups);
-//! - `has_broken` is true for a severed, closed or timed-out connection, or one left inside a
-//!   transaction; such a connection is dropped, which never blocks.
+//! - `has_broken` is true for a severed, closed or timed-out connection, one left inside a
+//!   transaction by `begin`, or one that ran a LISTEN; such a connection is dropped, which
+//!   never blocks;
+//! - a connection whose last user ran statements of its own is checked, at its next checkout
+//!   and in the round-trip that serves as its ping, for an open transaction (a raw `BEGIN`)
+//!   or a LISTEN it left behind; if so it is discarded.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,9 +80,10 @@ impl r2d2::ManageConnection for Manager {
             return Err(Error::new(ErrorKind::Closed, "pooled connection is broken"));
         }
         conn.set_io_timeout(self.opts.io_timeout);
-        // Skip the ping only if the socket has nothing unread: an idle socket with input
-        // has been reset, closed by the server, or sent an error (a terminated backend).
-        if conn.idle_for() < FRESH && !conn.has_pending_input() {
+        // Skip the ping only if the socket has nothing unread (an idle socket with input has
+        // been reset, closed by the server, or sent an error: a terminated backend), and its
+        // last user ran no statement that could have left session state behind.
+        if conn.idle_for() < FRESH && !conn.has_pending_input() && !conn.touched() {
             return Ok(());
         }
         let last_answer = Instant::now().checked_sub(conn.idle_for());
@@ -105,7 +110,16 @@ impl r2d2::ManageConnection for Manager {
             }
             wait = wait.min(left);
         }
-        let res = conn.ping(wait);
+        let res = match conn.session_is_clean(wait) {
+            // The previous user ran nothing of its own: a plain ping.
+            Ok(None) => conn.ping(wait),
+            Ok(Some(true)) => Ok(()),
+            Ok(Some(false)) => Err(Error::new(
+                ErrorKind::Closed,
+                "pooled connection discarded: its last user left a transaction open or a LISTEN behind",
+            )),
+            Err(e) => Err(e),
+        };
         if res.as_ref().is_err_and(Error::is_timeout) {
             *self
                 .ping_timed_out
@@ -116,7 +130,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Connection) -> bool {
-        conn.is_broken() || conn.in_transaction()
+        conn.is_broken() || conn.in_transaction() || conn.listening()
     }
 }
 

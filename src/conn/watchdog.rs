@@ -66,6 +66,9 @@ pub(crate) struct Entry {
     /// Nanoseconds since the watchdog's epoch at which the current round-trip is overdue; 0 = none.
     deadline: AtomicU64,
     severed: AtomicU8,
+    /// The group that borrowed this pooled socket (a worker whose task checked it out of the
+    /// App's pool); 0 = none. A sever of that group severs this socket too.
+    borrower: AtomicU64,
 }
 
 impl Entry {
@@ -101,6 +104,33 @@ struct Shared {
     /// How many times each group was severed: work that holds no socket yet (a name lookup)
     /// compares it before and after to know it must give up.
     group_severs: Mutex<HashMap<u64, u64>>,
+    /// Groups closed for good (a stopped worker's): a socket registered in one later is
+    /// severed at once, so a connect that starts just after the close cannot outlive it.
+    closed: Mutex<std::collections::HashSet<u64>>,
+}
+
+thread_local! {
+    /// The group that pooled connections checked out on this thread are lent to (a worker's,
+    /// while its executor runs a task); 0 = none.
+    static BORROWER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with the pooled connections this thread checks out lent to `group`: a task that
+/// blocks in a query through `job.app()` is severed with its worker at the hard deadline.
+pub(crate) fn lending_to<T>(group: u64, f: impl FnOnce() -> T) -> T {
+    struct Restore(u64);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            BORROWER.with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BORROWER.with(|b| b.replace(group)));
+    f()
+}
+
+/// The group pooled connections checked out on this thread are lent to (0: none).
+pub(crate) fn current_borrower() -> u64 {
+    BORROWER.with(|b| b.get())
 }
 
 /// Owner of the watchdog thread; cheap to clone. The thread ends when the last clone and the
@@ -144,6 +174,7 @@ impl Watchdog {
             wake: Condvar::new(),
             severed_total: AtomicU64::new(0),
             group_severs: Mutex::new(HashMap::new()),
+            closed: Mutex::new(std::collections::HashSet::new()),
         });
         let weak = Arc::downgrade(&shared);
         let handle = thread::Builder::new()
@@ -172,8 +203,12 @@ impl Watchdog {
             handle,
             deadline: AtomicU64::new(0),
             severed: AtomicU8::new(SeverReason::None as u8),
+            borrower: AtomicU64::new(0),
         });
         lock(&self.shared.entries).insert(id, entry.clone());
+        if lock(&self.shared.closed).contains(&group) {
+            entry.sever(SeverReason::Shutdown);
+        }
         Registration {
             id,
             entry,
@@ -184,7 +219,14 @@ impl Watchdog {
     /// Severs every socket of `group`; returns how many were severed by this call.
     pub(crate) fn sever_group(&self, group: u64) -> usize {
         *lock(&self.shared.group_severs).entry(group).or_insert(0) += 1;
-        self.sever_where(|e| e.group == group)
+        self.sever_where(|e| e.group == group || e.borrower.load(Ordering::Acquire) == group)
+    }
+
+    /// Severs every socket of `group` and closes it: a socket registered in it later is
+    /// severed at once. Returns how many were severed by this call.
+    pub(crate) fn close_group(&self, group: u64) -> usize {
+        lock(&self.shared.closed).insert(group);
+        self.sever_group(group)
     }
 
     /// How many times `group` has been severed so far.
@@ -248,6 +290,12 @@ impl Registration {
     /// Severs this socket (the connection gave up on it).
     pub(crate) fn sever(&self) {
         self.entry.sever(SeverReason::Local);
+    }
+
+    /// Lends this (pooled) socket to `group` while it is checked out (0: returned), so that a
+    /// sever of that group reaches it.
+    pub(crate) fn lend(&self, group: u64) {
+        self.entry.borrower.store(group, Ordering::Release);
     }
 
     /// Why the socket was severed, if it was.
@@ -364,6 +412,24 @@ mod tests {
         drop(r1);
         assert_eq!(wd.live(Some(g1)), 0);
         assert_eq!(wd.live(Some(g2)), 1);
+    }
+
+    #[test]
+    fn a_socket_registered_in_a_closed_group_is_severed_at_once() {
+        let wd = Watchdog::start().unwrap();
+        let (g, other) = (wd.new_group(), wd.new_group());
+        assert_eq!(wd.close_group(g), 0);
+        let (c, _s) = pair();
+        let late = wd.register(g, "late".into(), Socket::from(c.try_clone().unwrap()));
+        assert_eq!(late.severed(), SeverReason::Shutdown);
+        let (c2, _s2) = pair();
+        let fine = wd.register(other, "fine".into(), Socket::from(c2.try_clone().unwrap()));
+        assert_eq!(fine.severed(), SeverReason::None);
+        // A plain sever (App::sever_all) leaves the group open.
+        wd.sever_group(other);
+        let (c3, _s3) = pair();
+        let again = wd.register(other, "again".into(), Socket::from(c3.try_clone().unwrap()));
+        assert_eq!(again.severed(), SeverReason::None);
     }
 
     #[test]

@@ -22,14 +22,21 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in order.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "init",
-    sql: include_str!("0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "init",
+        sql: include_str!("0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "integrity",
+        sql: include_str!("0002_integrity.sql"),
+    },
+];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 1;
+pub(crate) const LATEST: i32 = 2;
 
 /// Key of the advisory lock that serialises migrations (any constant works; this one spells
 /// "postpone" in ASCII).

@@ -10,21 +10,28 @@
 //! It keeps beating through a shutdown's graceful wait, until the last executor has ended or
 //! the hard deadline comes, so a worker finishing its jobs is never presumed dead.
 //!
-//! If its own row is gone (another worker presumed it dead while its link was down), it
-//! registers again under the same id; its requeued jobs may then run twice (at-least-once).
+//! Each heartbeat the database accepts renews the worker's lease in the ledger: until
+//! three quarters of `stalled_after` after it was sent, no other worker can presume this one
+//! dead, and executors start jobs only while the lease holds. If its own row is gone (another
+//! worker presumed it dead: it was paused, or cut off), it registers again under a new
+//! identity; the ledger drops the attempts of the old one that had not started (a rescue gave
+//! them back to the queue) and tells the running ones to stop (their outcomes are refused).
+//!
+//! Abort requests are read from the table, never taken from a notification: the listener
+//! wakes this thread when an `abort:<id>` arrives, and the poll that follows decides.
 //! Database errors are logged and retried on a fresh connection; duties that need the
 //! database wait for it, the timeouts do not.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::{select, Receiver, TryRecvError};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::Shared;
 use crate::conn::Connection;
 use crate::error::Result;
-use crate::job::{JobId, ABORT_REQUESTED, ABORT_TIMEOUT};
+use crate::job::{JobId, ABORT_TIMEOUT};
 use crate::store;
 
 const TICK: Duration = Duration::from_millis(250);
@@ -35,8 +42,8 @@ const ABORT_POLL: Duration = Duration::from_millis(400);
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
 pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: &Receiver<()>) {
-    let mut conn = Some(conn);
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::new(shared, "the heartbeat");
+    link.adopt(conn, ());
     let mut retry_at = Instant::now();
     let mut next_beat = Instant::now() + shared.opts.heartbeat_interval;
     // Look for stalled workers soon after start, then at every heartbeat.
@@ -54,8 +61,12 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             {
                 return;
             }
-        } else if super::sleep_or_stop(stop, TICK) {
-            continue;
+        } else {
+            select! {
+                recv(stop) -> _ => continue,
+                recv(shared.beat_wake.1) -> _ => {},
+                default(TICK) => {},
+            }
         }
         raise_timeouts(shared);
         let now = Instant::now();
@@ -65,21 +76,18 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
         let due_beat = now >= next_beat;
         // A stopping worker takes on nothing: the shutdown gives back what it holds.
         let due_rescue = now >= next_rescue && !stopping;
-        let due_abort = now >= next_abort_poll && !shared.running().is_empty();
+        let due_abort =
+            shared.ledger.has_suspects() || (now >= next_abort_poll && shared.ledger.any_running());
         if !(due_beat || due_rescue || due_abort) {
             continue;
         }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error("connecting for the heartbeat", &e, backoff.failures() + 1);
-                    retry_at = Instant::now() + backoff.next_wait();
-                    continue;
-                }
+        let c = match link.get() {
+            Ok((c, ())) => c,
+            Err(wait) => {
+                retry_at = Instant::now() + wait;
+                continue;
             }
-        }
-        let c = conn.as_mut().expect("connected above");
+        };
         let result = (|| -> Result<()> {
             if due_beat {
                 heartbeat(shared, c)?;
@@ -96,19 +104,12 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             }
             Ok(())
         })();
-        match result {
-            Ok(()) => backoff.reset(),
-            Err(e) => {
-                if hard_deadline_passed(hard) {
-                    // Severed by the shutdown: not worth a warning.
-                    return;
-                }
-                shared.log_db_error("heartbeat", &e, backoff.failures() + 1);
-                if c.is_broken() {
-                    conn = None;
-                }
-                retry_at = Instant::now() + backoff.next_wait();
-            }
+        if result.is_err() && hard_deadline_passed(hard) {
+            // Severed by the shutdown: not worth a warning.
+            return;
+        }
+        if let Err(wait) = link.judge(result) {
+            retry_at = Instant::now() + wait;
         }
     }
 }
@@ -118,65 +119,74 @@ fn hard_deadline_passed(hard: &Receiver<()>) -> bool {
 }
 
 fn raise_timeouts(shared: &Shared) {
-    for (id, job) in shared.running().iter() {
+    shared.ledger.for_each_running(|key, job| {
         if let Some(t) = job.timeout {
             if job.started.elapsed() >= t && job.abort.get() & ABORT_TIMEOUT == 0 {
                 log::warn!(
-                    "worker {}: job {id} ({}) ran past its {} timeout: should_abort() is now true",
+                    "worker {}: job {} ({}) ran past its {} timeout: should_abort() is now true",
                     shared.name,
+                    key.id,
                     job.task,
                     crate::error::fmt_duration(t)
                 );
                 job.abort.raise(ABORT_TIMEOUT);
             }
         }
-    }
+    });
+}
+
+/// How long after a heartbeat was sent no other worker can have presumed this one dead: a
+/// rescuer needs the heartbeat's database time plus `stalled_after`, and that time is after
+/// the sending. A quarter is kept as a margin.
+pub(crate) fn lease_span(stalled_after: Duration) -> Duration {
+    stalled_after.mul_f64(0.75)
 }
 
 fn heartbeat(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let id = shared.id();
+    let sent = Instant::now();
     let n = conn.execute_cached("refreshing the heartbeat", store::WORKER_HEARTBEAT, &[&id])?;
-    if n == 0 {
-        let who = &shared.identity;
-        log::warn!(
-            "worker {} (id {id}) was presumed dead by another worker (its heartbeat went stale); registering again: jobs it was running were requeued and may run twice",
-            shared.name
-        );
-        conn.execute_cached(
-            "registering the worker again",
-            store::WORKER_REINSERT,
+    if n > 0 {
+        shared
+            .ledger
+            .renew_lease(sent + lease_span(shared.opts.stalled_after));
+        return Ok(());
+    }
+    let who = &shared.identity;
+    let sent = Instant::now();
+    let new_id: i64 = conn
+        .query_one(
+            store::WORKER_INSERT,
             &[
-                &id,
                 &who.name,
                 &who.host,
                 &who.pid,
                 &who.queues,
                 &who.concurrency,
             ],
-        )?;
-    }
+        )
+        .map_err(|e| e.context("registering the worker again"))?
+        .get(0);
+    let (dropped, stopped) = shared
+        .ledger
+        .new_identity(new_id, sent + lease_span(shared.opts.stalled_after));
+    log::warn!(
+        "worker {} (id {id}) was presumed dead by another worker (its heartbeat went stale) and its jobs were requeued; registered again as id {new_id}: {dropped} claimed job(s) not started are dropped, {stopped} running job(s) told to stop (their outcomes will not be recorded)",
+        shared.name
+    );
     Ok(())
 }
 
 fn poll_aborts(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let id = shared.id();
+    let generation = shared.ledger.poll_begins();
     let rows = conn.query_cached("polling abort requests", store::JOB_ABORTS_POLL, &[&id])?;
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let running = shared.running();
-    for r in rows {
-        let job = JobId(r.get(0));
-        if let Some(j) = running.get(&job) {
-            if j.abort.get() & ABORT_REQUESTED == 0 {
-                log::info!(
-                    "worker {}: abort requested for job {job} ({})",
-                    shared.name,
-                    j.task
-                );
-                j.abort.raise(ABORT_REQUESTED);
-            }
-        }
+    let ids: Vec<JobId> = rows.iter().map(|r| JobId(r.get(0))).collect();
+    for (job, task) in shared.ledger.aborts_confirmed(&ids, generation) {
+        log::info!(
+            "worker {}: abort requested for job {job} ({task})",
+            shared.name
+        );
     }
     Ok(())
 }
@@ -200,7 +210,7 @@ fn release_lost_claims(shared: &Shared, conn: &mut Connection) -> Result<()> {
         .first()
         .map(|r| r.get(0))
         .unwrap_or(UNIX_EPOCH);
-    let held = shared.held_ids();
+    let held = shared.ledger.held_ids();
     let id = shared.id();
     let rows = conn.query_cached(
         "giving back jobs of lost claims",
@@ -229,12 +239,17 @@ fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let row = &rows[0];
     let dead: i64 = row.get(0);
     let jobs: Vec<i64> = row.get(1);
+    let outcomes: Vec<String> = row.get(2);
     if dead > 0 || !jobs.is_empty() {
+        let count = |what: &str| outcomes.iter().filter(|o| *o == what).count();
         log::warn!(
-            "worker {}: removed {dead} stalled worker(s) (no heartbeat for {}) and requeued {} job(s): {:?}",
+            "worker {}: removed {dead} stalled worker(s) (no heartbeat for {}) and took back {} job(s): {} requeued, {} aborted (their abort was requested), {} superseded by a waiting job of their queueing lock: {:?}",
             shared.name,
             crate::error::fmt_duration(shared.opts.stalled_after),
             jobs.len(),
+            count("todo"),
+            count("aborted"),
+            count("superseded"),
             jobs
         );
     }

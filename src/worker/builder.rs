@@ -11,13 +11,13 @@
 //! error of the connection, schema check or registration when the database says no; and
 //! when a thread cannot be spawned, after stopping the threads already started.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use super::ledger::Ledger;
 use super::{
     beat, complete, exec, fetch, listen, periodic, DeleteJobs, ExitGuard, JobHook, Role, Running,
     Shared, Stats, ThreadSlot, WorkerHandle,
@@ -302,6 +302,7 @@ impl WorkerBuilder {
             .map_err(|e| e.context(format_args!("starting worker {name}")))?;
         let identity = Identity::new(&name, &opts);
         let schedules = periodic::schedules(&tasks);
+        let registered = std::time::Instant::now();
         let id: i64 = conn
             .query_one(
                 store::WORKER_INSERT,
@@ -318,28 +319,29 @@ impl WorkerBuilder {
 
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (hard_tx, hard_rx) = crossbeam_channel::bounded::<()>(0);
-        let (jobs_tx, jobs_rx) = crossbeam_channel::unbounded();
-        let (outcome_tx, outcome_rx) = crossbeam_channel::unbounded();
+        // The worker never holds more attempts than this (the fetcher claims only into free
+        // slots, and an attempt counts until its outcome is recorded), so neither channel can
+        // be full when something is sent.
+        let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
+        let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(capacity);
+        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(capacity);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
 
+        let lease_until = registered + beat::lease_span(opts.stalled_after);
         let shared = Arc::new(Shared {
             app,
             tasks: tasks.map,
             opts,
             group,
-            worker_id: AtomicI64::new(id),
             name: name.clone(),
             identity,
             job_duration: fetch::Ewma::new(Duration::from_millis(10)),
             stopping: AtomicBool::new(false),
-            running: Mutex::new(HashMap::new()),
-            held: Mutex::new(HashSet::new()),
-            pending_aborts: Mutex::new(HashSet::new()),
-            in_flight: AtomicUsize::new(0),
+            ledger: Ledger::new(id, lease_until),
             executors: AtomicUsize::new(0),
-            never_started: Mutex::new(Vec::new()),
+            beat_wake: crossbeam_channel::bounded(1),
             unrecorded: Mutex::new(Vec::new()),
             listen_wake: Arc::new(tokio::sync::Notify::new()),
             hook,
@@ -380,17 +382,16 @@ impl WorkerBuilder {
                 )?;
             }
             for i in 0..shared.opts.concurrency {
-                let (s, stop, jobs, out, wake) = (
+                let (s, stop, jobs, out) = (
                     shared.clone(),
                     stop_rx.clone(),
                     jobs_rx.clone(),
                     outcome_tx.clone(),
-                    wake_tx.clone(),
                 );
                 spawn(
                     Role::Exec,
                     format!("postpone-exec-{i}"),
-                    Box::new(move || exec::run(&s, &stop, &jobs, &out, &wake)),
+                    Box::new(move || exec::run(&s, &stop, &jobs, &out)),
                 )?;
             }
             {
@@ -452,7 +453,6 @@ impl WorkerBuilder {
                 stop_tx: Some(stop_tx),
                 hard_tx: Some(hard_tx),
                 exit_rx,
-                jobs_rx,
                 outcome_rx,
             }),
         };

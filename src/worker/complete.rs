@@ -1,24 +1,34 @@
 //! The completer: records job outcomes in batches, on its own connection.
 //!
-//! It takes every outcome waiting in its channel (up to [`MAX_BATCH`]) and records them in
-//! one statement, so a busy worker pays one round-trip for many jobs. An outcome that cannot
-//! be recorded (the database is unreachable) is kept and retried on a fresh connection with
-//! backoff; nothing is dropped while the worker lives. A recorded batch that misses an id
-//! means that job was no longer held by this worker (it was rescued after this worker was
-//! presumed dead): it is logged, and the job will run again (at-least-once).
+//! It takes every outcome waiting in its channel (up to [`MAX_BATCH`]) and records them with
+//! one statement per kind (final statuses; ways back to the queue), so a busy worker pays one
+//! round-trip for many jobs. Each outcome carries its attempt's fence (the worker identity
+//! that claimed it and the attempt number): the database applies it only to that attempt.
+//!
+//! Failures are of two kinds. When the link fails (the connection broke, a deadline fired, the
+//! server is shutting down) or the server asks for a retry (deadlock, serialization), the
+//! batch is kept whole and retried on a fresh connection with backoff; nothing is dropped
+//! while the worker lives. When the database refuses the statement itself (a trigger of the
+//! user's, say), the batch is split in halves until the refused outcome is alone: every other
+//! outcome is recorded, and that one ends `failed` with the database's reason, or, if even
+//! that is refused, is given up with an error in the log. Nothing is retried forever.
+//!
+//! An outcome is forgotten by the ledger once recorded (or refused by its guard), which frees
+//! its slot for the fetcher: a worker whose outcomes cannot be recorded stops claiming.
 //!
 //! Ends when every executor has ended and all outcomes are recorded, or at the shutdown's
 //! hard deadline; outcomes still unrecorded then are left to the shutdown's last step.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{Outcome, Shared};
 use crate::conn::Connection;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::limits;
 use crate::store;
 
 /// Most outcomes recorded by one statement.
@@ -31,8 +41,7 @@ pub(crate) fn run(
     wake: &Sender<()>,
 ) {
     let mut pending: Vec<Outcome> = Vec::new();
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::new(shared, "recording job outcomes");
     let mut senders_gone = false;
     loop {
         if pending.is_empty() {
@@ -57,67 +66,28 @@ pub(crate) fn run(
                 }
             }
         }
-        if conn.is_none() {
-            match shared.connect() {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error(
-                        &format!("connecting to record {} outcome(s)", pending.len()),
-                        &e,
-                        backoff.failures() + 1,
-                    );
-                    if wait_or_hard(hard, &mut backoff) {
-                        keep(shared, pending);
-                        return;
-                    }
-                    continue;
-                }
-            }
-        }
-        let c = conn.as_mut().expect("connected above");
         let batch = pending.len().min(MAX_BATCH);
-        match record(shared, c, &pending[..batch]) {
-            Ok(()) => {
-                backoff.reset();
-                let requeued_now = pending[..batch]
-                    .iter()
-                    .any(|o| o.word == "retry" && o.delay.is_zero());
-                pending.drain(..batch);
-                if requeued_now {
-                    // A job to retry at once is due again: let our fetcher look.
-                    let _ = wake.try_send(());
-                }
+        let res = match link.get() {
+            Ok((c, ())) => {
+                let res = record(shared, c, &pending[..batch]);
+                link.judge(res)
             }
-            Err(e) => {
-                let ids: Vec<String> = pending[..batch.min(5)]
-                    .iter()
-                    .map(|o| o.id.to_string())
-                    .collect();
-                shared.log_db_error(
-                    &format!(
-                        "recording {} outcome(s) (jobs {}{})",
-                        batch,
-                        ids.join(", "),
-                        if batch > 5 { ", ..." } else { "" }
-                    ),
-                    &e,
-                    backoff.failures() + 1,
-                );
-                if c.is_broken() {
-                    conn = None;
-                }
-                if wait_or_hard(hard, &mut backoff) {
+            Err(wait) => Err(wait),
+        };
+        match res {
+            Ok(()) => {
+                pending.drain(..batch);
+                // Slots are free again (and a job retried at once is due): let the fetcher look.
+                let _ = wake.try_send(());
+            }
+            Err(wait) => {
+                if super::sleep_or_stop(hard, wait) {
                     keep(shared, pending);
                     return;
                 }
             }
         }
     }
-}
-
-/// Waits the next backoff step; true if the hard deadline came first.
-fn wait_or_hard(hard: &Receiver<()>, backoff: &mut Backoff) -> bool {
-    super::sleep_or_stop(hard, backoff.next_wait())
 }
 
 fn keep(shared: &Shared, pending: Vec<Outcome>) {
@@ -130,44 +100,184 @@ fn keep(shared: &Shared, pending: Vec<Outcome>) {
     }
 }
 
-/// Records a batch of outcomes with one statement; logs the ones no longer ours.
+/// True when an error says nothing about the outcomes themselves: the link failed, or the
+/// server asks to try again. The whole batch is then retried later.
+pub(crate) fn is_transient(e: &Error, conn: &Connection) -> bool {
+    if conn.is_broken() {
+        return true;
+    }
+    match e.sqlstate() {
+        // No answer from the server at all: a deadline, a closed socket.
+        None => true,
+        Some(code) => {
+            // Connection exceptions, transaction rollbacks (deadlock, serialization),
+            // insufficient resources, operator intervention (shutdown, cancel), system
+            // errors, a lock not available, a read-only server (a standby after failover).
+            ["08", "40", "53", "57", "58"]
+                .iter()
+                .any(|class| code.starts_with(class))
+                || code == "55P03"
+                || code == "25006"
+        }
+    }
+}
+
+/// Records a batch of outcomes. Fails only with a transient error (see [`is_transient`]):
+/// an outcome the database refuses is isolated and settled on its own.
 pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) -> Result<()> {
-    let ids: Vec<i64> = batch.iter().map(|o| o.id.0).collect();
-    let words: Vec<&str> = batch.iter().map(|o| o.word).collect();
-    let delays: Vec<i64> = batch
+    let (requeues, finals): (Vec<&Outcome>, Vec<&Outcome>) =
+        batch.iter().partition(|o| o.requeues());
+    for group in [finals, requeues] {
+        if !group.is_empty() {
+            record_isolating(shared, conn, &group)?;
+        }
+    }
+    Ok(())
+}
+
+/// Records `group` (all final, or all requeues); on a refusal, splits it until the refused
+/// outcome is alone.
+fn record_isolating(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Result<()> {
+    match record_once(shared, conn, group) {
+        Ok(()) => Ok(()),
+        Err(e) if is_transient(&e, conn) => Err(e),
+        Err(e) if group.len() == 1 => record_refused(shared, conn, group[0], &e),
+        Err(_) => {
+            let (a, b) = group.split_at(group.len() / 2);
+            record_isolating(shared, conn, a)?;
+            record_isolating(shared, conn, b)
+        }
+    }
+}
+
+/// One statement for `group`; settles the attempts in the ledger when it commits.
+fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Result<()> {
+    let ids: Vec<i64> = group.iter().map(|o| o.key.id.0).collect();
+    let workers: Vec<i64> = group.iter().map(|o| o.key.worker).collect();
+    let attempts: Vec<i32> = group.iter().map(|o| o.key.attempt).collect();
+    let errors: Vec<Option<String>> = group
         .iter()
-        .map(|o| o.delay.as_micros().min(i64::MAX as u128) as i64)
+        .map(|o| o.error.as_deref().map(limits::safe_text))
         .collect();
-    let errors: Vec<Option<&str>> = batch.iter().map(|o| o.error.as_deref()).collect();
-    let worker = shared.id();
-    let rows = conn.query_cached(
-        "recording job outcomes",
-        store::JOB_FINISH_BATCH,
-        &[&worker, &ids, &words, &delays, &errors],
-    )?;
-    shared.unhold(batch.iter().map(|o| o.id));
+    let done: HashMap<i64, String> = if group[0].requeues() {
+        // A released attempt keeps its job's schedule; a retry is due after its delay.
+        let delays: Vec<Option<i64>> = group
+            .iter()
+            .map(|o| (o.word == "retry").then(|| limits::delay_micros(o.delay)))
+            .collect();
+        let give_back: Vec<bool> = group.iter().map(|o| o.word == "release").collect();
+        conn.query_cached(
+            "recording job outcomes (requeue)",
+            store::JOB_REQUEUE,
+            &[&ids, &workers, &attempts, &delays, &errors, &give_back],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    } else {
+        let words: Vec<&str> = group.iter().map(|o| o.word).collect();
+        conn.query_cached(
+            "recording job outcomes",
+            store::JOB_FINISH_BATCH,
+            &[&ids, &workers, &attempts, &words, &errors],
+        )?
+        .iter()
+        .map(|r| (r.get(0), String::new()))
+        .collect()
+    };
+    shared.ledger.settle(group.iter().map(|o| o.key));
     shared
         .stats
         .recorded
-        .fetch_add(rows.len() as u64, Ordering::Relaxed);
-    if rows.len() < batch.len() {
-        let done: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
-        let missing: Vec<&Outcome> = batch.iter().filter(|o| !done.contains(&o.id.0)).collect();
+        .fetch_add(done.len() as u64, Ordering::Relaxed);
+    for o in group {
+        match done.get(&o.key.id.0).map(String::as_str) {
+            Some("superseded") => log::warn!(
+                "worker {}: job {} was not requeued: another job with its queueing lock already waits and does the work; it ends cancelled",
+                shared.name,
+                o.key.id
+            ),
+            Some("failed") => log::error!(
+                "worker {}: job {} could not be put back in the queue (the database refused it); it ends failed with the reason",
+                shared.name,
+                o.key.id
+            ),
+            Some(e) if e.starts_with("error") => log::error!(
+                "worker {}: job {} could not be put back in the queue nor failed ({e}); it stays running until a lost-claims release takes it",
+                shared.name,
+                o.key.id
+            ),
+            Some("aborted") => log::info!(
+                "worker {}: job {} ends aborted instead of running again: its abort was requested",
+                shared.name,
+                o.key.id
+            ),
+            _ => {}
+        }
+    }
+    if done.len() < group.len() {
+        let missing: Vec<&Outcome> = group
+            .iter()
+            .filter(|o| !done.contains_key(&o.key.id.0))
+            .copied()
+            .collect();
         explain_unrecorded(shared, conn, &missing);
     }
     Ok(())
 }
 
+/// The database refused this outcome alone: the attempt ends `failed` with the reason, or,
+/// if even that is refused, the outcome is given up (the job stays `doing` until the
+/// lost-claims release or a rescue finds it).
+fn record_refused(
+    shared: &Shared,
+    conn: &mut Connection,
+    o: &Outcome,
+    refusal: &Error,
+) -> Result<()> {
+    let text = limits::safe_text(&format!(
+        "the outcome {:?} of this attempt could not be recorded ({refusal}); failed instead",
+        o.word
+    ));
+    log::error!(
+        "worker {}: job {}: the database refused its outcome {:?} ({refusal}); failing the job instead",
+        shared.name,
+        o.key.id,
+        o.word
+    );
+    let res = conn.query_cached(
+        "failing a job whose outcome was refused",
+        store::JOB_FAIL_UNRECORDABLE,
+        &[&o.key.id.0, &o.key.worker, &o.key.attempt, &text],
+    );
+    match res {
+        Ok(rows) => {
+            if !rows.is_empty() {
+                shared.stats.recorded.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(e) if is_transient(&e, conn) => return Err(e),
+        Err(e) => log::error!(
+            "worker {}: job {}: failing it was refused too ({e}); its outcome is given up, and the job will be put back in the queue as a lost claim",
+            shared.name,
+            o.key.id
+        ),
+    }
+    shared.ledger.settle([o.key]);
+    Ok(())
+}
+
 /// An outcome the guarded update did not apply: either an earlier try of this very batch
-/// committed and only its reply was lost (the row already says so), or the job is no longer
-/// this worker's (it was presumed dead and requeued: the job will run again). Tells which.
+/// committed and only its reply was lost (the row already says so), or the attempt is no
+/// longer this worker's (it was presumed dead and the job was requeued: it runs again).
 fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcome]) {
-    let ids: Vec<i64> = missing.iter().map(|o| o.id.0).collect();
-    let now: std::collections::HashMap<i64, (String, Option<i64>)> =
+    let ids: Vec<i64> = missing.iter().map(|o| o.key.id.0).collect();
+    type State = (String, Option<i64>, i32);
+    let now: HashMap<i64, State> =
         match conn.query_cached("reading unrecorded outcomes", store::JOB_STATES, &[&ids]) {
             Ok(rows) => rows
                 .iter()
-                .map(|r| (r.get(0), (r.get(1), r.get(2))))
+                .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
                 .collect(),
             Err(e) => {
                 log::warn!(
@@ -178,13 +288,13 @@ fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcom
                 return;
             }
         };
-    let me = shared.id();
     for o in missing {
-        let state = now.get(&o.id.0);
+        let state = now.get(&o.key.id.0);
+        let same_attempt = |st: &State| st.1 == Some(o.key.worker) && st.2 == o.key.attempt;
         let already = match (o.word, state) {
             ("delete", None) => true,
-            ("retry" | "release", Some((st, _))) => st == "todo",
-            (word, Some((st, worker))) => st == word && *worker == Some(me),
+            ("retry" | "release", Some(st)) => st.0 != "doing" && st.1.is_none(),
+            (word, Some(st)) => st.0 == word && same_attempt(st),
             _ => false,
         };
         if already {
@@ -192,18 +302,18 @@ fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcom
                 "worker {}: outcome {:?} of job {} was already recorded (an earlier try committed; its reply was lost)",
                 shared.name,
                 o.word,
-                o.id
+                o.key.id
             );
-            shared.stats.recorded.fetch_add(1, Ordering::Relaxed);
         } else {
             log::warn!(
-                "worker {}: outcome {:?} of job {} not recorded: the job is no longer held by this worker (now {}); it was presumed dead and the job was requeued, so it runs again",
+                "worker {}: outcome {:?} of job {} (attempt {}) not recorded: that attempt is no longer this worker's (now {}); the worker was presumed dead and the job was requeued",
                 shared.name,
                 o.word,
-                o.id,
+                o.key.id,
+                o.key.attempt,
                 match state {
-                    Some((st, Some(w))) => format!("{st} under worker {w}"),
-                    Some((st, None)) => st.clone(),
+                    Some((st, Some(w), a)) => format!("{st}, attempt {a} under worker {w}"),
+                    Some((st, None, a)) => format!("{st}, attempt {a}"),
                     None => "deleted".to_owned(),
                 }
             );

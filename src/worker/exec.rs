@@ -15,9 +15,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
-use super::{Claimed, DeleteJobs, Outcome, RunningJob, Shared};
+use super::ledger::{AttemptKey, Begin, RunningJob};
+use super::{Claimed, DeleteJobs, Outcome, Shared};
 use crate::job::{AbortFlag, Job, JobId, ABORT_REQUESTED, ABORT_SHUTDOWN};
 use crate::retry::jitter_rand;
 use crate::task::{TaskAction, TaskError};
@@ -105,7 +106,6 @@ pub(crate) fn run(
     stop: &Receiver<()>,
     jobs: &Receiver<Claimed>,
     outcomes: &Sender<Outcome>,
-    wake: &Sender<()>,
 ) {
     let thread_name = std::thread::current()
         .name()
@@ -120,19 +120,20 @@ pub(crate) fn run(
                 Err(_) => return,
             },
         };
+        // Claimed but never started when the worker stops: it stays in the ledger as
+        // waiting, and the shutdown gives it back with its attempt.
         if shared.stopping() {
-            // Claimed but never started: the shutdown gives it back untouched.
-            shared
-                .never_started
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(claimed.id);
             return;
         }
-        let outcome = run_one(shared, claimed, &thread_name);
+        let Some(outcome) = run_one(shared, claimed, &thread_name, stop) else {
+            if shared.stopping() {
+                return;
+            }
+            continue;
+        };
+        shared.ledger.finish(outcome.key);
+        // The channel holds as many outcomes as the worker can hold attempts: never full.
         let _ = outcomes.send(outcome);
-        shared.in_flight.fetch_sub(1, Ordering::AcqRel);
-        let _ = wake.try_send(());
     }
 }
 
@@ -152,12 +153,43 @@ impl Drop for ExecutorAlive<'_> {
     }
 }
 
-fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
+/// How long an executor waits between two looks at a start the ledger holds back.
+const START_RECHECK: Duration = Duration::from_millis(50);
+
+/// Runs one claimed attempt, if the ledger lets it start; `None` when it is not this
+/// worker's any more, or when the worker stopped before it could start.
+fn run_one(
+    shared: &Shared,
+    claimed: Claimed,
+    thread_name: &str,
+    stop: &Receiver<()>,
+) -> Option<Outcome> {
+    let key = claimed.key();
     let abort = Arc::new(AbortFlag::default());
-    if claimed.abort_requested {
-        abort.raise(ABORT_REQUESTED);
-    }
     let task = shared.tasks.get(&claimed.task).cloned();
+    let timeout = task.as_ref().and_then(|t| t.options.timeout);
+    let verdict = loop {
+        if claimed.abort_requested {
+            // The claim read the table: the abort was requested before the job started.
+            break match shared.ledger.begin(key, || {
+                running_job(&abort, timeout, thread_name, &claimed.task)
+            }) {
+                Begin::Start => Begin::AbortedBeforeStart,
+                other => other,
+            };
+        }
+        match shared.ledger.begin(key, || {
+            running_job(&abort, timeout, thread_name, &claimed.task)
+        }) {
+            Begin::Wait => {
+                if shared.stopping() || !matches!(stop.try_recv(), Err(TryRecvError::Empty)) {
+                    return None;
+                }
+                shared.ledger.wait_change(START_RECHECK);
+            }
+            other => break other,
+        }
+    };
     let job = Job {
         id: claimed.id,
         task: claimed.task,
@@ -169,6 +201,28 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
         abort: abort.clone(),
         app: shared.app.clone(),
     };
+    match verdict {
+        Begin::Start => {}
+        Begin::AbortedBeforeStart => {
+            shared.ledger.finish(key);
+            return Some(finish(
+                shared,
+                key,
+                &job,
+                Duration::ZERO,
+                Decision::Aborted("aborted on request before it started".to_owned()),
+            ));
+        }
+        Begin::NotOurs | Begin::Wait => {
+            log::info!(
+                "worker {}: job {} (attempt {}) not started: it is no longer this worker's (the worker was presumed dead and the job requeued)",
+                shared.name,
+                job.id,
+                key.attempt
+            );
+            return None;
+        }
+    }
     let attempt = job.attempts();
     let Some(task) = task else {
         let mut names: Vec<&str> = shared.tasks.keys().map(String::as_str).collect();
@@ -179,7 +233,13 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
             shared.name,
             names.join(", ")
         );
-        return finish(shared, &job, Duration::ZERO, Decision::Failed(msg));
+        return Some(finish(
+            shared,
+            key,
+            &job,
+            Duration::ZERO,
+            Decision::Failed(msg),
+        ));
     };
     let allowed = task.options.retry.attempts_allowed();
     if attempt > allowed + MAX_RESCUES {
@@ -190,27 +250,13 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
             job.task,
             attempt - 1
         );
-        return finish(shared, &job, Duration::ZERO, Decision::Failed(msg));
-    }
-
-    let asked_to_abort = shared.start_running(
-        job.id,
-        RunningJob {
-            abort: abort.clone(),
-            started: Instant::now(),
-            timeout: task.options.timeout,
-            thread: thread_name.to_owned(),
-            task: job.task.clone(),
-        },
-    );
-    if asked_to_abort {
-        // Requested while the job waited in the prefetch queue.
-        abort.raise(ABORT_REQUESTED);
-    }
-    if shared.stopping() {
-        // A shutdown that began before this job was registered may have missed it: make
-        // sure it sees the abort once the graceful deadline has passed.
-        log::debug!("job {} starts while the worker is stopping", job.id);
+        return Some(finish(
+            shared,
+            key,
+            &job,
+            Duration::ZERO,
+            Decision::Failed(msg),
+        ));
     }
     emit(
         shared,
@@ -226,10 +272,13 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
         job.task
     );
     let started = Instant::now();
-    let result = catch_unwind(AssertUnwindSafe(|| (task.func)(&job)));
+    // Pooled connections the task checks out (`job.app()`) are lent to the worker's group,
+    // so the hard deadline's sever reaches a task blocked in a query.
+    let result = crate::conn::watchdog::lending_to(shared.group, || {
+        catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+    });
     let took = started.elapsed();
     shared.job_duration.observe(took);
-    shared.running().remove(&job.id);
 
     let flags = abort.get();
     let decision = match result {
@@ -245,10 +294,17 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
             Decision::Aborted(why)
         }
         Ok(Ok(())) => Decision::Succeeded,
-        Ok(Err(e)) if flags & ABORT_SHUTDOWN != 0 => Decision::Interrupted(format!(
-            "interrupted by the shutdown of worker {}: {e}",
-            shared.name
-        )),
+        // Interrupted by the shutdown: the job goes back to the queue, unless its task said
+        // what it wants (fail or cancel), which is honoured.
+        Ok(Err(e))
+            if flags & ABORT_SHUTDOWN != 0
+                && matches!(e.action, TaskAction::Error | TaskAction::RetryIn(_)) =>
+        {
+            Decision::Interrupted(format!(
+                "interrupted by the shutdown of worker {}: {e}",
+                shared.name
+            ))
+        }
         Ok(Err(e)) => decide(&e, attempt, &task.options.retry),
         Err(p) => {
             let e = TaskError::with_action(
@@ -258,7 +314,22 @@ fn run_one(shared: &Shared, claimed: Claimed, thread_name: &str) -> Outcome {
             decide(&e, attempt, &task.options.retry)
         }
     };
-    finish(shared, &job, took, decision)
+    Some(finish(shared, key, &job, took, decision))
+}
+
+fn running_job(
+    abort: &Arc<AbortFlag>,
+    timeout: Option<Duration>,
+    thread: &str,
+    task: &str,
+) -> RunningJob {
+    RunningJob {
+        abort: abort.clone(),
+        started: Instant::now(),
+        timeout,
+        thread: thread.to_owned(),
+        task: task.to_owned(),
+    }
 }
 
 /// The verdict on one run.
@@ -293,7 +364,13 @@ fn decide(e: &TaskError, attempt: u32, strategy: &crate::RetryStrategy) -> Decis
     }
 }
 
-fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Outcome {
+fn finish(
+    shared: &Shared,
+    key: AttemptKey,
+    job: &Job,
+    took: Duration,
+    decision: Decision,
+) -> Outcome {
     use super::JobEventKind as K;
     let stats = &shared.stats;
     let delete = shared.opts.delete;
@@ -390,7 +467,7 @@ fn finish(shared: &Shared, job: &Job, took: Duration, decision: Decision) -> Out
     };
     emit(shared, job, kind, took, error.as_deref());
     Outcome {
-        id: job.id,
+        key,
         word,
         delay,
         error,

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio_postgres::Statement;
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{sleep_or_stop, Claimed, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
@@ -26,86 +26,73 @@ pub(crate) fn run(
 ) {
     let sql = store::job_claim_sql(shared.opts.queues.is_some(), shared.opts.only_registered);
     let task_names: Vec<String> = shared.tasks.keys().cloned().collect();
-    let mut conn: Option<(Connection, Statement)> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::with_setup(shared, "claiming jobs", move |c: &mut Connection| {
+        c.prepare(&sql)
+    });
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
         if shared.stopping() {
             return;
         }
         let capacity = shared.opts.concurrency + prefetch(shared, claim_latency.get());
-        let free = capacity.saturating_sub(shared.in_flight.load(Ordering::Acquire));
-        // While executors still have jobs waiting, claim only when half the capacity is
-        // free, so that a busy worker claims in batches rather than one job per round-trip.
+        let free = capacity.saturating_sub(shared.ledger.held());
+        // Attempts count until their outcome is recorded, so a worker whose outcomes wait
+        // stops claiming. While executors still have jobs waiting, claim only when half the
+        // capacity is free, so that a busy worker claims in batches rather than one job per
+        // round-trip.
         let threshold = if jobs.is_empty() {
             1
         } else {
             (capacity / 2).max(1)
         };
         if free < threshold {
-            // Executors signal on `wake` when they finish a job.
+            // The completer signals on `wake` when it has recorded outcomes.
             select! {
                 recv(stop) -> _ => return,
                 recv(wake) -> _ => continue,
             }
         }
-        if conn.is_none() {
-            match shared.connect().and_then(|mut c| {
-                let stmt = c.prepare(&sql)?;
-                Ok((c, stmt))
-            }) {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    shared.log_db_error("connecting to claim jobs", &e, backoff.failures() + 1);
-                    if sleep_or_stop(stop, backoff.next_wait()) {
-                        return;
-                    }
-                    continue;
-                }
+        let claimed = match link.get() {
+            Ok((c, stmt)) => {
+                let started = Instant::now();
+                let res = claim(shared, c, stmt, free, &task_names);
+                claim_latency.observe(started.elapsed());
+                link.judge(res)
             }
-        }
-        let (c, stmt) = conn.as_mut().expect("connected above");
-        let started = Instant::now();
-        let res = claim(shared, c, stmt, free, &task_names);
-        claim_latency.observe(started.elapsed());
-        match res {
-            Ok(claimed) => {
-                backoff.reset();
-                let n = claimed.len();
-                if n > 0 {
-                    shared.hold(claimed.iter().map(|j| j.id));
-                    shared.in_flight.fetch_add(n, Ordering::AcqRel);
-                    shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
-                    for job in claimed {
-                        log::debug!(
-                            "worker {}: claimed job {} ({}, attempt {})",
-                            shared.name,
-                            job.id,
-                            job.task,
-                            job.attempts
-                        );
-                        // Executors hold the receiver until the handle drops it after they
-                        // have all stopped, so this cannot fail while we run.
-                        let _ = jobs.send(job);
-                    }
-                }
-                if n < free {
-                    // The queue had less than we could take: wait for news.
-                    select! {
-                        recv(stop) -> _ => return,
-                        recv(wake) -> _ => {},
-                        default(shared.opts.poll_interval) => {},
-                    }
-                }
-            }
-            Err(e) => {
-                shared.log_db_error("claiming jobs", &e, backoff.failures() + 1);
-                if c.is_broken() {
-                    conn = None;
-                }
-                if sleep_or_stop(stop, backoff.next_wait()) {
+            Err(wait) => Err(wait),
+        };
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(wait) => {
+                if sleep_or_stop(stop, wait) {
                     return;
                 }
+                continue;
+            }
+        };
+        let n = claimed.len();
+        if n > 0 {
+            shared.ledger.hold(claimed.iter().map(Claimed::key));
+            shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
+            for job in claimed {
+                log::debug!(
+                    "worker {}: claimed job {} ({}, attempt {})",
+                    shared.name,
+                    job.id,
+                    job.task,
+                    job.attempts
+                );
+                // The channel holds as many jobs as the worker can hold attempts, and
+                // executors keep the receiver until they have all stopped: never blocks.
+                let _ = jobs.send(job);
+            }
+        }
+        if n < free {
+            // The queue had less than we could take: wait for news.
+            select! {
+                recv(stop) -> _ => return,
+                recv(wake) -> _ => {},
+                default(shared.opts.poll_interval) => {},
             }
         }
     }
@@ -196,6 +183,7 @@ fn claim(
                     priority: r.get(5),
                     lock: r.get(6),
                     abort_requested: r.get(7),
+                    worker: id,
                 },
             )
         })

@@ -9,7 +9,7 @@
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::backoff::Backoff;
+use super::link::Link;
 use super::{sleep_or_stop, Shared};
 use crate::conn::{Connection, Notification};
 use crate::job::JobId;
@@ -18,35 +18,30 @@ use crate::store;
 /// `listening` gets one message after each successful LISTEN (the first tells `spawn` the
 /// worker hears notifications).
 pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, listening: &Sender<()>) {
-    let mut conn: Option<Connection> = None;
-    let mut backoff = Backoff::new(shared.opts.backoff_cap);
+    let mut link = Link::with_setup(shared, "listening for jobs", |c: &mut Connection| {
+        c.listen(store::CHANNEL)
+    });
+    let mut fresh = true;
     loop {
         if shared.stopping() {
             return;
         }
-        if conn.is_none() {
-            match shared.connect().and_then(|mut c| {
-                c.listen(store::CHANNEL)?;
-                Ok(c)
-            }) {
-                Ok(c) => {
-                    if backoff.failures() > 0 {
-                        log::info!("worker {}: listening again", shared.name);
-                    }
-                    conn = Some(c);
-                    let _ = listening.try_send(());
-                    let _ = wake.try_send(());
+        let c = match link.get() {
+            Ok((c, ())) => c,
+            Err(wait) => {
+                fresh = true;
+                if sleep_or_stop(stop, wait) {
+                    return;
                 }
-                Err(e) => {
-                    shared.log_db_error("connecting to listen", &e, backoff.failures() + 1);
-                    if sleep_or_stop(stop, backoff.next_wait()) {
-                        return;
-                    }
-                    continue;
-                }
+                continue;
             }
+        };
+        if fresh {
+            // Listening (again): notifications may have been missed meanwhile.
+            fresh = false;
+            let _ = listening.try_send(());
+            let _ = wake.try_send(());
         }
-        let c = conn.as_mut().expect("connected above");
         let interrupt = shared.listen_wake.clone();
         let got = c.wait_notification_or(shared.opts.listen_ping_interval, async move {
             interrupt.notified().await
@@ -64,42 +59,46 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
                 }
             }
             Ok(None) if shared.stopping() => return,
+            // Silence proves nothing on a half-open link: ping it.
             Ok(None) => c.ping(c.io_timeout()),
             Err(e) => Err(e),
         };
-        match result {
-            Ok(()) => backoff.reset(),
-            Err(e) => {
-                if shared.stopping() {
-                    return;
-                }
-                shared.log_db_error("listening for jobs", &e, backoff.failures() + 1);
-                conn = None;
-                if sleep_or_stop(stop, backoff.next_wait()) {
-                    return;
-                }
+        if result.is_err() && shared.stopping() {
+            return;
+        }
+        if let Err(wait) = link.judge(result) {
+            // A LISTEN link that failed once is not trusted again, broken or not.
+            link.drop_connection();
+            fresh = true;
+            if sleep_or_stop(stop, wait) {
+                return;
             }
         }
     }
 }
 
+/// A notification is only a hint (any role that can connect can send one): `job:<queue>`
+/// makes the fetcher look now, `abort:<id>` makes the beat thread read the job's abort flag
+/// in the table now, and holds the job's start until it has.
 fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
-        let ours = shared
-            .opts
-            .queues
-            .as_ref()
-            .is_none_or(|qs| qs.iter().any(|q| q == queue));
+        let ours = queue == "*"
+            || shared
+                .opts
+                .queues
+                .as_ref()
+                .is_none_or(|qs| qs.iter().any(|q| q == queue));
         if ours {
             let _ = wake.try_send(());
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {
-            if let Some(task) = shared.request_abort(JobId(id)) {
-                log::info!(
-                    "worker {}: abort requested for job {id} ({task})",
+            if shared.ledger.suspect(JobId(id)) {
+                log::debug!(
+                    "worker {}: abort notification for job {id}: reading the table",
                     shared.name
                 );
+                let _ = shared.beat_wake.0.try_send(());
             }
         }
     }

@@ -26,23 +26,25 @@ mod builder;
 mod complete;
 mod exec;
 mod fetch;
+mod ledger;
+mod link;
 mod listen;
 mod periodic;
 mod shutdown;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::app::App;
 use crate::conn::Connection;
 use crate::error::{Error, Result};
-use crate::job::{AbortFlag, JobId, RawJson};
+use crate::job::{JobId, RawJson};
 use crate::task::{Task, Tasks};
 
 pub use builder::WorkerBuilder;
@@ -50,6 +52,7 @@ pub use exec::{JobEvent, JobEventKind, JobHook};
 pub use shutdown::ShutdownReport;
 
 use builder::{Identity, WorkerOptions};
+use ledger::{AttemptKey, Ledger};
 
 /// What happens to a job's row once it has finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,25 +88,36 @@ pub(crate) struct Claimed {
     pub(crate) priority: i32,
     pub(crate) lock: Option<String>,
     pub(crate) abort_requested: bool,
+    /// The worker identity that claimed it: with `id` and `attempts`, the attempt's fence.
+    pub(crate) worker: i64,
+}
+
+impl Claimed {
+    pub(crate) fn key(&self) -> AttemptKey {
+        AttemptKey {
+            id: self.id,
+            worker: self.worker,
+            attempt: self.attempts,
+        }
+    }
 }
 
 /// What an executor decided for a job, for the completer to record.
 #[derive(Clone, Debug)]
 pub(crate) struct Outcome {
-    pub(crate) id: JobId,
-    /// One of the outcome words of `store::JOB_FINISH_BATCH`.
+    /// The attempt: only the claim that started it can record its outcome.
+    pub(crate) key: AttemptKey,
+    /// A final status (`succeeded`, `failed`, `cancelled`, `aborted`), `delete`, or a way back
+    /// to the queue: `retry` (after `delay`) or `release` (the attempt is given back).
     pub(crate) word: &'static str,
     pub(crate) delay: Duration,
     pub(crate) error: Option<String>,
 }
 
-/// A job running on an executor thread.
-pub(crate) struct RunningJob {
-    pub(crate) abort: Arc<AbortFlag>,
-    pub(crate) started: Instant,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) thread: String,
-    pub(crate) task: String,
+impl Outcome {
+    pub(crate) fn requeues(&self) -> bool {
+        matches!(self.word, "retry" | "release")
+    }
 }
 
 /// Counters, for the handle's [`WorkerStats`].
@@ -127,26 +141,19 @@ pub(crate) struct Shared {
     pub(crate) tasks: HashMap<String, Arc<Task>>,
     pub(crate) opts: WorkerOptions,
     pub(crate) group: u64,
-    pub(crate) worker_id: AtomicI64,
     pub(crate) name: String,
     pub(crate) identity: Identity,
     /// Average run time of a job, for the adaptive prefetch.
     pub(crate) job_duration: fetch::Ewma,
     pub(crate) stopping: AtomicBool,
-    pub(crate) running: Mutex<HashMap<JobId, RunningJob>>,
-    /// Jobs this worker holds in the database (`doing` under its id), from the claim's
-    /// reply until their outcome is recorded. Any other `doing` job of this worker was
+    /// The attempts this worker holds, from the claim's reply until their outcome is
+    /// recorded, and whether each may start. Any other `doing` job of this worker was
     /// claimed by a statement whose reply was lost: the beat thread gives it back.
-    pub(crate) held: Mutex<HashSet<JobId>>,
-    /// Abort requests that arrived for held jobs not started yet (prefetched): the executor
-    /// raises them when it starts the job. Lock order: `running`, then `held`, then this.
-    pub(crate) pending_aborts: Mutex<HashSet<JobId>>,
-    /// Jobs claimed and not yet finished by an executor.
-    pub(crate) in_flight: AtomicUsize,
+    pub(crate) ledger: Ledger,
     /// Executor threads running: a stopping worker's beat goes on until they are gone.
     pub(crate) executors: AtomicUsize,
-    /// Claimed jobs that no executor started because the worker was stopping.
-    pub(crate) never_started: Mutex<Vec<JobId>>,
+    /// Wakes the beat thread: a notification asked it to read abort requests now.
+    pub(crate) beat_wake: (Sender<()>, Receiver<()>),
     /// Outcomes the completer could not record before it stopped.
     pub(crate) unrecorded: Mutex<Vec<Outcome>>,
     /// Wakes the listener out of its notification wait at shutdown.
@@ -157,7 +164,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn id(&self) -> i64 {
-        self.worker_id.load(Ordering::Relaxed)
+        self.ledger.worker()
     }
 
     pub(crate) fn stopping(&self) -> bool {
@@ -174,60 +181,6 @@ impl Shared {
         )?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
-    }
-
-    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<JobId, RunningJob>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn held(&self) -> MutexGuard<'_, HashSet<JobId>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notes jobs whose claim reply arrived (see `held`).
-    pub(crate) fn hold(&self, ids: impl IntoIterator<Item = JobId>) {
-        self.held().extend(ids);
-    }
-
-    /// Forgets jobs whose outcome is recorded (or which were no longer this worker's).
-    pub(crate) fn unhold(&self, ids: impl IntoIterator<Item = JobId>) {
-        let mut held = self.held();
-        for id in ids {
-            held.remove(&id);
-        }
-    }
-
-    /// Delivers an abort request: raises the flag of the running job, or remembers it for a
-    /// held job that has not started (checked under the `running` lock, so a job starting at
-    /// the same moment cannot miss it). Returns the task name when the job runs here.
-    pub(crate) fn request_abort(&self, id: JobId) -> Option<String> {
-        let running = self.running();
-        if let Some(job) = running.get(&id) {
-            job.abort.raise(crate::job::ABORT_REQUESTED);
-            return Some(job.task.clone());
-        }
-        if self.held().contains(&id) {
-            self.pending_aborts
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id);
-        }
-        None
-    }
-
-    /// Registers a job as running; true if an abort was requested while it waited.
-    pub(crate) fn start_running(&self, id: JobId, job: RunningJob) -> bool {
-        let mut running = self.running();
-        running.insert(id, job);
-        self.pending_aborts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id)
-    }
-
-    /// The ids of the jobs held now.
-    pub(crate) fn held_ids(&self) -> Vec<i64> {
-        self.held().iter().map(|j| j.0).collect()
     }
 
     /// Logs a database error of a worker thread, once per failure streak at warn level.
@@ -288,7 +241,6 @@ pub(crate) struct Running {
     pub(crate) stop_tx: Option<Sender<()>>,
     pub(crate) hard_tx: Option<Sender<()>>,
     pub(crate) exit_rx: Receiver<usize>,
-    pub(crate) jobs_rx: Receiver<Claimed>,
     /// Outcomes the completer had not taken when it stopped: the shutdown records them.
     pub(crate) outcome_rx: Receiver<Outcome>,
 }

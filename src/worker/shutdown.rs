@@ -187,18 +187,17 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     // 2. Graceful window.
     if !wait_exits(&mut r, p.graceful) {
         // 3. Ask running jobs to stop.
-        let running = shared.running();
-        if !running.is_empty() {
+        let mut asked = 0;
+        shared.ledger.for_each_running(|_, job| {
+            job.abort.raise(ABORT_SHUTDOWN);
+            asked += 1;
+        });
+        if asked > 0 {
             log::info!(
-                "worker {}: graceful deadline passed; asking {} running job(s) to abort",
-                shared.name,
-                running.len()
+                "worker {}: graceful deadline passed; asked {asked} running job(s) to abort",
+                shared.name
             );
         }
-        for job in running.values() {
-            job.abort.raise(ABORT_SHUTDOWN);
-        }
-        drop(running);
         wait_exits(&mut r, p.hard);
     }
 
@@ -207,7 +206,7 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     let severed = if all_exited(&r) {
         0
     } else {
-        shared.app.inner.watchdog.sever_group(shared.group)
+        shared.app.inner.watchdog.close_group(shared.group)
     };
     if !all_exited(&r) {
         let unwind = (p.hard + (p.end - p.hard) / 4).min(p.hard + Duration::from_millis(200));
@@ -217,7 +216,10 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     let mut abandoned = Vec::new();
     let mut abandoned_jobs = Vec::new();
     {
-        let running = shared.running();
+        let mut running = Vec::new();
+        shared.ledger.for_each_running(|key, job| {
+            running.push((key.id, job.thread.clone(), job.task.clone()));
+        });
         for t in r.threads.iter_mut() {
             if t.exited {
                 if let Some(h) = t.handle.take() {
@@ -228,8 +230,8 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
             } else {
                 let job = running
                     .iter()
-                    .find(|(_, j)| j.thread == t.name)
-                    .map(|(id, j)| (*id, j.task.clone()));
+                    .find(|(_, thread, _)| *thread == t.name)
+                    .map(|(id, _, task)| (*id, task.clone()));
                 match job {
                     Some((id, task)) => {
                         abandoned.push(format!("{} (job {id}, task {task:?})", t.name));
@@ -249,14 +251,9 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
         );
     }
 
-    // Jobs claimed and never started.
-    let mut never_started = std::mem::take(
-        &mut *shared
-            .never_started
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()),
-    );
-    never_started.extend(r.jobs_rx.try_iter().map(|c| c.id));
+    // Jobs claimed and never started (waiting in the ledger, whether an executor took
+    // them from the channel or not): their attempt is given back.
+    let never_started = shared.ledger.never_started();
     // Outcomes the completer could not record, and those it never took from its channel
     // (it stops at the hard deadline, or when severed, with more waiting behind its batch):
     // left there, their jobs would be requeued below and run again.
@@ -320,48 +317,48 @@ fn wait_exits(r: &mut Running, deadline: Instant) -> bool {
     }
 }
 
-/// Records leftover outcomes, requeues what the worker still holds, deletes its row.
-/// Returns the number of jobs requeued.
+/// Records leftover outcomes, requeues what the worker still holds, deletes its row, every
+/// round-trip within `deadline`. Returns the number of jobs requeued.
 fn cleanup(
     shared: &Shared,
     unrecorded: &[super::Outcome],
-    never_started: &[JobId],
+    never_started: &[i64],
     deadline: Instant,
 ) -> Result<usize> {
-    let left = |what: &str| {
-        let d = deadline.saturating_duration_since(Instant::now());
-        if d < Duration::from_millis(2) {
-            Err(Error::new(
-                ErrorKind::Timeout,
-                format!("{what}: no time left in the shutdown timeout"),
-            ))
-        } else {
-            Ok(d)
-        }
-    };
-    left("connecting for the shutdown cleanup")?;
+    if deadline.saturating_duration_since(Instant::now()) < Duration::from_millis(2) {
+        return Err(Error::new(
+            ErrorKind::Timeout,
+            "connecting for the shutdown cleanup: no time left in the shutdown timeout",
+        ));
+    }
+    // A group of its own: the worker's is closed once severed.
     let mut conn = Connection::open(
         &shared.app.inner.opts,
         &shared.app.inner.watchdog,
-        shared.group,
+        shared.app.inner.watchdog.new_group(),
         Some(deadline),
     )?;
-    if !unrecorded.is_empty() {
-        conn.set_io_timeout(left("recording outcomes")?);
-        for chunk in unrecorded.chunks(complete::MAX_BATCH) {
-            complete::record(shared, &mut conn, chunk)?;
-        }
+    // However many round-trips follow (outcomes in chunks, a refused one isolated), none
+    // runs past the shutdown's end.
+    conn.set_deadline(Some(deadline));
+    for chunk in unrecorded.chunks(complete::MAX_BATCH) {
+        complete::record(shared, &mut conn, chunk)?;
     }
-    conn.set_io_timeout(left("requeueing jobs")?);
-    let ids: Vec<i64> = never_started.iter().map(|j| j.0).collect();
     let id = shared.id();
+    let note = format!(
+        "worker {} stopped before this job's outcome was recorded; requeued",
+        shared.name
+    );
     let rows = conn.query_named(
         "requeueing jobs and removing the worker",
         store::WORKER_RETIRE,
-        &[&id, &ids],
+        &[&id, &never_started, &note],
     )?;
-    let n: i64 = rows.first().map_or(0, |r| r.get(0));
-    Ok(n as usize)
+    let requeued = rows
+        .iter()
+        .filter(|r| r.get::<_, &str>(1) == "todo")
+        .count();
+    Ok(requeued)
 }
 
 #[cfg(test)]
