@@ -156,7 +156,11 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
     parked.parked = true;
     let mut parked_ok = job(12, "chaos_ok", "todo", 1);
     parked_ok.parked = true;
+    // A rescue that found a successor waiting under its queueing lock: cancelled.
+    let mut collided = job(13, "chaos_qlock_collide", "cancelled", 1);
+    collided.queueing_lock = Some("ql13".to_owned());
     let jobs = vec![
+        collided,
         job(1, "chaos_ok", "doing", 1),
         job(2, "chaos_ok", "succeeded", 2),
         job(3, "chaos_ok", "succeeded", 2),
@@ -187,6 +191,7 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
         exec(10, 1, 200, 0, Some(100), "ok"),
         exec(11, 1, 200, 0, Some(100), "retry_huge"),
         exec(12, 1, 200, 0, Some(100), "ok"),
+        exec(13, 1, 400, 0, None, "-"),
     ];
     let mut a = exec(6, 1, 100, 0, Some(1000), "ok");
     a.lock = Some("lk".to_owned());
@@ -212,7 +217,7 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
     ] {
         assert!(got.contains(&want), "{want:?} not flagged:\n{report}");
     }
-    for quiet in [3, 6, 10, 11] {
+    for quiet in [3, 6, 10, 11, 13] {
         assert!(
             !got.iter().any(|(j, _)| *j == quiet),
             "job {quiet} flagged:\n{report}"

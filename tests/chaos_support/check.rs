@@ -18,7 +18,9 @@
 //!    returned (`Ok` -> succeeded, fail/panic/timeout -> failed, cancel -> cancelled, an abort
 //!    seen -> aborted, a retry on the last allowed attempt -> failed), and its `attempts` is
 //!    that execution's attempt. Hostile retries (queueing-lock collision, `Duration::MAX`)
-//!    may end in any status but `succeeded`. A job that ran nothing never `succeeded`.
+//!    may end in any status but `succeeded`. A job that ran nothing never `succeeded`. A job
+//!    with a queueing lock whose requeue (rescue, retry, release) found another job waiting
+//!    under it may end `cancelled` (the waiting job does the work).
 //! 5. **locks** (promise 5): executions of two jobs with one `lock` never overlap, with the
 //!    same exception as rule 2.
 //! 6. **aborts** (promise 8): a job whose abort cancelled it (it was waiting) never starts
@@ -546,8 +548,14 @@ impl Checker<'_> {
             );
             return;
         }
+        // A requeue (rescue, retry, release) that finds another job waiting under the same
+        // queueing lock ends the requeued job `cancelled` instead (the rule of one way back
+        // to `todo`: the waiting job does the work).
+        let collided = job.queueing_lock.is_some() && job.status == "cancelled";
         if last.end.is_none() {
-            if !(abort_excuses && matches!(job.status.as_str(), "aborted" | "cancelled")) {
+            if !collided
+                && !(abort_excuses && matches!(job.status.as_str(), "aborted" | "cancelled"))
+            {
                 self.violation(
                     job.id,
                     "outcome",
@@ -562,7 +570,11 @@ impl Checker<'_> {
         let want = expected(kind, last);
         let status = job.status.as_str();
         let abort_ok = abort_excuses && matches!(status, "aborted" | "cancelled");
-        if !want.contains(&status) && !abort_ok {
+        let requeued = matches!(
+            last.outcome.as_deref(),
+            Some("retry" | "retry_huge" | "interrupted")
+        );
+        if !want.contains(&status) && !abort_ok && !(collided && requeued) {
             self.violation(
                 job.id,
                 "outcome",
