@@ -553,9 +553,9 @@ impl Checker<'_> {
         // to `todo`: the waiting job does the work).
         let collided = job.queueing_lock.is_some() && job.status == "cancelled";
         if last.end.is_none() {
-            if !collided
-                && !(abort_excuses && matches!(job.status.as_str(), "aborted" | "cancelled"))
-            {
+            let excused = collided
+                || (abort_excuses && matches!(job.status.as_str(), "aborted" | "cancelled"));
+            if !excused {
                 self.violation(
                     job.id,
                     "outcome",
@@ -574,7 +574,8 @@ impl Checker<'_> {
             last.outcome.as_deref(),
             Some("retry" | "retry_huge" | "interrupted")
         );
-        if !want.contains(&status) && !abort_ok && !(collided && requeued) {
+        let allowed = want.contains(&status) || abort_ok || (collided && requeued);
+        if !allowed {
             self.violation(
                 job.id,
                 "outcome",
