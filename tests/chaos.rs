@@ -135,6 +135,10 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
         report: None,
         ..proc(3, 400, Some(3000), false)
     });
+    rec.procs.push(Proc {
+        report: Some("false stopped in 8s; cleanup failed: ...".to_owned()),
+        ..proc(4, 500, Some(9000), false)
+    });
     // Slot 2 (pid 300) is paused from 100 ms to 2.5 s.
     rec.faults.push(FaultEvent {
         fault: Fault::Stop,
@@ -214,6 +218,7 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
         (9, "abort"),
         (12, "final"),
         (0, "process"),
+        (0, "shutdown"),
     ] {
         assert!(got.contains(&want), "{want:?} not flagged:\n{report}");
     }

@@ -28,7 +28,8 @@
 //!    new attempt afterwards and ends `aborted`, unless the attempt running at the request had
 //!    already returned a final outcome; a job no abort was requested for never ends `aborted`
 //!    and its task never sees `abort_requested` (a bare NOTIFY is not an abort).
-//! 7. **processes** (promise 3): no worker process exits on its own.
+//! 7. **processes** (promises 1, 3, 7): no worker process exits on its own, and each one's
+//!    final shutdown (after the drain) is clean: every thread joined, the cleanup done.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
@@ -644,6 +645,21 @@ impl Checker<'_> {
                     rule: "process",
                     detail,
                 });
+            }
+            // After the drain nothing runs: a shutdown then is clean (threads joined, the
+            // cleanup done). "never started": closed before its worker could register.
+            if let Some(report) = &p.report {
+                if report.starts_with("false") && !report.contains("never started") {
+                    let detail = format!(
+                        "worker process {} (slot {}) stopped uncleanly: {report}",
+                        p.pid, p.slot
+                    );
+                    self.violations.push(Violation {
+                        job: 0,
+                        rule: "shutdown",
+                        detail,
+                    });
+                }
             }
         }
     }
