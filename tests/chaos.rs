@@ -206,7 +206,6 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
 
     let cfg = Config::new(0, Arc::new(|| Command::new("true")));
     let report = judge(&cfg, &rec, &jobs, &execs);
-    println!("{report}");
     let got: Vec<(i64, &str)> = report.violations.iter().map(|v| (v.job, v.rule)).collect();
     for want in [
         (1, "final"),
