@@ -7,9 +7,10 @@
 //!
 //! Options: `--seconds N` (faults and defers, default 30), `--seed S` (default: from the
 //! clock, printed), `--workers W` (default 3), `--concurrency C` (threads per worker, 2),
-//! `--rate R` (jobs deferred per second, 10), `--drain N` (seconds to wait for every job to
-//! end, 30), `--exclude a,b` (faults or task kinds to leave out), `--logs DIR` (the worker
-//! processes' logs), `--verbose` (print each fault), and
+//! `--rate R` (jobs deferred per second, 10), `--drain N` (after the run, wait for every job
+//! to end while something progresses at least every N seconds, default 30), `--exclude a,b`
+//! (faults or task kinds to leave out), `--logs DIR` (the worker processes' logs),
+//! `--verbose` (print each fault and the drain's progress), and
 //! `--restart-cmd CMD`: also restart the server now and then by running `sh -c CMD` (for
 //! example `"pg_ctlcluster 15 main restart"`). Never use it on a server that other programs
 //! or tests share: every connection to it is cut. Without it no server restart is injected.

@@ -65,6 +65,7 @@ pub struct Report {
     pub processes: usize,
     pub unclean_shutdowns: usize,
     pub drained: bool,
+    pub drain_end: String,
     pub run_took: Duration,
     pub drain_took: Duration,
     pub violations: Vec<Violation>,
@@ -121,7 +122,11 @@ impl Report {
             statuses.join(" "),
             self.run_took.as_secs_f64(),
             self.drain_took.as_secs_f64(),
-            if self.drained { "" } else { " (NOT drained)" },
+            if self.drained {
+                String::new()
+            } else {
+                format!(" (NOT drained: {})", self.drain_end)
+            },
             self.violations.len(),
             if rules.is_empty() {
                 String::new()
@@ -292,6 +297,7 @@ pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Rep
         processes: rec.procs.len(),
         unclean_shutdowns,
         drained: rec.drained,
+        drain_end: rec.drain_end.clone(),
         run_took: rec.run_took,
         drain_took: rec.drain_took,
         violations: ck.violations,

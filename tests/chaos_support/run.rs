@@ -42,7 +42,9 @@ pub struct Config {
     /// Executor threads per worker.
     pub concurrency: usize,
     pub jobs_per_sec: u32,
-    /// Bound on the wait, after the faults stop, for every job to end.
+    /// After the faults stop, the run waits for every job to end, as long as something
+    /// progresses (an execution starts, a job finishes) at least this often, and at most
+    /// twice `run_for` (or this, if longer).
     pub drain_timeout: Duration,
     pub stalled_after: Duration,
     pub heartbeat: Duration,
@@ -60,7 +62,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The CI defaults for `seed`: 3 workers of 2 threads, 8 s of faults, 20 s drain bound.
+    /// The CI defaults for `seed`: 3 workers of 2 threads, 8 s of faults, a drain
+    /// that stops after 20 s without progress.
     pub fn new(seed: u64, child_cmd: ChildCommand) -> Config {
         Config {
             seed,
@@ -133,6 +136,8 @@ pub struct Record {
     pub deferred: BTreeMap<Kind, usize>,
     pub defer_errors: usize,
     pub drained: bool,
+    /// Why the drain stopped early (empty when drained).
+    pub drain_end: String,
     pub drain_took: Duration,
     pub run_took: Duration,
 }
@@ -276,16 +281,41 @@ impl Run<'_> {
         for (_, heal) in heals {
             self.heal(heal);
         }
+        // Until nothing is pending; or nothing progressed (no execution started, no job
+        // finished) for `drain_timeout`; or past the cap (twice the run, at least that).
         let drain_start = Instant::now();
-        let deadline = drain_start + self.cfg.drain_timeout;
+        let cap = drain_start + self.cfg.drain_timeout.max(self.cfg.run_for * 2);
+        let mut last_progress = (Instant::now(), None);
+        let mut last_print = Instant::now();
         loop {
             self.tick();
             self.read_lines(Duration::from_millis(100));
-            if self.pending_jobs() == Some(0) {
+            let pending = self.pending_jobs();
+            if pending == Some(0) {
                 self.rec.drained = true;
                 break;
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            let progress = self.progress();
+            if progress.is_some() && progress != last_progress.1 {
+                last_progress = (now, progress);
+            }
+            if self.cfg.verbose && now - last_print >= Duration::from_secs(5) {
+                last_print = now;
+                eprintln!(
+                    "chaos: draining for {:.0}s: {pending:?} jobs pending; (executions, finished) {progress:?}",
+                    (now - drain_start).as_secs_f64()
+                );
+            }
+            if now - last_progress.0 >= self.cfg.drain_timeout {
+                self.rec.drain_end = format!(
+                    "no progress for {:?}, {pending:?} jobs pending",
+                    self.cfg.drain_timeout
+                );
+                break;
+            }
+            if now >= cap {
+                self.rec.drain_end = format!("drain cap reached, {pending:?} jobs pending");
                 break;
             }
         }
@@ -296,6 +326,18 @@ impl Run<'_> {
     fn next_gap(&mut self) -> Duration {
         let (lo, hi) = self.cfg.fault_every;
         self.rng.duration(lo, hi)
+    }
+
+    /// (executions logged, jobs finished), to tell a slow drain from a stuck one.
+    fn progress(&mut self) -> Option<(i64, i64)> {
+        self.ctl
+            .query_one(
+                "SELECT (SELECT count(*) FROM chaos_exec), (SELECT count(*) FROM postpone_jobs \
+                  WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted'))",
+                &[],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+            .ok()
     }
 
     /// Jobs running, or due within the hour (a job parked further is not waited for).
