@@ -17,6 +17,8 @@
 //! - `shutdown`: `shutdown(10 s)` of a worker with 16 idle threads;
 //! - `--finished N` leaves N finished jobs in the table under every figure (the claim must
 //!   stay cheap with a million finished rows);
+//! - `--future N` leaves N jobs scheduled for tomorrow in the table under every figure (the
+//!   claim must stay cheap however many jobs wait for a later time);
 //! - `rss`: peak RSS (VmHWM) of a child process running a 16-thread worker through
 //!   `--n-work` jobs.
 //!
@@ -38,6 +40,7 @@ struct Args {
     only: Vec<String>,
     prefetch: Option<usize>,
     finished: usize,
+    future: usize,
 }
 
 fn parse_args() -> Args {
@@ -50,6 +53,7 @@ fn parse_args() -> Args {
         only: Vec::new(),
         prefetch: None,
         finished: 0,
+        future: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -62,6 +66,7 @@ fn parse_args() -> Args {
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--finished" => a.finished = val().parse().expect("--finished N"),
+            "--future" => a.future = val().parse().expect("--future N"),
             "--concurrency" => {
                 a.concurrency = val()
                     .split(',')
@@ -128,8 +133,9 @@ impl Drop for BenchDb {
 }
 
 /// Empties the queue; with `finished > 0`, leaves that many finished jobs in the table (the
-/// claim and the completion must stay cheap however many finished rows there are).
-fn clear(app: &App, finished: usize) {
+/// claim and the completion must stay cheap however many finished rows there are), and with
+/// `future > 0` that many jobs scheduled for tomorrow.
+fn clear(app: &App, (finished, future): (usize, usize)) {
     let mut c = app.connection().unwrap();
     c.set_io_timeout(Duration::from_secs(600));
     c.batch_execute("TRUNCATE postpone_jobs, postpone_workers")
@@ -139,6 +145,15 @@ fn clear(app: &App, finished: usize) {
             "INSERT INTO postpone_jobs (queue, task, args, status, attempts, finished_at)
              SELECT 'default', 'noop', 'null', 'succeeded', 1, now() FROM generate_series(1, $1::bigint)",
             &[&(finished as i64)],
+        )
+        .unwrap();
+    }
+    if future > 0 {
+        c.execute(
+            "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             SELECT 'default', 'later', 'null', now() + interval '1 day'
+               FROM generate_series(1, $1::bigint)",
+            &[&(future as i64)],
         )
         .unwrap();
     }
@@ -192,7 +207,7 @@ fn median(v: &[f64]) -> f64 {
 
 fn bench_defer(app: &App, a: &Args, r: &mut Results) {
     for rep in 0..a.repeats {
-        clear(app, a.finished);
+        clear(app, (a.finished, a.future));
         let t = Instant::now();
         for _ in 0..a.n_defer {
             app.defer("noop", &()).unwrap();
@@ -204,7 +219,7 @@ fn bench_defer(app: &App, a: &Args, r: &mut Results) {
             t.elapsed().as_secs_f64(),
             "jobs_per_s",
         );
-        clear(app, a.finished);
+        clear(app, (a.finished, a.future));
         let n = a.n_defer * 10;
         let t = Instant::now();
         defer_n(app, n);
@@ -221,7 +236,7 @@ fn bench_defer(app: &App, a: &Args, r: &mut Results) {
 fn bench_work(app: &App, a: &Args, r: &mut Results) {
     for &c in &a.concurrency {
         for rep in 0..a.repeats {
-            clear(app, a.finished);
+            clear(app, (a.finished, a.future));
             defer_n(app, a.n_work);
             let t = Instant::now();
             let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
@@ -253,7 +268,7 @@ fn now_micros() -> i64 {
 }
 
 fn bench_latency(app: &App, a: &Args, r: &mut Results) {
-    clear(app, a.finished);
+    clear(app, (a.finished, a.future));
     let (tx, rx) = mpsc::channel::<i64>();
     let tx = std::sync::Mutex::new(tx);
     let mut t = Tasks::new();
@@ -314,7 +329,7 @@ fn bench_shutdown(app: &App, a: &Args, r: &mut Results) {
 }
 
 fn bench_rss(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
-    clear(app, a.finished);
+    clear(app, (a.finished, a.future));
     defer_n(app, a.n_work);
     let out = Command::new(std::env::current_exe().unwrap())
         .env("POSTPONE_BENCH_CHILD", db.url())

@@ -4,26 +4,26 @@
 //! sever every socket of the App, and an r2d2 pool of deadline-bounded connections. The
 //! schema version is checked once per App, on the first call that needs it.
 
-use std::collections::HashMap;
-use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use postgres::GenericClient;
 use serde::Serialize;
 
 use crate::conn::options::ConnectOptions;
-use crate::conn::pool::{self, Manager, Pool, Pooled};
+use crate::conn::pool::{self, Manager, Pool};
 use crate::conn::tls::SslMode;
 use crate::conn::watchdog::Watchdog;
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
-use crate::job::{JobId, RawJson};
+use crate::insert::{self, Inserter, JobBuilder, NewJob};
+// The admin API names it through `crate::app`.
+pub use crate::pooled::PooledConnection;
 use crate::schema;
-use crate::store;
-use crate::task::Tasks;
+use crate::types::{JobId, TaskArgs, TaskDefaults};
+use crate::wait::{self, JobResult};
 
 /// The application handle: defers jobs and owns the connection pool.
 ///
@@ -60,7 +60,9 @@ pub(crate) struct AppInner {
     /// Bumped by every `sever_all`, so that checkouts waiting for a connection give up too.
     severs: AtomicU64,
     schema_ok: AtomicBool,
-    defaults: HashMap<String, (Option<String>, Option<i32>)>,
+    defaults: TaskDefaults,
+    /// Longest wait between two reads of a waited-for job.
+    wait_poll: Duration,
 }
 
 impl std::fmt::Debug for App {
@@ -84,7 +86,6 @@ impl std::fmt::Debug for App {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug)]
 #[must_use = "call .build() to connect"]
 pub struct AppBuilder {
     url: String,
@@ -94,10 +95,87 @@ pub struct AppBuilder {
     pool_timeout: Option<Duration>,
     tcp_user_timeout: Option<Duration>,
     lazy: bool,
-    defaults: HashMap<String, (Option<String>, Option<i32>)>,
+    defaults: TaskDefaults,
+    wait_poll: Duration,
     ssl_mode: Option<SslMode>,
     ssl_root_cert: Option<PathBuf>,
     ssl_client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+impl std::fmt::Debug for AppBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppBuilder")
+            .field("url", &redact_url(&self.url))
+            .field("pool_size", &self.pool_size)
+            .field("io_timeout", &self.io_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_timeout", &self.pool_timeout)
+            .field("tcp_user_timeout", &self.tcp_user_timeout)
+            .field("lazy", &self.lazy)
+            .field("task_defaults", &self.defaults)
+            .field("ssl_mode", &self.ssl_mode)
+            .field("ssl_root_cert", &self.ssl_root_cert)
+            .field("ssl_client_cert", &self.ssl_client_cert)
+            .finish()
+    }
+}
+
+/// `url` with any password replaced by `***`: in the userinfo of a URL
+/// (`postgres://user:secret@host`), as a `password=` key of a key=value string, or as a
+/// `password` query parameter.
+pub(crate) fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    // URL userinfo: between "://" and the last '@' before the path, after the first ':'.
+    if let Some(scheme_end) = out.find("://") {
+        let rest_start = scheme_end + 3;
+        let authority_end = out[rest_start..]
+            .find(['/', '?'])
+            .map_or(out.len(), |i| rest_start + i);
+        if let Some(at) = out[rest_start..authority_end].rfind('@') {
+            let at = rest_start + at;
+            if let Some(colon) = out[rest_start..at].find(':') {
+                out.replace_range(rest_start + colon + 1..at, "***");
+            }
+        }
+    }
+    // `password=...` as a key=value pair or a query parameter, quoted or not.
+    let lower = out.to_ascii_lowercase();
+    let mut result = String::with_capacity(out.len());
+    let mut i = 0;
+    while let Some(found) = lower[i..].find("password") {
+        let start = i + found;
+        let key_ok =
+            start == 0 || matches!(lower.as_bytes()[start - 1], b' ' | b'?' | b'&' | b'\t');
+        let mut j = start + "password".len();
+        while j < out.len() && out.as_bytes()[j] == b' ' {
+            j += 1;
+        }
+        if !key_ok || j >= out.len() || out.as_bytes()[j] != b'=' {
+            result.push_str(&out[i..start + 1]);
+            i = start + 1;
+            continue;
+        }
+        j += 1;
+        while j < out.len() && out.as_bytes()[j] == b' ' {
+            j += 1;
+        }
+        let end = if out[j..].starts_with('\'') {
+            // Quoted: up to the closing quote not escaped by a backslash.
+            let mut k = j + 1;
+            let bytes = out.as_bytes();
+            while k < out.len() && bytes[k] != b'\'' {
+                k += if bytes[k] == b'\\' { 2 } else { 1 };
+            }
+            (k + 1).min(out.len())
+        } else {
+            out[j..].find([' ', '&', '\t']).map_or(out.len(), |e| j + e)
+        };
+        result.push_str(&out[i..j]);
+        result.push_str("***");
+        i = end;
+    }
+    result.push_str(&out[i..]);
+    result
 }
 
 impl AppBuilder {
@@ -167,16 +245,19 @@ impl AppBuilder {
         self
     }
 
-    /// Lets `app.job(name)` use the default queue and priority registered with each task
-    /// ([`TaskOptions::queue`](crate::TaskOptions::queue)) when the call gives none.
-    pub fn task_defaults(mut self, tasks: &Tasks) -> AppBuilder {
-        for (name, task) in &tasks.map {
-            let o = &task.options;
-            if o.queue.is_some() || o.priority.is_some() {
-                self.defaults
-                    .insert(name.clone(), (o.queue.clone(), o.priority));
-            }
-        }
+    /// Lets every defer of this App use the default queue and priority registered with each
+    /// task ([`TaskOptions::queue`](crate::TaskOptions::queue)) when the call gives none.
+    /// Takes a `&Tasks` (or a [`TaskDefaults`] built by hand). Defaults to none.
+    pub fn task_defaults(mut self, tasks: impl Into<TaskDefaults>) -> AppBuilder {
+        self.defaults.extend(tasks.into());
+        self
+    }
+
+    /// How often [`App::wait`] reads the job's row when no notification comes, for tests
+    /// of the notification path and of the backstop (feature `test-util`). Defaults to 1 s.
+    #[cfg(feature = "test-util")]
+    pub fn wait_poll_interval(mut self, interval: Duration) -> AppBuilder {
+        self.wait_poll = interval;
         self
     }
 
@@ -248,6 +329,7 @@ impl AppBuilder {
                 severs: AtomicU64::new(0),
                 schema_ok: AtomicBool::new(false),
                 defaults: self.defaults,
+                wait_poll: self.wait_poll,
             }),
         })
     }
@@ -274,7 +356,8 @@ impl App {
             pool_timeout: None,
             tcp_user_timeout: None,
             lazy: false,
-            defaults: HashMap::new(),
+            defaults: TaskDefaults::default(),
+            wait_poll: wait::POLL_INTERVAL,
             ssl_mode: None,
             ssl_root_cert: None,
             ssl_client_cert: None,
@@ -312,7 +395,7 @@ impl App {
         )?;
         // Checked out by a worker's task: a sever of that worker reaches it.
         conn.lend(crate::conn::watchdog::current_borrower());
-        Ok(PooledConnection(conn))
+        Ok(PooledConnection::new(conn))
     }
 
     /// Checks the schema version once per App.
@@ -331,26 +414,35 @@ impl App {
         self.job(task).defer(args)
     }
 
+    /// Defers a job of the typed task whose arguments are `args` (its name comes from
+    /// [`TaskArgs::TASK`]), now, on the task's default queue. Use
+    /// [`job_of`](Self::job_of) for the other options.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct Resize { image: u64 }
+    /// impl postpone::TaskArgs for Resize {
+    ///     const TASK: &'static str = "resize";
+    /// }
+    /// let id = app.enqueue(&Resize { image: 7 })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn enqueue<A: TaskArgs>(&self, args: &A) -> Result<JobId> {
+        self.job(A::TASK).defer(args)
+    }
+
+    /// Starts deferring a job of the typed task of arguments `A`: set options, then
+    /// [`defer`](JobBuilder::defer) the arguments.
+    pub fn job_of<A: TaskArgs>(&self) -> JobBuilder<'_> {
+        self.job(A::TASK)
+    }
+
     /// Starts deferring a job of `task`: set options, then [`defer`](JobBuilder::defer).
     pub fn job(&self, task: &str) -> JobBuilder<'_> {
-        let (queue, priority) = self
-            .inner
-            .defaults
-            .get(task)
-            .cloned()
-            .unwrap_or((None, None));
-        JobBuilder {
-            app: self,
-            new: NewJob {
-                task: task.to_owned(),
-                queue,
-                priority: priority.unwrap_or(0),
-                lock: None,
-                queueing_lock: None,
-                schedule: Schedule::Now,
-                args: RawJson::default(),
-            },
-        }
+        NewJob::bound(self, task)
     }
 
     /// Defers many jobs in one round-trip and one transaction: all are inserted, or none.
@@ -368,15 +460,7 @@ impl App {
     /// # }
     /// ```
     pub fn defer_batch(&self, jobs: &[NewJob]) -> Result<Vec<JobId>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let cols = BatchColumns::new(jobs, &self.inner.defaults)?;
-        let mut conn = self.connection()?;
-        let rows = conn
-            .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
-            .map_err(|e| defer_error(e, None))?;
-        Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+        insert::insert_batch(self, jobs)
     }
 
     /// Like [`defer_batch`](Self::defer_batch), inside the caller's transaction or client.
@@ -385,14 +469,67 @@ impl App {
         client: &mut C,
         jobs: &[NewJob],
     ) -> Result<Vec<JobId>> {
-        if jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let cols = BatchColumns::new(jobs, &self.inner.defaults)?;
-        let rows = client
-            .query(store::JOB_INSERT_BATCH, &cols.params())
-            .map_err(|e| defer_error(Error::from_client("deferring jobs", e), None))?;
-        Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+        insert::insert_batch_in(self, client, jobs)
+    }
+
+    /// Waits until job `id` is finished (succeeded, failed, cancelled or aborted) and
+    /// returns its status with the output its task recorded, from any process: the job may
+    /// have been deferred and run anywhere.
+    ///
+    /// The wait uses a connection of its own, woken by a notification when the job finishes,
+    /// and reads the job's row at least every second as a backstop. It is bounded by
+    /// `timeout` (then an error of kind [`Timeout`](ErrorKind::Timeout) that names the
+    /// job's status), and each read by the App's `io_timeout`, so a connection lost or gone
+    /// half-open during the wait is an error, never a hang. A job that does not exist, or
+    /// was deleted when it finished (a worker with `delete_finished`), is an error of kind
+    /// [`NotFound`](ErrorKind::NotFound).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::Duration;
+    /// let id = app.defer("thumbnail", &serde_json::json!({"image": 7}))?;
+    /// let result = app.wait(id, Duration::from_secs(30))?;
+    /// if result.succeeded() {
+    ///     let size: (u32, u32) = result.output_as()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
+        let mut conn = self.dedicated()?;
+        wait::wait(&mut conn, id, timeout, self.inner.wait_poll)
+    }
+
+    /// Defers a job of the typed task whose arguments are `args`, then [`wait`](Self::wait)s
+    /// for it; see [`JobBuilder::defer_and_wait`] for the other options.
+    pub fn enqueue_and_wait<A: TaskArgs>(&self, args: &A, timeout: Duration) -> Result<JobResult> {
+        self.job(A::TASK).defer_and_wait(args, timeout)
+    }
+
+    /// The status of job `id` now, with its output and latest progress, whether it has
+    /// finished or not; [`NotFound`](ErrorKind::NotFound) if there is no such job.
+    pub fn job_result(&self, id: JobId) -> Result<JobResult> {
+        let mut conn = self.connection()?;
+        wait::read(&mut conn, id)?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!("reading job {id}: there is no such job"),
+            )
+        })
+    }
+
+    /// A connection of its own (not pooled), schema checked, in the App's watchdog group so
+    /// that [`sever_all`](Self::sever_all) reaches it.
+    fn dedicated(&self) -> Result<Connection> {
+        let mut conn = Connection::open(
+            &self.inner.opts,
+            &self.inner.watchdog,
+            self.inner.group,
+            None,
+        )?;
+        self.ensure_schema(&mut conn)?;
+        Ok(conn)
     }
 
     /// Severs every socket of this App's pool at once: every blocked round-trip returns an
@@ -422,404 +559,47 @@ impl App {
     }
 }
 
-/// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
-static DEFAULT_QUEUE: &str = "default";
+impl Inserter for App {
+    fn pooled(&self) -> Result<PooledConnection> {
+        self.connection()
+    }
 
-/// A connection checked out of the App's pool; derefs to [`Connection`].
-pub struct PooledConnection(Pooled);
+    fn defaults(&self) -> &TaskDefaults {
+        &self.inner.defaults
+    }
 
-impl Deref for PooledConnection {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        &self.0
+    fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
+        App::wait(self, id, timeout)
     }
 }
 
-impl DerefMut for PooledConnection {
-    fn deref_mut(&mut self) -> &mut Connection {
-        &mut self.0
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Drop for PooledConnection {
-    fn drop(&mut self) {
-        self.0.lend(0);
-    }
-}
-
-impl std::fmt::Debug for PooledConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-#[derive(Clone, Debug)]
-enum Schedule {
-    Now,
-    At(SystemTime),
-    In(Duration),
-}
-
-/// A job to insert, for [`App::defer_batch`]: a task name, serialized arguments and options.
-#[derive(Clone, Debug)]
-pub struct NewJob {
-    task: String,
-    queue: Option<String>,
-    priority: i32,
-    lock: Option<String>,
-    queueing_lock: Option<String>,
-    schedule: Schedule,
-    args: RawJson,
-}
-
-impl NewJob {
-    /// A job of `task` with `args`, serialized now (an argument that does not serialize to
-    /// JSON is an error of kind `InvalidInput`).
-    pub fn new<A: Serialize + ?Sized>(task: impl Into<String>, args: &A) -> Result<NewJob> {
-        Ok(NewJob {
-            task: task.into(),
-            queue: None,
-            priority: 0,
-            lock: None,
-            queueing_lock: None,
-            schedule: Schedule::Now,
-            args: serialize_args(args)?,
-        })
-    }
-
-    /// The queue. Defaults to the task's default queue, or `"default"`.
-    pub fn queue(mut self, queue: impl Into<String>) -> NewJob {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// Higher runs first. Defaults to 0.
-    pub fn priority(mut self, priority: i32) -> NewJob {
-        self.priority = priority;
-        self
-    }
-
-    /// At most one job of this lock runs at a time, in defer order.
-    pub fn lock(mut self, lock: impl Into<String>) -> NewJob {
-        self.lock = Some(lock.into());
-        self
-    }
-
-    /// At most one job of this queueing lock waits (`todo`) at a time.
-    pub fn queueing_lock(mut self, lock: impl Into<String>) -> NewJob {
-        self.queueing_lock = Some(lock.into());
-        self
-    }
-
-    /// Not before `at`.
-    pub fn schedule_at(mut self, at: SystemTime) -> NewJob {
-        self.schedule = Schedule::At(at);
-        self
-    }
-
-    /// Not before `delay` from now (by the database's clock).
-    pub fn schedule_in(mut self, delay: Duration) -> NewJob {
-        self.schedule = Schedule::In(delay);
-        self
-    }
-
-    fn validate(&self) -> Result<()> {
-        if self.task.trim().is_empty() {
-            return Err(Error::invalid("invalid task name: it must not be empty"));
-        }
-        if self.queue.as_deref().is_some_and(|q| q.trim().is_empty()) {
-            return Err(Error::invalid("invalid queue name: it must not be empty"));
-        }
-        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
-            if v.as_deref().is_some_and(str::is_empty) {
-                return Err(Error::invalid(format!(
-                    "invalid {what}: it must not be empty (leave it unset instead)"
-                )));
-            }
-        }
-        for (what, v) in [
-            ("task name", Some(&self.task)),
-            ("queue name", self.queue.as_ref()),
-            ("lock", self.lock.as_ref()),
-            ("queueing lock", self.queueing_lock.as_ref()),
+    #[test]
+    fn builder_debug_never_shows_a_password() {
+        for url in [
+            "postgres://alice:s3cret@db.example:5432/app?sslmode=require",
+            "postgres://alice:s3cret@[::1]/app",
+            "postgresql://alice:s3%40cret@host/app",
+            "postgres://alice@host/app?password=s3cret&sslmode=disable",
+            "host=db user=alice password=s3cret dbname=app",
+            "host=db password = 's3cret with \\' quote' user=alice",
+            "host=db PASSWORD=s3cret user=alice",
         ] {
-            if v.is_some_and(|s| s.contains('\0')) {
-                return Err(Error::invalid(format!(
-                    "invalid {what}: it contains a NUL character"
-                )));
-            }
+            let shown = format!("{:?}", App::builder(url).pool_size(3));
+            assert!(!shown.contains("s3"), "{url} shown as {shown}");
+            assert!(shown.contains("***"), "{shown}");
+            assert!(shown.contains("alice"), "{shown}");
+            assert!(shown.contains("pool_size: 3"), "{shown}");
         }
-        // What notification payloads and index entries can hold, and a schedule the
-        // database's timestamps can reach.
-        crate::limits::check_name("task name", &self.task)?;
-        if let Some(q) = &self.queue {
-            crate::limits::check_name("queue name", q)?;
-        }
-        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
-            if let Some(v) = v {
-                crate::limits::check_lock(what, v)?;
-            }
-        }
-        match self.schedule {
-            Schedule::In(d) => crate::limits::check_schedule(d)?,
-            Schedule::At(t) => {
-                if let Ok(d) = t.duration_since(SystemTime::now()) {
-                    crate::limits::check_schedule(d)?;
-                }
-            }
-            Schedule::Now => {}
-        }
-        Ok(())
-    }
-
-    fn schedule_params(&self) -> (Option<SystemTime>, i64) {
-        match self.schedule {
-            Schedule::Now => (None, 0),
-            Schedule::At(t) => (Some(t), 0),
-            Schedule::In(d) => (None, d.as_micros().min(i64::MAX as u128) as i64),
-        }
-    }
-}
-
-/// Serializes job arguments, refusing what PostgreSQL's jsonb cannot store.
-pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> Result<RawJson> {
-    let text = serde_json::to_string(args).map_err(|e| {
-        Error::with_source(
-            ErrorKind::InvalidInput,
-            "job arguments do not serialize to JSON",
-            e,
-        )
-    })?;
-    if text.contains("\\u0000") {
-        return Err(Error::invalid(
-            "job arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store",
-        ));
-    }
-    Ok(RawJson(text))
-}
-
-/// Turns a unique violation of the queueing-lock index into `AlreadyEnqueued`.
-fn defer_error(e: Error, queueing_lock: Option<&str>) -> Error {
-    if e.sqlstate() == Some("23505") && e.constraint() == Some(store::QUEUEING_LOCK_INDEX) {
-        let msg = match queueing_lock {
-            Some(l) => format!(
-                "deferring a job: a job with queueing lock {l:?} is already waiting (todo); nothing was inserted"
-            ),
-            None => "deferring jobs: a job with one of these queueing locks is already waiting (todo); nothing was inserted".to_owned(),
-        };
-        return Error::new(ErrorKind::AlreadyEnqueued, msg).set_sqlstate("23505");
-    }
-    e
-}
-
-/// Options of a job being deferred; from [`App::job`].
-#[must_use = "call .defer(&args) to insert the job"]
-pub struct JobBuilder<'a> {
-    app: &'a App,
-    new: NewJob,
-}
-
-impl std::fmt::Debug for JobBuilder<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JobBuilder")
-            .field("job", &self.new)
-            .finish()
-    }
-}
-
-impl<'a> JobBuilder<'a> {
-    /// The queue. Defaults to the task's default queue, or `"default"`.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.new = self.new.queue(queue);
-        self
-    }
-
-    /// Higher runs first. Defaults to 0 (or the task's default priority).
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.new = self.new.priority(priority);
-        self
-    }
-
-    /// At most one job of this lock runs at a time, in defer order.
-    pub fn lock(mut self, lock: impl Into<String>) -> Self {
-        self.new = self.new.lock(lock);
-        self
-    }
-
-    /// At most one job of this queueing lock waits (`todo`) at a time; deferring a second is
-    /// an error of kind [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued).
-    pub fn queueing_lock(mut self, lock: impl Into<String>) -> Self {
-        self.new = self.new.queueing_lock(lock);
-        self
-    }
-
-    /// Not before `at`.
-    pub fn schedule_at(mut self, at: SystemTime) -> Self {
-        self.new = self.new.schedule_at(at);
-        self
-    }
-
-    /// Not before `delay` from now (by the database's clock).
-    pub fn schedule_in(mut self, delay: Duration) -> Self {
-        self.new = self.new.schedule_in(delay);
-        self
-    }
-
-    fn prepare<A: Serialize + ?Sized>(mut self, args: &A) -> Result<NewJob> {
-        self.new.args = serialize_args(args)?;
-        self.new.validate()?;
-        Ok(self.new)
-    }
-
-    /// Inserts the job through the App's pool; returns its id once committed.
-    pub fn defer<A: Serialize + ?Sized>(self, args: &A) -> Result<JobId> {
-        let app = self.app;
-        let job = self.prepare(args)?;
-        let mut conn = app.connection()?;
-        job.insert_on(&mut conn)
-    }
-
-    /// Inserts the job with the caller's client, typically inside its transaction: the job
-    /// exists if and only if that transaction commits. (The caller's client has no deadline
-    /// of ours.)
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
-    /// let mut client = postgres::Client::connect("host=127.0.0.1 user=postgres", postgres::NoTls)?;
-    /// let mut tx = client.transaction()?;
-    /// tx.execute("CREATE TEMP TABLE orders (id int)", &[])?;
-    /// app.job("ship_order").defer_in(&mut tx, &serde_json::json!({"order": 1}))?;
-    /// tx.commit()?;
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub fn defer_in<C: GenericClient, A: Serialize + ?Sized>(
-        self,
-        client: &mut C,
-        args: &A,
-    ) -> Result<JobId> {
-        let job = self.prepare(args)?;
-        let (at, delay) = job.schedule_params();
-        let row = client
-            .query_one(store::JOB_INSERT, &job.insert_params(&at, &delay))
-            .map_err(|e| {
-                defer_error(
-                    Error::from_client("deferring a job", e),
-                    job.queueing_lock.as_deref(),
-                )
-            })?;
-        Ok(JobId(row.get(0)))
-    }
-
-    /// Inserts the job on a connection of ours, e.g. inside a transaction started with
-    /// [`Connection::begin`] in task code.
-    pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
-        self.prepare(args)?.insert_on(conn)
-    }
-}
-
-impl NewJob {
-    /// The parameters of `store::JOB_INSERT`.
-    fn insert_params<'a>(
-        &'a self,
-        at: &'a Option<SystemTime>,
-        delay: &'a i64,
-    ) -> [&'a (dyn postgres::types::ToSql + Sync); 8] {
-        [
-            match &self.queue {
-                Some(q) => q,
-                None => &DEFAULT_QUEUE,
-            },
-            &self.task,
-            &self.args,
-            &self.priority,
-            &self.lock,
-            &self.queueing_lock,
-            at,
-            delay,
-        ]
-    }
-
-    /// Inserts this job on one of our connections.
-    fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
-        let (at, delay) = self.schedule_params();
-        let rows = conn
-            .query_cached(
-                "deferring a job",
-                store::JOB_INSERT,
-                &self.insert_params(&at, &delay),
-            )
-            .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
-        Ok(JobId(rows[0].get(0)))
-    }
-}
-
-/// Column arrays of a batch insert.
-struct BatchColumns {
-    queue: Vec<String>,
-    task: Vec<String>,
-    args: Vec<RawJson>,
-    priority: Vec<i32>,
-    lock: Vec<Option<String>>,
-    queueing_lock: Vec<Option<String>>,
-    at: Vec<Option<SystemTime>>,
-    delay: Vec<i64>,
-}
-
-impl BatchColumns {
-    fn new(
-        jobs: &[NewJob],
-        defaults: &HashMap<String, (Option<String>, Option<i32>)>,
-    ) -> Result<BatchColumns> {
-        let n = jobs.len();
-        let mut c = BatchColumns {
-            queue: Vec::with_capacity(n),
-            task: Vec::with_capacity(n),
-            args: Vec::with_capacity(n),
-            priority: Vec::with_capacity(n),
-            lock: Vec::with_capacity(n),
-            queueing_lock: Vec::with_capacity(n),
-            at: Vec::with_capacity(n),
-            delay: Vec::with_capacity(n),
-        };
-        for (i, j) in jobs.iter().enumerate() {
-            j.validate()
-                .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
-            let d = defaults.get(&j.task);
-            let queue = j
-                .queue
-                .clone()
-                .or_else(|| d.and_then(|d| d.0.clone()))
-                .unwrap_or_else(|| "default".to_owned());
-            let priority = if j.priority == 0 {
-                d.and_then(|d| d.1).unwrap_or(0)
-            } else {
-                j.priority
-            };
-            let (at, delay) = j.schedule_params();
-            c.queue.push(queue);
-            c.task.push(j.task.clone());
-            c.args.push(j.args.clone());
-            c.priority.push(priority);
-            c.lock.push(j.lock.clone());
-            c.queueing_lock.push(j.queueing_lock.clone());
-            c.at.push(at);
-            c.delay.push(delay);
-        }
-        Ok(c)
-    }
-
-    fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 8] {
-        [
-            &self.queue,
-            &self.task,
-            &self.args,
-            &self.priority,
-            &self.lock,
-            &self.queueing_lock,
-            &self.at,
-            &self.delay,
-        ]
+        // Nothing to hide: shown as given.
+        let plain = "postgres://bob@host:5432/app";
+        assert_eq!(redact_url(plain), plain);
+        assert_eq!(
+            redact_url("host=db user=passwordless"),
+            "host=db user=passwordless"
+        );
     }
 }

@@ -49,6 +49,9 @@ pub enum ErrorKind {
     Shutdown,
     /// Anything else: an internal failure that should be reported as a bug.
     Other,
+    /// The postpone schema in this database is newer than this library (a newer postpone
+    /// migrated it); the admin API refuses to act on it.
+    SchemaNewer,
 }
 
 impl fmt::Display for ErrorKind {
@@ -68,6 +71,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::InvalidState => "invalid state",
             ErrorKind::Shutdown => "shutting down",
             ErrorKind::Other => "internal error",
+            ErrorKind::SchemaNewer => "schema newer than this library",
         };
         f.write_str(s)
     }

@@ -1,4 +1,4 @@
-//! Jobs as tasks see them: [`Job`], its [`JobId`] and [`JobStatus`].
+//! Jobs as tasks see them: [`Job`] (its id and status types live in `types.rs`).
 //!
 //! A `Job` is handed to a task while it runs. It carries the job's identity, its arguments
 //! (kept as the JSON text read from the database and deserialized only when the task asks),
@@ -6,132 +6,20 @@
 //! or the task's own timeout), and the [`App`] so the task can reach the database.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
-use bytes::BytesMut;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use serde::Serialize;
 
 use crate::app::App;
-use crate::error::{Error, ErrorKind};
-use crate::task::TaskError;
-
-/// The id of a job: a newtype over the `bigint` primary key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JobId(pub i64);
-
-impl JobId {
-    /// The id as a number.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<i64> for JobId {
-    fn from(id: i64) -> JobId {
-        JobId(id)
-    }
-}
-
-impl From<JobId> for i64 {
-    fn from(id: JobId) -> i64 {
-        id.0
-    }
-}
-
-impl FromStr for JobId {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<JobId, Error> {
-        s.trim()
-            .parse::<i64>()
-            .map(JobId)
-            .map_err(|_| Error::invalid(format!("invalid job id {s:?}: expected a whole number")))
-    }
-}
-
-/// Where a job is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum JobStatus {
-    /// Waiting to be claimed (possibly scheduled for later).
-    Todo,
-    /// Claimed by a worker, running.
-    Doing,
-    /// Ran and returned `Ok`.
-    Succeeded,
-    /// Ran and failed with no retry left (or failed without retry).
-    Failed,
-    /// Cancelled before it ran, or by its task.
-    Cancelled,
-    /// Aborted on request while it ran.
-    Aborted,
-}
-
-impl JobStatus {
-    /// Every status, in life order.
-    pub const ALL: [JobStatus; 6] = [
-        JobStatus::Todo,
-        JobStatus::Doing,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-        JobStatus::Aborted,
-    ];
-
-    /// The status as stored in the database (`"todo"`, `"doing"`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Todo => "todo",
-            JobStatus::Doing => "doing",
-            JobStatus::Succeeded => "succeeded",
-            JobStatus::Failed => "failed",
-            JobStatus::Cancelled => "cancelled",
-            JobStatus::Aborted => "aborted",
-        }
-    }
-
-    /// True for the statuses a job never leaves by itself.
-    pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Aborted
-        )
-    }
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for JobStatus {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<JobStatus, Error> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|st| st.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::InvalidInput,
-                    format!(
-                        "unknown job status {s:?}: expected one of todo, doing, succeeded, failed, cancelled, aborted"
-                    ),
-                )
-            })
-    }
-}
+use crate::error::{Error, ErrorKind, Result};
+use crate::store;
+use crate::task_error::TaskError;
+use crate::types::serialize_args;
+// The worker and the admin API name these through `crate::job`.
+pub(crate) use crate::types::{JobId, JobStatus, RawJson};
 
 /// Why a running job should stop: bits of [`AbortFlag`].
 pub(crate) const ABORT_REQUESTED: u8 = 1;
@@ -183,6 +71,39 @@ pub struct Job {
     pub(crate) lock: Option<String>,
     pub(crate) abort: Arc<AbortFlag>,
     pub(crate) app: App,
+    /// What the task records while it runs (`Default` when the worker builds the job).
+    pub(crate) extras: JobExtras,
+}
+
+/// The largest output a job may record, as JSON text.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
+/// The largest progress value a job may record, as JSON text.
+pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
+
+/// State a running job accumulates: its output until the worker records it with the
+/// outcome, and the periodic instant once read.
+#[derive(Debug, Default)]
+pub(crate) struct JobExtras {
+    output: Mutex<Option<RawJson>>,
+    instant: OnceLock<Option<SystemTime>>,
+}
+
+/// Serializes `value` as a job's `what`, refusing more than `max` bytes of JSON.
+fn bounded_json<T: Serialize + ?Sized>(what: &str, value: &T, max: usize) -> Result<RawJson> {
+    let json =
+        serialize_args(value).map_err(|e| e.context(format_args!("recording the {what}")))?;
+    if json.0.len() > max {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "recording the {what}: it is {} bytes of JSON, more than the {} allowed; store large results elsewhere and record a reference to them",
+                json.0.len(),
+                max
+            ),
+        ));
+    }
+    Ok(json)
 }
 
 impl fmt::Debug for Job {
@@ -260,78 +181,95 @@ impl Job {
     pub fn app(&self) -> &App {
         &self.app
     }
-}
 
-/// JSON text read from or written to a `jsonb` column without going through `serde_json::Value`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RawJson(pub(crate) String);
+    /// Sets the job's output: a JSON value stored on the job if, and only if, the task then
+    /// succeeds, in the same statement that records the success (a retried, failed or
+    /// cancelled attempt records none). A later call replaces an earlier one. Readers get it
+    /// from [`App::wait`](crate::App::wait) and the admin API's job detail.
+    ///
+    /// Nothing is written yet, so this never blocks; a value that does not serialize, or
+    /// whose JSON is larger than [`MAX_OUTPUT_BYTES`], is an error of kind `InvalidInput`
+    /// (and the output set before, if any, is kept).
+    ///
+    /// ```
+    /// # use postpone::{Job, TaskError};
+    /// fn resize(job: &Job) -> Result<(), TaskError> {
+    ///     // ... resize ...
+    ///     job.set_output(&serde_json::json!({"width": 640, "height": 480}))?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn set_output<T: Serialize + ?Sized>(&self, output: &T) -> Result<()> {
+        let json = bounded_json("job output", output, MAX_OUTPUT_BYTES)?;
+        *self.extras.output.lock().unwrap_or_else(|e| e.into_inner()) = Some(json);
+        Ok(())
+    }
 
-impl ToSql for RawJson {
-    fn to_sql(
-        &self,
-        ty: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        if *ty == Type::JSONB {
-            out.extend_from_slice(&[1]);
+    /// Takes the output set by the task, for the worker to record with a success.
+    pub(crate) fn take_output(&self) -> Option<RawJson> {
+        self.extras
+            .output
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Records the job's progress now: any JSON value (a percentage, a step name, counts),
+    /// replacing the previous one, with the time it was written. It is written at once, on a
+    /// pooled connection under the App's `io_timeout`, so a watcher sees it while the task
+    /// runs (admin job detail, [`App::job_result`](crate::App::job_result)).
+    ///
+    /// Errors: JSON larger than [`MAX_PROGRESS_BYTES`] (kind `InvalidInput`); the database
+    /// unreachable or slow (`Timeout`, `Connect`...); the job no longer running as this
+    /// attempt (`InvalidState`: it was requeued after its worker was presumed dead). A task
+    /// may ignore these errors and carry on: progress is informative.
+    ///
+    /// ```
+    /// # use postpone::{Job, TaskError};
+    /// fn import(job: &Job) -> Result<(), TaskError> {
+    ///     for chunk in 0..10 {
+    ///         // ... import chunk ...
+    ///         let _ = job.set_progress(&serde_json::json!({"done": chunk + 1, "of": 10}));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn set_progress<T: Serialize + ?Sized>(&self, progress: &T) -> Result<()> {
+        let json = bounded_json("job progress", progress, MAX_PROGRESS_BYTES)?;
+        let mut conn = self.app.connection()?;
+        let n = conn.execute_cached(
+            "recording a job's progress",
+            store::JOB_PROGRESS_SET,
+            &[&self.id.0, &json, &self.attempts],
+        )?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "recording the progress of job {}: it is no longer running as attempt {} (it was requeued after its worker was presumed dead, or finished)",
+                    self.id, self.attempts
+                ),
+            ));
         }
-        out.extend_from_slice(self.0.as_bytes());
-        Ok(IsNull::No)
+        Ok(())
     }
 
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::JSONB || *ty == Type::JSON
-    }
-
-    tokio_postgres::types::to_sql_checked!();
-}
-
-impl<'a> FromSql<'a> for RawJson {
-    fn from_sql(
-        ty: &Type,
-        raw: &'a [u8],
-    ) -> Result<RawJson, Box<dyn std::error::Error + Sync + Send>> {
-        let body = if *ty == Type::JSONB {
-            match raw.split_first() {
-                Some((1, rest)) => rest,
-                _ => return Err("unsupported jsonb encoding version".into()),
-            }
-        } else {
-            raw
-        };
-        Ok(RawJson(std::str::from_utf8(body)?.to_owned()))
-    }
-
-    fn accepts(ty: &Type) -> bool {
-        *ty == Type::JSONB || *ty == Type::JSON
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statuses_round_trip_through_text() {
-        for st in JobStatus::ALL {
-            assert_eq!(st.as_str().parse::<JobStatus>().unwrap(), st);
-            assert_eq!(st.to_string(), st.as_str());
+    /// The instant of the periodic schedule this job was deferred for, or `None` if no
+    /// periodic schedule deferred it. The instant is the one of the schedule (in its time
+    /// zone, as a point in time), not the time the job started, so a task that runs late, or
+    /// again after a retry, still knows which period it covers. Read from the database on the
+    /// first call (under the App's `io_timeout`), then remembered.
+    pub fn periodic_instant(&self) -> Result<Option<SystemTime>> {
+        if let Some(v) = self.extras.instant.get() {
+            return Ok(*v);
         }
-        assert!(JobStatus::Succeeded.is_finished());
-        assert!(!JobStatus::Doing.is_finished());
-        let e = "done".parse::<JobStatus>().unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidInput);
-        assert!(e.to_string().contains("unknown job status \"done\""));
-    }
-
-    #[test]
-    fn job_ids_parse_and_print() {
-        assert_eq!("42".parse::<JobId>().unwrap(), JobId(42));
-        assert_eq!(JobId(7).to_string(), "7");
-        assert_eq!(i64::from(JobId(7)), 7);
-        assert_eq!(
-            "x".parse::<JobId>().unwrap_err().kind(),
-            ErrorKind::InvalidInput
-        );
+        let mut conn = self.app.connection()?;
+        let rows = conn.query_cached(
+            "reading the periodic instant of a job",
+            store::JOB_PERIODIC_INSTANT,
+            &[&self.id.0],
+        )?;
+        let v: Option<SystemTime> = rows.first().and_then(|r| r.get(0));
+        Ok(*self.extras.instant.get_or_init(|| v))
     }
 }

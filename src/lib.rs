@@ -1,4 +1,19 @@
 #![doc = include_str!("../README.md")]
+//!
+//! # Cargo features
+//!
+//! - `cli` (default): builds the `postpone` command-line tool (migrate, defer, jobs, retry,
+//!   cancel, abort, stats, prune...). Libraries that only defer jobs can turn it off with
+//!   `default-features = false`.
+//! - `test-util`: helpers for the tests of programs that use postpone, in
+//!   `postpone::testing`: run the jobs a piece of code deferred, synchronously, and assert what was
+//!   deferred, against the real database.
+//!
+//! # Re-exports
+//!
+//! [`postgres`] and [`tokio_postgres`] are re-exported, since their types appear in
+//! postpone's signatures (`GenericClient` in [`JobBuilder::defer_in`], rows, SQL types):
+//! use them through `postpone::postgres` to be sure the versions match.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -6,28 +21,46 @@ mod admin;
 mod app;
 mod conn;
 mod error;
+mod insert;
 mod job;
 mod limits;
 mod periodic;
+mod pooled;
 mod retention;
 mod retry;
 mod schema;
 mod store;
 mod task;
+mod task_error;
+#[cfg(feature = "test-util")]
+pub mod testing;
+mod typed;
+mod types;
+mod wait;
 mod worker;
 
+pub use postgres;
+pub use tokio_postgres;
+
 pub use admin::{
-    AbortOutcome, Admin, AttemptError, JobDetail, JobFilter, JobInfo, QueueCounts, WorkerInfo,
+    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
+    JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
-pub use app::{App, AppBuilder, JobBuilder, NewJob, PooledConnection};
+pub use app::{App, AppBuilder, PooledConnection};
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification};
 pub use error::{Error, ErrorKind, Result};
-pub use job::{Job, JobId, JobStatus};
-pub use periodic::PeriodicOptions;
+pub use insert::{Bound, Detached, JobBuilder, NewJob};
+pub use job::{Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};
+pub use periodic::{PeriodicOptions, Schedules};
 pub use retention::{PruneReport, Retention};
 pub use retry::RetryStrategy;
-pub use task::{TaskError, TaskOptions, Tasks};
+pub use schema::SCHEMA_VERSION;
+pub use task::{TaskOptions, Tasks};
+pub use task_error::TaskError;
+pub use typed::Task;
+pub use types::{JobId, JobStatus, TaskArgs, TaskDefaults};
+pub use wait::JobResult;
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,

@@ -1,10 +1,20 @@
-//! Periodic tasks: cron schedules registered with [`Tasks::periodic`], and the deferral of
-//! one scheduled instant.
+//! Periodic tasks: the registry of cron schedules ([`Schedules`], which a [`Tasks`](crate::Tasks)
+//! holds next to its tasks and fills through [`Tasks::periodic`](crate::Tasks::periodic)), and
+//! the deferral of one scheduled instant.
 //!
 //! A schedule is a cron expression read by the `croner` crate: 5 fields (minute, hour, day
 //! of month, month, day of week), or 6 with a leading seconds field, or one of the aliases
 //! `@yearly` (`@annually`), `@monthly`, `@weekly`, `@daily` (`@midnight`), `@hourly`.
-//! Instants are computed in UTC.
+//! Instants are computed in UTC, or in the schedule's [time zone](PeriodicOptions::time_zone)
+//! (IANA names, read with `jiff` from the system's time zone database).
+//!
+//! In a time zone, the expression matches wall-clock times, and each matching wall-clock
+//! time is deferred once. Across daylight saving changes this means: a time that falls in
+//! a skipped hour (02:30 on a spring-forward night) is deferred at the end of the gap (03:00
+//! in the new offset), once however many times of the gap match; a time that occurs twice
+//! (01:30 on a fall-back night) is deferred at its first occurrence only. So a daily job runs
+//! once every day, and a job every 15 minutes does not run during the repeated hour's second
+//! pass: schedules that must run at a fixed real-time interval are best left in UTC.
 //!
 //! Every worker that was given the schedule defers its jobs (from its `postpone-periodic`
 //! thread, see `worker/periodic.rs`). Each instant is deferred exactly once across all
@@ -21,16 +31,15 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use serde::Serialize;
 
 use crate::conn::Connection;
 use crate::error::{fmt_duration, Result};
-use crate::job::{JobId, RawJson};
 use crate::store;
-use crate::task::Tasks;
+use crate::types::{JobId, RawJson};
 
 /// The catch-up window of a schedule unless [`PeriodicOptions::catch_up`] says otherwise.
 pub(crate) const DEFAULT_CATCH_UP: Duration = Duration::from_secs(10 * 60);
@@ -43,7 +52,8 @@ pub(crate) const MAX_CATCH_UP: Duration = Duration::from_secs(24 * 3600);
 /// Records of deferred instants are kept at least this long, whatever the retention.
 pub(crate) const PERIODIC_KEEP_MIN: Duration = Duration::from_secs(2 * 24 * 3600);
 
-/// A periodic schedule of a task; returned by [`Tasks::periodic`] to adjust.
+/// A periodic schedule of a task; returned by [`Tasks::periodic`](crate::Tasks::periodic) and
+/// [`Schedules::add`] to adjust.
 ///
 /// ```
 /// use std::time::Duration;
@@ -76,6 +86,8 @@ pub struct PeriodicOptions {
     pub(crate) lock: Option<String>,
     pub(crate) queueing_lock: Option<String>,
     pub(crate) catch_up: Duration,
+    pub(crate) time_zone: Option<(String, jiff::tz::TimeZone)>,
+    pub(crate) run_on_start: bool,
     pub(crate) problems: Vec<String>,
 }
 
@@ -88,6 +100,8 @@ impl fmt::Debug for PeriodicOptions {
             .field("args", &self.args.0)
             .field("queue", &self.queue)
             .field("catch_up", &self.catch_up)
+            .field("time_zone", &self.time_zone.as_ref().map(|(n, _)| n))
+            .field("run_on_start", &self.run_on_start)
             .finish_non_exhaustive()
     }
 }
@@ -104,7 +118,7 @@ impl PeriodicOptions {
     /// The arguments every job of this schedule gets, serialized now (a value that does not
     /// serialize is reported when the worker is spawned). Defaults to JSON `null`.
     pub fn args<A: Serialize + ?Sized>(&mut self, args: &A) -> &mut PeriodicOptions {
-        match crate::app::serialize_args(args) {
+        match crate::types::serialize_args(args) {
             Ok(json) => self.args = json,
             Err(e) => self.problems.push(format!(
                 "periodic task {}: {e}",
@@ -148,6 +162,45 @@ impl PeriodicOptions {
         self
     }
 
+    /// The time zone whose wall clock the expression is read in, by IANA name
+    /// (`"Europe/Paris"`, `"America/New_York"`); see the module docs for how daylight saving
+    /// changes are handled. An unknown name is reported when the worker is spawned.
+    /// Defaults to UTC.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// let mut tasks = postpone::Tasks::new();
+    /// let s = tasks.periodic("report", "0 9 * * *").time_zone("Asia/Tokyo");
+    /// // 2024-01-01T00:00:00Z is 09:00 in Tokyo (UTC+9).
+    /// let midnight_utc = UNIX_EPOCH + Duration::from_secs(1_704_067_200);
+    /// assert_eq!(
+    ///     s.next_after(midnight_utc - Duration::from_secs(1)),
+    ///     Some(midnight_utc)
+    /// );
+    /// ```
+    pub fn time_zone(&mut self, name: &str) -> &mut PeriodicOptions {
+        match jiff::tz::TimeZone::get(name) {
+            Ok(tz) => self.time_zone = Some((name.to_owned(), tz)),
+            Err(e) => self.problems.push(format!(
+                "periodic task {}: unknown time zone {name:?} ({e}); use an IANA name such as \"Europe/Paris\"",
+                describe(&self.task, &self.id)
+            )),
+        }
+        self
+    }
+
+    /// Also defers one job as soon as each worker given this schedule starts (its instant
+    /// is the start time, to the second), then follows the schedule. Defaults to false.
+    pub fn run_on_start(&mut self, yes: bool) -> &mut PeriodicOptions {
+        self.run_on_start = yes;
+        self
+    }
+
+    /// The name of its time zone, or `None` for UTC.
+    pub fn time_zone_name(&self) -> Option<&str> {
+        self.time_zone.as_ref().map(|(n, _)| n.as_str())
+    }
+
     /// The task name.
     pub fn task(&self) -> &str {
         &self.task
@@ -169,14 +222,19 @@ impl PeriodicOptions {
     /// assert_eq!(every5.next_after(t), Some(UNIX_EPOCH + Duration::from_secs(300)));
     /// ```
     pub fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
-        next_after(self.cron.as_ref()?, t)
+        let cron = self.cron.as_ref()?;
+        match &self.time_zone {
+            None => next_after(cron, t),
+            Some((_, tz)) => next_after_in(cron, tz, t),
+        }
     }
 
-    /// Everything wrong with this schedule, for the worker's validation.
-    pub(crate) fn check(&self, tasks: &Tasks) -> Vec<String> {
+    /// Everything wrong with this schedule, for the worker's validation; `registered` tells
+    /// whether a task name is known.
+    pub(crate) fn check(&self, registered: impl Fn(&str) -> bool) -> Vec<String> {
         let mut out = self.problems.clone();
         let who = describe(&self.task, &self.id);
-        if !tasks.map.contains_key(&self.task) {
+        if !registered(&self.task) {
             out.push(format!(
                 "periodic task {who}: no task {:?} is registered",
                 self.task
@@ -217,19 +275,40 @@ pub(crate) fn describe(task: &str, id: &str) -> String {
     }
 }
 
-impl Tasks {
-    /// Defers `task` on a cron schedule, from every worker given these tasks; each instant
-    /// is deferred exactly once, whatever the number of workers and hosts. The task must be
-    /// registered in this registry too. A malformed expression is reported when the worker
-    /// is spawned (registering never panics).
-    ///
-    /// `schedule` has 5 fields (`minute hour day-of-month month day-of-week`, as in crontab),
-    /// or 6 with a leading seconds field, or is one of `@yearly`, `@annually`, `@monthly`,
-    /// `@weekly`, `@daily`, `@midnight`, `@hourly`. Ranges, steps, lists and names
-    /// (`MON-FRI`, `JAN`) are accepted, as are `L`, `W` and `#`. Times are UTC.
-    ///
-    /// See [`PeriodicOptions`] for the arguments, id, queue and catch-up window.
-    pub fn periodic(&mut self, task: impl Into<String>, schedule: &str) -> &mut PeriodicOptions {
+/// The registry of periodic schedules, kept next to the tasks they defer.
+///
+/// A [`Tasks`](crate::Tasks) holds one, filled by [`Tasks::periodic`](crate::Tasks::periodic);
+/// it dereferences to the list of its [`PeriodicOptions`].
+///
+/// ```
+/// let mut tasks = postpone::Tasks::new();
+/// tasks.register("report", |_job| Ok(()));
+/// tasks.periodic("report", "0 8 * * MON-FRI");
+/// assert_eq!(tasks.schedules().len(), 1);
+/// assert_eq!(tasks.schedules()[0].schedule(), "0 8 * * MON-FRI");
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct Schedules {
+    list: Vec<PeriodicOptions>,
+}
+
+impl std::ops::Deref for Schedules {
+    type Target = [PeriodicOptions];
+    fn deref(&self) -> &[PeriodicOptions] {
+        &self.list
+    }
+}
+
+impl Schedules {
+    /// An empty registry.
+    pub fn new() -> Schedules {
+        Schedules::default()
+    }
+
+    /// Adds a schedule of `task`; see [`Tasks::periodic`](crate::Tasks::periodic), which
+    /// calls this, for the expression syntax. A malformed expression is recorded and
+    /// reported when the worker is spawned (adding never panics).
+    pub fn add(&mut self, task: impl Into<String>, schedule: &str) -> &mut PeriodicOptions {
         let task = task.into();
         let mut problems = Vec::new();
         let cron = match parse(schedule) {
@@ -239,7 +318,7 @@ impl Tasks {
                 None
             }
         };
-        self.periodic.push(PeriodicOptions {
+        self.list.push(PeriodicOptions {
             task,
             expression: schedule.to_owned(),
             cron,
@@ -250,9 +329,11 @@ impl Tasks {
             lock: None,
             queueing_lock: None,
             catch_up: DEFAULT_CATCH_UP,
+            time_zone: None,
+            run_on_start: false,
             problems,
         });
-        self.periodic.last_mut().expect("just pushed")
+        self.list.last_mut().expect("just pushed")
     }
 }
 
@@ -322,6 +403,74 @@ fn from_utc(t: DateTime<Utc>) -> Option<SystemTime> {
 pub(crate) fn next_after(cron: &Cron, t: SystemTime) -> Option<SystemTime> {
     let from = to_utc(t)?;
     from_utc(cron.find_next_occurrence(&from, false).ok()?)
+}
+
+/// Most wall-clock candidates examined for one instant in a time zone (a schedule every
+/// second walks 3,600 of them through a repeated hour).
+const MAX_ZONED_STEPS: usize = 10_000;
+
+/// The first instant strictly after `t` whose wall-clock time in `tz` matches `cron`; see
+/// the module docs for daylight saving changes. The expression is evaluated on wall-clock
+/// times carried in a `DateTime<Utc>` that stands for the civil time, then each candidate is
+/// placed on the time line: unambiguous times directly, a repeated time at its first
+/// occurrence, a skipped time at the end of its gap. That placement never goes backwards, so
+/// the instants come out in order.
+pub(crate) fn next_after_in(
+    cron: &Cron,
+    tz: &jiff::tz::TimeZone,
+    t: SystemTime,
+) -> Option<SystemTime> {
+    let secs = i64::try_from(t.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
+    let ts = jiff::Timestamp::from_second(secs).ok()?;
+    let mut wall = tz.to_datetime(ts);
+    for _ in 0..MAX_ZONED_STEPS {
+        let carried = DateTime::<Utc>::from_naive_utc_and_offset(
+            chrono::NaiveDate::from_ymd_opt(
+                wall.year().into(),
+                wall.month() as u32,
+                wall.day() as u32,
+            )?
+            .and_hms_opt(
+                wall.hour() as u32,
+                wall.minute() as u32,
+                wall.second() as u32,
+            )?,
+            Utc,
+        );
+        let next = cron.find_next_occurrence(&carried, false).ok()?;
+        wall = jiff::civil::DateTime::new(
+            i16::try_from(next.year()).ok()?,
+            next.month() as i8,
+            next.day() as i8,
+            next.hour() as i8,
+            next.minute() as i8,
+            next.second() as i8,
+            0,
+        )
+        .ok()?;
+        let at = place(tz, wall)?;
+        if at > ts {
+            return UNIX_EPOCH
+                .checked_add(Duration::from_secs(u64::try_from(at.as_second()).ok()?));
+        }
+    }
+    None
+}
+
+/// The instant of wall-clock time `wall` in `tz`: a repeated time at its first occurrence, a
+/// skipped one at the end of the gap.
+fn place(tz: &jiff::tz::TimeZone, wall: jiff::civil::DateTime) -> Option<jiff::Timestamp> {
+    use jiff::tz::AmbiguousOffset as A;
+    match tz.to_ambiguous_timestamp(wall).offset() {
+        A::Unambiguous { offset } => offset.to_timestamp(wall).ok(),
+        A::Fold { before, .. } => before.to_timestamp(wall).ok(),
+        A::Gap { after, .. } => {
+            // Read with the offset after the gap, the time lands before the transition: the
+            // transition that follows is the end of the gap.
+            let before_gap = after.to_timestamp(wall).ok()?;
+            tz.following(before_gap).next().map(|tr| tr.timestamp())
+        }
+    }
 }
 
 /// What deferring one instant did.
@@ -424,6 +573,87 @@ mod tests {
         assert_eq!(next_after(&weekdays, t), Some(at(1_700_038_800)));
     }
 
+    fn zoned(expr: &str, tz: &str, from: u64) -> Vec<u64> {
+        let cron = parse(expr).unwrap();
+        let tz = jiff::tz::TimeZone::get(tz).unwrap();
+        let mut t = at(from);
+        let mut out = Vec::new();
+        for _ in 0..6 {
+            t = next_after_in(&cron, &tz, t).unwrap();
+            out.push(t.duration_since(UNIX_EPOCH).unwrap().as_secs());
+        }
+        out
+    }
+
+    #[test]
+    fn a_time_zone_moves_instants_and_handles_the_dst_gap() {
+        // 2024-03-10 in New York: 02:00 EST jumps to 03:00 EDT (07:00Z).
+        // Daily at 02:30: the 9th at 07:30Z (EST), the 10th falls in the gap and runs when
+        // the gap ends (07:00Z), the 11th at 06:30Z (EDT).
+        let from = 1_709_942_400; // 2024-03-09T00:00:00Z
+        let got = zoned("30 2 * * *", "America/New_York", from);
+        assert_eq!(
+            &got[..3],
+            &[1_709_969_400, 1_710_054_000, 1_710_138_600],
+            "{got:?}"
+        );
+        // Every 20 minutes through the gap: 01:40 EST, then the gap's 02:00/02:20/02:40 all
+        // land on its end (once), then 03:20 EDT: never backwards, never twice.
+        let got = zoned("*/20 * * * *", "America/New_York", 1_710_052_200); // 06:30Z = 01:30 EST
+        assert_eq!(
+            got,
+            vec![
+                1_710_052_800,         // 06:40Z = 01:40 EST
+                1_710_054_000,         // 07:00Z = 03:00 EDT, end of the gap
+                1_710_054_000 + 1_200, // 03:20 EDT
+                1_710_054_000 + 2_400, // 03:40 EDT
+                1_710_054_000 + 3_600, // 04:00 EDT
+                1_710_054_000 + 4_800, // 04:20 EDT
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_hour_defers_each_wall_clock_time_once() {
+        // 2024-11-03 in New York: 02:00 EDT falls back to 01:00 EST; 01:xx happens twice
+        // (05:xxZ in EDT, then 06:xxZ in EST).
+        let from = 1_730_592_000; // 2024-11-03T00:00:00Z (20:00 EDT on the 2nd)
+        let got = zoned("30 1 * * *", "America/New_York", from);
+        // 01:30 EDT (05:30Z) only, then 01:30 EST the next day (06:30Z on the 4th).
+        assert_eq!(&got[..2], &[1_730_611_800, 1_730_611_800 + 86_400 + 3_600]);
+        // Every 30 minutes: 01:00 and 01:30 on the first pass, then 02:00 EST.
+        let got = zoned("*/30 * * * *", "America/New_York", 1_730_610_000 - 1); // 00:59:59 EDT
+        assert_eq!(
+            got,
+            vec![
+                1_730_610_000, // 05:00Z = 01:00 EDT
+                1_730_611_800, // 05:30Z = 01:30 EDT
+                1_730_617_200, // 07:00Z = 02:00 EST
+                1_730_619_000, // 02:30 EST
+                1_730_620_800, // 03:00 EST
+                1_730_622_600, // 03:30 EST
+            ]
+        );
+        // A start inside the second pass goes on after it, not back.
+        let got = zoned("*/30 * * * *", "America/New_York", 1_730_613_600 + 60); // 01:01 EST
+        assert_eq!(got[0], 1_730_617_200);
+    }
+
+    #[test]
+    fn unknown_time_zones_are_reported() {
+        let mut s = Schedules::new();
+        s.add("a", "@daily").time_zone("Mars/Olympus_Mons");
+        let p = s[0].check(|_| true);
+        assert!(
+            p[0].contains("unknown time zone \"Mars/Olympus_Mons\""),
+            "{p:?}"
+        );
+        assert_eq!(s[0].time_zone_name(), None);
+        s.add("a", "@daily").id("x").time_zone("Europe/Paris");
+        assert_eq!(s[1].time_zone_name(), Some("Europe/Paris"));
+        assert!(s[1].check(|_| true).is_empty());
+    }
+
     #[test]
     fn bad_expressions_are_explained() {
         for (bad, says) in [
@@ -443,15 +673,15 @@ mod tests {
 
     #[test]
     fn registration_records_problems_instead_of_panicking() {
-        let mut tasks = Tasks::new();
-        tasks.register("a", |_| Ok(()));
-        tasks.periodic("a", "nonsense");
-        tasks.periodic("b", "@hourly");
+        let mut tasks = Schedules::new();
+        let known = |t: &str| t == "a";
+        tasks.add("a", "nonsense");
+        tasks.add("b", "@hourly");
         tasks
-            .periodic("a", "@hourly")
+            .add("a", "@hourly")
             .catch_up(Duration::from_secs(2 * 86400))
             .queue(" ");
-        let p: Vec<Vec<String>> = tasks.periodic.iter().map(|s| s.check(&tasks)).collect();
+        let p: Vec<Vec<String>> = tasks.iter().map(|s| s.check(known)).collect();
         assert!(
             p[0][0].contains("invalid cron schedule \"nonsense\""),
             "{p:?}"
@@ -462,10 +692,10 @@ mod tests {
             "{p:?}"
         );
         assert!(p[2].iter().any(|m| m.contains("invalid queue")), "{p:?}");
-        let ok = tasks.periodic("a", "@hourly").id("x").clone();
+        let ok = tasks.add("a", "@hourly").id("x").clone();
         assert_eq!(ok.args.0, "null");
         assert_eq!(ok.catch_up, DEFAULT_CATCH_UP);
-        assert!(ok.check(&tasks).is_empty());
+        assert!(ok.check(known).is_empty());
         assert!(PERIODIC_KEEP_MIN > MAX_CATCH_UP);
     }
 }

@@ -1,8 +1,6 @@
 //! Every SQL statement the library runs, in one place, named `noun_verb`.
 //!
-//! Statements whose text is fixed are `&'static str` and are prepared once per connection.
-//! The claim depends on the worker's queues and task filter, so [`job_claim_sql`] builds it
-//! once per worker.
+//! Statements are `&'static str` and are prepared once per connection.
 //!
 //! Guards live in the SQL, not in the callers: a completion only touches a row that is still
 //! `doing` *and* still held by the completing worker; a rescue only touches rows still
@@ -33,48 +31,22 @@ RETURNING id";
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
-/// Builds the claim for a worker: takes up to `$2` due jobs for worker `$1`, highest priority
-/// first then oldest (the ids are collected into an array so that the update reaches them by
-/// primary key, whatever the generic plan guesses of `LIMIT $2`), skipping rows other claimers hold, and never a job whose lock has a
-/// running job or an older pending one. `$3` (queues) and `$4` (task names) are present only
-/// when the worker filters on them. Nothing is claimed if the worker's row is gone (it was
-/// declared dead): it must register again first.
-pub(crate) fn job_claim_sql(filter_queues: bool, filter_tasks: bool) -> String {
-    let mut filters = String::new();
-    let mut n = 3;
-    if filter_queues {
-        filters.push_str(&format!("\n          AND j.queue = ANY(${n}::text[])"));
-        n += 1;
-    }
-    if filter_tasks {
-        filters.push_str(&format!("\n          AND j.task = ANY(${n}::text[])"));
-    }
-    format!(
-        "
-UPDATE postpone_jobs j
-   SET status = 'doing', worker_id = $1, attempts = j.attempts + 1, started_at = now()
- WHERE j.id = ANY(ARRAY(
-       SELECT j.id
-         FROM postpone_jobs j
-        WHERE j.status = 'todo'
-          AND j.scheduled_at <= now(){filters}
-          AND (j.lock IS NULL OR NOT EXISTS (
-               SELECT 1 FROM postpone_jobs e
-                WHERE e.lock = j.lock
-                  AND e.status IN ('todo', 'doing')
-                  AND (e.status = 'doing' OR e.id < j.id)))
-        ORDER BY j.priority DESC, j.id
-        LIMIT $2
-          FOR UPDATE SKIP LOCKED))
-   AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = $1)
-RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort_requested"
-    )
-}
+/// Claims up to `$2` due jobs for worker `$1` through `postpone_claim` (schema version 3):
+/// highest priority first, then the earliest due, then the oldest; skipping rows other
+/// claimers hold, and never a job whose lock has a running job or an older pending one. `$3`
+/// the worker's queues and `$4` its task names (each NULL: no filter). Nothing is claimed if
+/// the worker's row is gone (it was presumed dead): it must register again first. The
+/// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
+/// not due yet), whatever the table's statistics say.
+pub(crate) const JOB_CLAIM: &str = "
+SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at
+  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the
 /// claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`, `aborted`, `delete`),
-/// `$5` error text (appended to the job's errors). Returns the ids whose outcome was
+/// `$5` error text (appended to the job's errors), `$6` output (stored with `succeeded`
+/// only, see `Job::set_output`). Returns the ids whose outcome was
 /// recorded; a missing id was no longer that attempt's (it was requeued after its worker was
 /// presumed dead, and maybe claimed again). Outcomes that put a job back in the queue go
 /// through [`JOB_REQUEUE`] instead.
@@ -91,12 +63,14 @@ RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock, j.abort
 /// texts are made safe by the caller (no NUL, bounded length).
 pub(crate) const JOB_FINISH_BATCH: &str = "
 WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[])
-        AS o(id, worker, attempt, outcome, error)
+    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
+                         $6::jsonb[])
+        AS o(id, worker, attempt, outcome, error, output)
 ), updated AS (
     UPDATE postpone_jobs j
        SET status = o.outcome,
            finished_at = now(),
+           output = CASE WHEN o.outcome = 'succeeded' THEN o.output ELSE j.output END,
            errors = CASE WHEN o.error IS NULL THEN j.errors
                          ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                              jsonb_build_object('attempt', j.attempts, 'at', now(),
@@ -261,47 +235,17 @@ macro_rules! job_columns {
     };
 }
 
-/// Lists jobs, newest first. Each filter applies when its parameter is not NULL (not
-/// empty for `$4`): `$1` id, `$2` queue, `$3` task, `$4` statuses, `$5` lock, `$6`
-/// queueing lock; at most `$7` rows.
-pub(crate) const JOBS_LIST: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    "
-  FROM postpone_jobs j
- WHERE ($1::bigint IS NULL OR j.id = $1)
-   AND ($2::text IS NULL OR j.queue = $2)
-   AND ($3::text IS NULL OR j.task = $3)
-   AND (cardinality($4::text[]) = 0 OR j.status = ANY($4))
-   AND ($5::text IS NULL OR j.lock = $5)
-   AND ($6::text IS NULL OR j.queueing_lock = $6)
- ORDER BY j.id DESC
- LIMIT $7"
-);
-
 /// One job with its errors, its worker's name and the periodic instant it was deferred for.
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
     job_columns!(),
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1)
+       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       j.output, j.progress, j.progress_at
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
-);
-
-/// Running jobs whose worker has not sent a heartbeat for `$1` milliseconds, or is gone.
-pub(crate) const JOBS_STALLED: &str = concat!(
-    "SELECT ",
-    job_columns!(),
-    "
-  FROM postpone_jobs j
- WHERE j.status = 'doing'
-   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE w.id = j.worker_id
-                      AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')
- ORDER BY j.id"
 );
 
 /// The status of job `$1` (to explain why an operation did nothing).
@@ -342,44 +286,67 @@ SELECT a.status,
          WHERE a2.status = 'doing')
   FROM a";
 
-/// Jobs per queue: due, scheduled later, running, and each finished status; and the age in
-/// seconds of the oldest due job.
-pub(crate) const QUEUE_COUNTS: &str = "
-SELECT queue,
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
-       count(*) FILTER (WHERE status = 'doing'),
-       count(*) FILTER (WHERE status = 'succeeded'),
-       count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'cancelled'),
-       count(*) FILTER (WHERE status = 'aborted'),
-       extract(epoch FROM now() - min(scheduled_at)
-                 FILTER (WHERE status = 'todo' AND scheduled_at <= now()))::float8
-  FROM postpone_jobs
- GROUP BY queue
- ORDER BY queue";
+// ---------------------------------------------------------------------------------------
+// Results: progress, output and waiting for a job (job.rs, wait.rs).
+// ---------------------------------------------------------------------------------------
 
-/// Registered workers with the age of their heartbeat (seconds) and their running jobs.
-pub(crate) const WORKERS_LIST: &str = "
-SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.last_heartbeat,
-       extract(epoch FROM now() - w.last_heartbeat)::float8,
-       (SELECT count(*) FROM postpone_jobs j WHERE j.worker_id = w.id AND j.status = 'doing')
-  FROM postpone_workers w
- ORDER BY w.id";
+/// Records the progress `$2` of job `$1`, if it still runs as attempt `$3`.
+pub(crate) const JOB_PROGRESS_SET: &str = "
+UPDATE postpone_jobs SET progress = $2::jsonb, progress_at = now()
+ WHERE id = $1 AND status = 'doing' AND attempts = $3";
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The periodic instant job `$1` was deferred for.
+pub(crate) const JOB_PERIODIC_INSTANT: &str =
+    "SELECT instant FROM postpone_periodic WHERE job_id = $1 LIMIT 1";
 
-    #[test]
-    fn claim_numbers_its_parameters_in_order() {
-        let both = job_claim_sql(true, true);
-        assert!(both.contains("j.queue = ANY($3::text[])"));
-        assert!(both.contains("j.task = ANY($4::text[])"));
-        let tasks_only = job_claim_sql(false, true);
-        assert!(tasks_only.contains("j.task = ANY($3::text[])"));
-        assert!(!tasks_only.contains("j.queue = ANY"));
-        let none = job_claim_sql(false, false);
-        assert!(!none.contains("queue = ANY") && !none.contains("task = ANY"));
-    }
-}
+/// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
+pub(crate) const JOB_RESULT: &str = "
+SELECT status, output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
+
+/// The channel on which finished job ids are announced (see migration 4).
+pub(crate) const DONE_CHANNEL: &str = "postpone_done";
+
+// ---------------------------------------------------------------------------------------
+// Test helpers for users (testing.rs, feature `test-util`): jobs run in the test's thread,
+// outside any worker (worker_id stays NULL).
+// ---------------------------------------------------------------------------------------
+
+/// The newest job id (0 when there is none).
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_MARK: &str = "SELECT coalesce(max(id), 0)::bigint FROM postpone_jobs";
+
+/// Jobs with an id above `$1`, oldest first.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_DEFERRED: &str = "
+SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, status
+  FROM postpone_jobs WHERE id > $1 ORDER BY id";
+
+/// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
+/// first then oldest.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_CLAIM: &str = "
+UPDATE postpone_jobs
+   SET status = 'doing', attempts = attempts + 1, started_at = now()
+ WHERE id = (SELECT id FROM postpone_jobs
+              WHERE status = 'todo' AND id > $1 AND ($2 OR scheduled_at <= now())
+              ORDER BY priority DESC, id
+              LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+RETURNING id, queue, task, args, attempts, priority, lock";
+
+/// Records the outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2` (`todo` for a
+/// retry after `$3` microseconds), output `$4`, error `$5` appended to its errors.
+#[cfg(feature = "test-util")]
+pub(crate) const TESTING_FINISH: &str = "
+UPDATE postpone_jobs j
+   SET status = $2::text,
+       scheduled_at = CASE WHEN $2::text = 'todo'
+                           THEN now() + $3::bigint * interval '1 microsecond'
+                           ELSE j.scheduled_at END,
+       started_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE j.started_at END,
+       finished_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE now() END,
+       output = $4::jsonb,
+       errors = CASE WHEN $5::text IS NULL THEN j.errors
+                     ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
+                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $5::text)) END
+ WHERE j.id = $1 AND j.status = 'doing'";

@@ -11,111 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::job::Job;
+// The worker names these through `crate::task`.
+use crate::periodic::{PeriodicOptions, Schedules};
 use crate::retry::RetryStrategy;
-
-/// What a task returns when it does not succeed.
-///
-/// ```
-/// use std::time::Duration;
-/// use postpone::TaskError;
-///
-/// let e = TaskError::retry_in("rate limited", Duration::from_secs(30));
-/// assert_eq!(e.to_string(), "rate limited");
-/// let e: TaskError = std::io::Error::other("disk full").into(); // retried per strategy
-/// assert_eq!(e.message(), "disk full");
-/// ```
-pub struct TaskError {
-    pub(crate) action: TaskAction,
-    message: String,
-}
-
-/// What the worker does with the job after a [`TaskError`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TaskAction {
-    /// Retry if the strategy allows another attempt, after the strategy's delay.
-    Error,
-    /// Retry after this delay, if the strategy allows another attempt.
-    RetryIn(Duration),
-    /// Fail now, whatever the strategy.
-    Fail,
-    /// Mark the job cancelled.
-    Cancel,
-}
-
-impl TaskError {
-    /// Fails the job now, without retry.
-    pub fn fail(message: impl fmt::Display) -> TaskError {
-        TaskError {
-            action: TaskAction::Fail,
-            message: message.to_string(),
-        }
-    }
-
-    /// Retries the job as soon as possible, if the task's strategy allows another attempt
-    /// (it counts as an attempt; with the default strategy, which allows one, the job fails).
-    pub fn retry(message: impl fmt::Display) -> TaskError {
-        TaskError::retry_in(message, Duration::ZERO)
-    }
-
-    /// Retries the job after `delay`, if the task's strategy allows another attempt.
-    pub fn retry_in(message: impl fmt::Display, delay: Duration) -> TaskError {
-        TaskError {
-            action: TaskAction::RetryIn(delay),
-            message: message.to_string(),
-        }
-    }
-
-    /// Cancels the job: it ends `cancelled`, not `failed`, and is not retried.
-    pub fn cancel(message: impl fmt::Display) -> TaskError {
-        TaskError {
-            action: TaskAction::Cancel,
-            message: message.to_string(),
-        }
-    }
-
-    pub(crate) fn with_action(action: TaskAction, message: String) -> TaskError {
-        TaskError { action, message }
-    }
-
-    /// The message recorded on the job.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-}
-
-impl<E: std::error::Error> From<E> for TaskError {
-    fn from(e: E) -> TaskError {
-        let mut message = e.to_string();
-        let mut source = e.source();
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !message.contains(&text) {
-                message.push_str(": ");
-                message.push_str(&text);
-            }
-            source = s.source();
-        }
-        TaskError {
-            action: TaskAction::Error,
-            message,
-        }
-    }
-}
-
-impl fmt::Display for TaskError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl fmt::Debug for TaskError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TaskError")
-            .field("action", &self.action)
-            .field("message", &self.message)
-            .finish()
-    }
-}
+pub(crate) use crate::task_error::{TaskAction, TaskError};
+use crate::typed;
+use crate::types::{TaskArgs, TaskDefaults};
 
 pub(crate) type TaskFn = dyn Fn(&Job) -> Result<(), TaskError> + Send + Sync;
 
@@ -191,8 +92,8 @@ impl TaskOptions {
 pub struct Tasks {
     pub(crate) map: HashMap<String, Arc<Task>>,
     pub(crate) problems: Vec<String>,
-    /// Cron schedules, from [`Tasks::periodic`] (in `periodic.rs`).
-    pub(crate) periodic: Vec<crate::periodic::PeriodicOptions>,
+    /// The periodic schedules of these tasks, from [`Tasks::periodic`].
+    pub(crate) periodic: Schedules,
 }
 
 impl fmt::Debug for Tasks {
@@ -248,6 +149,84 @@ impl Tasks {
     /// The options of a registered task.
     pub fn options(&self, name: &str) -> Option<&TaskOptions> {
         self.map.get(name).map(|t| &t.options)
+    }
+
+    /// Defers `task` on a cron schedule, from every worker given these tasks; each instant
+    /// is deferred exactly once, whatever the number of workers and hosts. The task must be
+    /// registered in this registry too. A malformed expression is reported when the worker
+    /// is spawned (registering never panics).
+    ///
+    /// `schedule` has 5 fields (`minute hour day-of-month month day-of-week`, as in crontab),
+    /// or 6 with a leading seconds field, or is one of `@yearly`, `@annually`, `@monthly`,
+    /// `@weekly`, `@daily`, `@midnight`, `@hourly`. Ranges, steps, lists and names
+    /// (`MON-FRI`, `JAN`) are accepted, as are `L`, `W` and `#`. Times are UTC unless the
+    /// schedule is given a [`time_zone`](PeriodicOptions::time_zone).
+    ///
+    /// See [`PeriodicOptions`] for the arguments, id, queue and catch-up window.
+    pub fn periodic(&mut self, task: impl Into<String>, schedule: &str) -> &mut PeriodicOptions {
+        self.periodic.add(task, schedule)
+    }
+
+    /// Registers a typed task under its [`NAME`](typed::Task::NAME): its jobs' arguments are
+    /// deserialized into [`Task::Args`](typed::Task::Args) before
+    /// [`Task::run`](typed::Task::run) is called (arguments that do not
+    /// deserialize fail the job without retry). Returns its options to adjust, like
+    /// [`register`](Self::register), which stays for closures.
+    ///
+    /// ```
+    /// use postpone::{Job, Task, TaskArgs, TaskError, Tasks};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct SendEmailArgs { to: String }
+    /// impl TaskArgs for SendEmailArgs {
+    ///     const TASK: &'static str = "send_email";
+    /// }
+    ///
+    /// struct SendEmail { from: String }
+    /// impl Task for SendEmail {
+    ///     type Args = SendEmailArgs;
+    ///     fn run(&self, job: &Job, args: SendEmailArgs) -> Result<(), TaskError> {
+    ///         println!("job {}: mail from {} to {}", job.id(), self.from, args.to);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let mut tasks = Tasks::new();
+    /// tasks.add(SendEmail { from: "noreply@example.com".into() });
+    /// assert!(tasks.contains("send_email"));
+    /// ```
+    pub fn add<T: typed::Task>(&mut self, task: T) -> &mut TaskOptions {
+        if T::NAME != <T::Args as TaskArgs>::TASK {
+            self.problems.push(format!(
+                "typed task {:?} has arguments {} whose TaskArgs::TASK is {:?}: app.enqueue would defer them to another task; make the two names equal",
+                T::NAME,
+                std::any::type_name::<T::Args>(),
+                <T::Args as TaskArgs>::TASK
+            ));
+        }
+        self.register(T::NAME, move |job: &Job| {
+            let args: T::Args = job.args()?;
+            task.run(job, args)
+        })
+    }
+
+    /// The periodic schedules registered so far.
+    pub fn schedules(&self) -> &Schedules {
+        &self.periodic
+    }
+}
+
+impl From<&Tasks> for TaskDefaults {
+    fn from(tasks: &Tasks) -> TaskDefaults {
+        let mut d = TaskDefaults::default();
+        for (name, task) in &tasks.map {
+            d.set(
+                name.clone(),
+                task.options.queue.clone(),
+                task.options.priority,
+            );
+        }
+        d
     }
 }
 

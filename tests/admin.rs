@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, unbounded};
 use postpone::{
-    AbortOutcome, App, ErrorKind, Job, JobEvent, JobEventKind, JobFilter, JobId, JobStatus,
-    Retention, TaskError, Tasks, Worker, WorkerHandle,
+    AbortOutcome, App, BulkAction, ErrorKind, Job, JobEvent, JobEventKind, JobFilter, JobId,
+    JobSort, JobStatus, Retention, StatsBy, TaskError, Tasks, Worker, WorkerHandle,
 };
 use serde_json::json;
 use support::*;
@@ -253,8 +253,8 @@ fn listing_counts_workers_and_stalled_jobs() {
     assert_eq!(e.kind(), ErrorKind::InvalidInput);
     let j = &admin.jobs(&JobFilter::new().id(b1)).unwrap()[0];
     assert_eq!(
-        (j.queue.as_str(), j.task.as_str(), j.priority, &j.args),
-        ("images", "resize", 5, &json!([1, 2]))
+        (j.queue.as_str(), j.task.as_str(), j.priority, j.args.get()),
+        ("images", "resize", 5, "[1, 2]")
     );
 
     let counts = admin.counts().unwrap();
@@ -281,7 +281,8 @@ fn listing_counts_workers_and_stalled_jobs() {
         .is_empty());
     let workers = admin.workers().unwrap();
     assert_eq!(workers.len(), 1);
-    assert_eq!((workers[0].name.as_str(), workers[0].running), ("ghost", 1));
+    assert_eq!((workers[0].name.as_str(), workers[0].claimed), ("ghost", 1));
+    assert!(workers[0].stale);
     assert!(workers[0].heartbeat_age >= Duration::from_secs(3500));
     let d = admin.job(a1).unwrap();
     assert_eq!(d.worker_name.as_deref(), Some("ghost"));
@@ -423,7 +424,210 @@ fn check_schema_tells_missing_from_current() {
     let e = app.admin().check_schema().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SchemaMissing, "{e}");
     app.migrate().unwrap();
-    assert_eq!(app.admin().check_schema().unwrap(), 2);
+    assert_eq!(
+        app.admin().check_schema().unwrap(),
+        postpone::SCHEMA_VERSION
+    );
+    let st = app.admin().schema_state().unwrap();
+    assert_eq!(
+        (st.installed, st.supported, st.unrecorded_tables),
+        (
+            Some(postpone::SCHEMA_VERSION),
+            postpone::SCHEMA_VERSION,
+            false
+        )
+    );
+}
+
+/// Rolling upgrade: a newer schema is refused by the admin API (with both versions) while
+/// the library keeps deferring and working on it.
+#[test]
+fn a_newer_schema_is_refused_by_admin_but_not_by_the_library() {
+    let db = TestDb::new();
+    let app = app(&db);
+    db.client()
+        .batch_execute("INSERT INTO postpone_migrations (version, name) VALUES (9, 'next')")
+        .unwrap();
+    let admin = app.admin();
+    let e = admin.check_schema().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SchemaNewer, "{e}");
+    assert!(
+        e.to_string().contains(&format!(
+            "version 9, newer than this postpone (version {})",
+            postpone::SCHEMA_VERSION
+        )),
+        "{e}"
+    );
+    let e = admin.migrate(Duration::from_secs(5)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::SchemaNewer, "{e}");
+    assert_eq!(
+        admin.migration_sql().unwrap_err().kind(),
+        ErrorKind::SchemaNewer
+    );
+    let fresh = App::connect(&db.url()).unwrap();
+    let id = fresh.defer("still_works", &json!(1)).unwrap();
+    assert_eq!(fresh.admin().job(id).unwrap().job.task, "still_works");
+}
+
+#[test]
+fn migrate_gives_up_after_its_timeout_behind_the_migration_lock() {
+    let db = TestDb::new();
+    let app = App::connect(&db.url()).unwrap();
+    let mut holder = db.client();
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x706f_7374_706f_6e65_i64])
+        .unwrap();
+    let t = Instant::now();
+    let e = app.admin().migrate(Duration::from_millis(500)).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.to_string().contains("gave up after 500ms"), "{e}");
+    drop(holder);
+    // The pooled connection's timeouts were reset: a slow statement is not cut at 500 ms.
+    let r = app.admin().migrate(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (r.applied, r.version),
+        (
+            (1..=postpone::SCHEMA_VERSION).collect::<Vec<i32>>(),
+            postpone::SCHEMA_VERSION
+        )
+    );
+    let mut conn = app.connection().unwrap();
+    conn.batch_execute("SELECT pg_sleep(0.8)").unwrap();
+}
+
+/// Keyset pages: rows inserted while paging never shift or repeat the pages.
+#[test]
+fn pages_neither_repeat_nor_skip_while_jobs_are_inserted() {
+    let db = TestDb::new();
+    let app = app(&db);
+    let admin = app.admin();
+    for i in 0..25 {
+        app.job("t").priority(i % 3).defer(&json!(i)).unwrap();
+    }
+    for (sort, desc) in [
+        (JobSort::Id, true),
+        (JobSort::Priority, true),
+        (JobSort::Scheduled, false),
+    ] {
+        let mut f = JobFilter::new().sort(sort, desc).limit(4);
+        let mut seen = Vec::new();
+        loop {
+            let page = admin.job_page(&f).unwrap();
+            assert!(page.jobs.len() <= 4);
+            seen.extend(page.jobs.iter().map(|j| j.id.get()));
+            // Newer jobs arrive meanwhile; they sort outside the walked range for id desc.
+            app.job("late")
+                .priority(-1)
+                .schedule_in(Duration::from_secs(3600))
+                .defer(&json!(0))
+                .unwrap();
+            match page.next_cursor {
+                Some(c) => f = f.after(c),
+                None => break,
+            }
+        }
+        let mut uniq = seen.clone();
+        uniq.sort_unstable();
+        uniq.dedup();
+        assert_eq!(
+            uniq.len(),
+            seen.len(),
+            "{sort:?}: a job was listed twice: {seen:?}"
+        );
+        assert!((1..=25).all(|id| seen.contains(&id)), "{sort:?}: {seen:?}");
+    }
+}
+
+/// A bulk retry ends, and retries each job at most once, even while a worker fails the
+/// retried jobs again as fast as it can.
+#[test]
+fn bulk_retry_ends_while_a_worker_fails_jobs_again() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 'flaky', 'null', 'failed', now() FROM generate_series(1, 3000)",
+        )
+        .unwrap();
+    let mut tasks = Tasks::new();
+    tasks.register("flaky", |_job: &Job| -> Result<(), TaskError> {
+        Err(TaskError::fail("again"))
+    });
+    let h = spawn(&app, tasks, true).concurrency(4).spawn().unwrap();
+    let admin = app.admin();
+    let f = JobFilter::new().status(JobStatus::Failed).task("flaky");
+    let plan = admin.bulk(BulkAction::Retry, &f, true).unwrap();
+    assert_eq!((plan.matched, plan.changed), (3000, 3000));
+    let r = admin.bulk(BulkAction::Retry, &f, false).unwrap();
+    assert_eq!(r.matched, 3000);
+    assert!(r.changed <= 3000 && r.changed > 0, "{r:?}");
+    let mut c = db.client();
+    assert!(wait_until(Duration::from_secs(10), || {
+        c.query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE errors IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            > 0
+    }));
+    stop(h);
+    // Each job was retried at most once: it failed (and recorded "again") at most once.
+    let (max, total): (i32, i64) = {
+        let r = db
+            .client()
+            .query_one(
+                "SELECT max(jsonb_array_length(coalesce(errors, '[]'))),
+                        sum(jsonb_array_length(coalesce(errors, '[]')))::bigint
+                   FROM postpone_jobs",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert!(max <= 1, "a job was retried twice: {max} errors");
+    assert!(total > 0, "the worker failed no retried job");
+    let e = admin
+        .bulk(BulkAction::Delete, &JobFilter::new().limit(5), false)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert!(e.to_string().contains("refusing to touch every job"), "{e}");
+}
+
+#[test]
+fn stats_by_task_over_a_window_with_percentiles() {
+    let db = TestDb::new();
+    let app = app(&db);
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, started_at, finished_at)
+             SELECT 'q', 'a', 'null', CASE WHEN i <= 90 THEN 'succeeded' ELSE 'failed' END,
+                    now() - i * interval '1 s', now()
+               FROM generate_series(1, 100) i;
+             INSERT INTO postpone_jobs (queue, task, args, status, started_at, finished_at)
+             VALUES ('q', 'a', 'null', 'failed', now() - interval '2 days 1 s',
+                     now() - interval '2 days')",
+        )
+        .unwrap();
+    let s = app
+        .admin()
+        .stats(StatsBy::Task, Some(Duration::from_secs(3600)))
+        .unwrap();
+    assert_eq!(s.len(), 1);
+    assert_eq!(
+        (s[0].queue.as_str(), s[0].succeeded, s[0].failed),
+        ("a", 90, 10)
+    );
+    assert!((s[0].failure_rate.unwrap() - 0.1).abs() < 1e-9);
+    let p50 = s[0].run_time_p50.unwrap().as_secs_f64();
+    let p99 = s[0].run_time_p99.unwrap().as_secs_f64();
+    assert!((p50 - 50.5).abs() < 0.5, "{p50}");
+    assert!((p99 - 99.0).abs() < 0.5, "{p99}");
+    let all = app.admin().stats(StatsBy::Queue, None).unwrap();
+    assert_eq!(all[0].failed, 11);
 }
 
 /// An abort recorded while the job waits in the worker's prefetch queue (claimed, not

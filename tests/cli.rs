@@ -75,8 +75,13 @@ fn json(url: &str, args: &[&str]) -> Value {
 
 /// Runs a command that must fail with exit 2 and `says` in its one error message.
 fn fails(url: Option<&str>, args: &[&str], says: &str) {
+    fails_with(url, args, 2, says)
+}
+
+/// Runs a command that must fail with exit `code` and `says` in its one error message.
+fn fails_with(url: Option<&str>, args: &[&str], code: i32, says: &str) {
     let o = run_with(url, args.iter().copied());
-    assert_eq!(o.code, 2, "{args:?}: {o:?}");
+    assert_eq!(o.code, code, "{args:?}: {o:?}");
     assert!(o.stdout.is_empty(), "{args:?}: {o:?}");
     assert!(o.stderr.starts_with("error: "), "{args:?}: {o:?}");
     assert!(
@@ -97,6 +102,21 @@ fn table(text: &str) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+/// `user@host:port/db` as the tool names the database of `url`.
+fn db_name(url: &str) -> String {
+    let c: postgres::Config = url.parse().unwrap();
+    let host = match &c.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        _ => unreachable!(),
+    };
+    format!(
+        "{}@{host}:{}/{}",
+        c.get_user().unwrap(),
+        c.get_ports()[0],
+        c.get_dbname().unwrap()
+    )
 }
 
 fn status_of(url: &str, id: JobId) -> String {
@@ -121,28 +141,40 @@ fn every_command_against_a_real_database() {
             .starts_with("unhealthy: schema not installed: run `postpone migrate`"),
         "{o:?}"
     );
-    fails(
+    fails_with(
         Some(url),
         &["workers"],
+        7,
         "schema not installed: run `postpone migrate`",
     );
 
+    let v = postpone::SCHEMA_VERSION;
     assert_eq!(
         ok(url, &["migrate"]),
-        "applied migration(s) 1, 2; schema is at version 2\n"
+        format!(
+            "applied migration(s) {}; schema is at version {v}\n",
+            (1..=v)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     );
-    assert_eq!(ok(url, &["migrate"]), "schema is up to date (version 2)\n");
+    assert_eq!(
+        ok(url, &["migrate"]),
+        format!("schema is up to date (version {v})\n")
+    );
     assert_eq!(
         json(url, &["migrate"]),
-        serde_json::json!({"applied": [], "version": 2})
+        serde_json::json!({"applied": [], "version": v})
     );
     assert_eq!(
         ok(url, &["healthcheck"]),
-        "ok: database answers, schema version 2\n"
+        format!("ok: database answers, schema version {v}\n")
     );
     assert_eq!(
         json(url, &["healthcheck"]),
-        serde_json::json!({"healthy": true, "schema_version": 2})
+        serde_json::json!({"healthy": true, "schema_version": v, "supported_version": v,
+                           "database": db_name(url)})
     );
 
     // defer, with each option.
@@ -170,9 +202,10 @@ fn every_command_against_a_real_database() {
         ),
         serde_json::json!({"id": 2, "status": "todo"})
     );
-    fails(
+    fails_with(
         Some(url),
         &["defer", "resize", "--queueing-lock", "r1"],
+        4,
         "a job with queueing lock \"r1\" is already waiting",
     );
     // (The refused insert used up id 3.)
@@ -202,6 +235,10 @@ fn every_command_against_a_real_database() {
             "ATTEMPTS",
             "PRIORITY",
             "SCHEDULED (UTC)",
+            "FINISHED (UTC)",
+            "DURATION",
+            "LOCK",
+            "LAST ERROR",
             "ARGS"
         ]
     );
@@ -216,12 +253,16 @@ fn every_command_against_a_real_database() {
             "0",
             "-1",
             "2030-01-02 03:04:05",
-            "[1,2]"
+            "-",
+            "-",
+            "-",
+            "-",
+            "[1, 2]"
         ]
     );
     assert_eq!(t[2][..4], ["2", "todo", "default", "resize"]);
     assert_eq!(t[3][..6], ["1", "todo", "emails", "send_email", "0", "5"]);
-    assert_eq!(t[3][7], r#"{"to":"a@b.c"}"#);
+    assert_eq!(t[3][9..], ["user:1", "-", r#"{"to": "a@b.c"}"#]);
     let t = table(&ok(url, &["jobs", "--status", "todo", "--queue", "emails"]));
     assert_eq!(t.len(), 2);
     assert_eq!(t[1][0], "1");
@@ -230,13 +271,20 @@ fn every_command_against_a_real_database() {
         table(&ok(url, &["jobs", "--queueing-lock", "r1"]))[1][0],
         "2"
     );
-    assert_eq!(table(&ok(url, &["jobs", "--limit", "1"])).len(), 2);
+    // A cut listing says so, and how to go on.
+    let t = table(&ok(url, &["jobs", "--limit", "1"]));
+    assert_eq!(t.len(), 3);
+    assert_eq!(
+        t[2],
+        ["-- 1 job(s) shown; more match: add --after id:desc:4:4 (or --all)"]
+    );
     assert_eq!(
         ok(url, &["jobs", "--status", "failed,aborted"]),
         "no jobs\n"
     );
     let list = json(url, &["jobs", "--task", "resize"]);
-    let list = list.as_array().unwrap();
+    assert_eq!(list["next_cursor"], Value::Null);
+    let list = list["jobs"].as_array().unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["id"], 2);
     assert_eq!(list[0]["args"], Value::Null);
@@ -255,7 +303,7 @@ fn every_command_against_a_real_database() {
         "priority:        5",
         "lock:            user:1",
         "queueing lock:   -",
-        r#"args:            {"to":"a@b.c"}"#,
+        r#"args:            {"to": "a@b.c"}"#,
         "started (UTC):   -",
         "worker:          -",
         "abort requested: no",
@@ -273,9 +321,10 @@ fn every_command_against_a_real_database() {
     // cancel, retry, cancel --delete, abort of a waiting job.
     assert_eq!(ok(url, &["cancel", "2"]), "job 2 cancelled\n");
     assert_eq!(status_of(url, JobId(2)), "cancelled");
-    fails(
+    fails_with(
         Some(url),
         &["cancel", "2"],
+        4,
         "cannot cancel job 2: it is cancelled",
     );
     assert_eq!(ok(url, &["retry", "2"]), "job 2 is waiting again (todo)\n");
@@ -284,7 +333,7 @@ fn every_command_against_a_real_database() {
         ok(url, &["cancel", "2", "--delete"]),
         "job 2 cancelled and deleted\n"
     );
-    fails(Some(url), &["job", "2"], "job 2 not found");
+    fails_with(Some(url), &["job", "2"], 3, "job 2 not found");
     assert_eq!(
         json(url, &["abort", "4"]),
         serde_json::json!({"id": 4, "status": "cancelled", "abort": "cancelled"})
@@ -303,10 +352,17 @@ fn every_command_against_a_real_database() {
             "FAILED",
             "CANCELLED",
             "ABORTED",
+            "FAIL%",
+            "P50",
+            "P95",
+            "P99",
             "OLDEST TODO"
         ]
     );
-    assert_eq!(t[1], ["default", "0", "0", "0", "0", "0", "1", "0", "-"]);
+    assert_eq!(
+        t[1],
+        ["default", "0", "0", "0", "0", "0", "1", "0", "-", "-", "-", "-", "-"]
+    );
     assert_eq!(t[2][..8], ["emails", "1", "0", "0", "0", "0", "0", "0"]);
     let s = json(url, &["stats"]);
     assert_eq!(s[1]["queue"], "emails");
@@ -353,12 +409,15 @@ fn every_command_against_a_real_database() {
             "PID",
             "QUEUES",
             "THREADS",
-            "RUNNING",
+            "CLAIMED",
             "HEARTBEAT AGE",
+            "STATE",
             "STARTED (UTC)"
         ]
     );
-    assert_eq!(t.len(), 2);
+    assert_eq!(t.len(), 3);
+    assert!(t[2][0].starts_with("-- CLAIMED: "), "{t:?}");
+    assert_eq!(t[1][8], "live");
     assert_eq!(t[1][1], "cli-test-worker");
     assert_eq!(t[1][3], std::process::id().to_string());
     assert_eq!(t[1][4..7], ["slow", "2", "1"]);
@@ -374,7 +433,7 @@ fn every_command_against_a_real_database() {
     assert_eq!(
         ok(url, &["abort", &id.to_string()]),
         format!(
-            "job {id}: abort requested; its task sees should_abort() and the job ends aborted\n"
+            "job {id}: abort requested; a running task sees should_abort(), and the job ends aborted (without running, if no thread has started it yet)\n"
         )
     );
     assert!(wait_until(Duration::from_secs(5), || status_of(
@@ -419,7 +478,7 @@ fn every_command_against_a_real_database() {
         .unwrap();
     assert!(o.status.success());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v[0]["id"], 1);
+    assert_eq!(v["jobs"][0]["id"], 1);
 }
 
 #[test]
@@ -484,23 +543,35 @@ fn bad_input_exits_2_with_a_message() {
         &["job", "abc"],
         "invalid job id \"abc\": expected a whole number",
     );
-    fails(u, &["job", "99999"], "error: job 99999 not found");
+    fails_with(u, &["job", "99999"], 3, "error: job 99999 not found");
     fails(u, &["job"], "required arguments were not provided");
-    fails(u, &["retry", "99999"], "job 99999 not found");
-    fails(
+    fails_with(u, &["retry", "99999"], 3, "job 99999 not found");
+    fails_with(
         u,
         &["retry", waiting],
+        4,
         "cannot retry job 2: it is todo; only failed, cancelled or aborted jobs can be retried",
     );
     fails(u, &["retry", "1.5"], "invalid job id");
-    fails(u, &["cancel", done], "cannot cancel job 1: it is succeeded");
-    fails(u, &["cancel", "99999", "--delete"], "job 99999 not found");
-    fails(
+    fails_with(
         u,
-        &["cancel", "--delete"],
-        "required arguments were not provided",
+        &["cancel", done],
+        4,
+        "cannot cancel job 1: it is succeeded",
     );
-    fails(u, &["abort", done], "cannot abort job 1: it is succeeded");
+    fails_with(
+        u,
+        &["cancel", "99999", "--delete"],
+        3,
+        "job 99999 not found",
+    );
+    fails(u, &["cancel", "--delete"], "give a job id, or select jobs");
+    fails_with(
+        u,
+        &["abort", done],
+        4,
+        "cannot abort job 1: it is succeeded",
+    );
     fails(u, &["abort", "-5"], "unexpected argument '-5'");
     fails(u, &["stats", "extra"], "unexpected argument 'extra'");
     fails(
@@ -546,14 +617,23 @@ fn bad_input_exits_2_with_a_message() {
     assert_eq!(t[1][6], "infinity");
     let shown = ok(&url, &["job", "3"]);
     assert!(shown.contains("created (UTC):   -infinity"), "{shown}");
-    let v = json(&url, &["job", "3"]);
-    assert_eq!(v["scheduled_at"], "infinity");
-    assert!(v["args"].as_str().unwrap().contains("\"n\""), "{v}");
+    // The number is printed exactly as stored (401 digits), not rounded or quoted.
+    let raw = ok(&url, &["job", "3", "--json"]);
+    assert!(
+        raw.contains(&format!("\"args\": {{\"n\": 1{}}}", "0".repeat(400))),
+        "{raw}"
+    );
+    assert!(raw.contains("\"scheduled_at\": \"infinity\""), "{raw}");
     ok(&url, &["stats"]);
 
     // Servers that cannot be used.
-    fails(Some(UNREACHABLE), &["stats"], "cannot reach the database");
-    fails(Some(UNREACHABLE), &["migrate"], "Connection refused");
+    fails_with(
+        Some(UNREACHABLE),
+        &["stats"],
+        5,
+        "cannot reach the database",
+    );
+    fails_with(Some(UNREACHABLE), &["migrate"], 5, "Connection refused");
     fails(
         Some("postgres://host:notaport/db"),
         &["jobs"],
@@ -574,4 +654,1114 @@ fn bad_input_exits_2_with_a_message() {
     let o = run("postgres://host:notaport/db", &["healthcheck"]);
     assert_eq!(o.code, 1, "{o:?}");
     assert!(o.stdout.contains("invalid database url"), "{o:?}");
+}
+
+/// Runs with extra environment variables (and no `--database-url` unless in `args`).
+fn run_env(env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_postpone"));
+    cmd.env_remove("DATABASE_URL").env_remove("RUST_LOG");
+    for k in [
+        "PGHOST",
+        "PGPORT",
+        "PGUSER",
+        "PGPASSWORD",
+        "PGDATABASE",
+        "PGSSLMODE",
+    ] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.args(args).output().expect("run postpone");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn migrated() -> (TestDb, String) {
+    let db = TestDb::new();
+    let url = db.url();
+    ok(&url, &["migrate"]);
+    (db, url)
+}
+
+#[test]
+fn listings_say_when_cut_and_cursors_page_through_everything_once() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, priority, scheduled_at)
+             SELECT 'q', 't' || (i % 3), jsonb_build_object('i', i), i % 4,
+                    now() + (i % 7) * interval '1 minute'
+               FROM generate_series(1, 130) i",
+        )
+        .unwrap();
+    // The default limit is 50: the table and the JSON say more match.
+    let out = ok(url, &["jobs"]);
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last,
+        "-- 50 job(s) shown; more match: add --after id:desc:81:81 (or --all)"
+    );
+    assert_eq!(out.lines().count(), 52);
+    let v = json(url, &["jobs"]);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 50);
+    assert_eq!(v["next_cursor"], "id:desc:81:81");
+
+    // Every sort pages through all 130 jobs exactly once, in order.
+    for (sort, dir) in [
+        ("id", "--desc"),
+        ("id", "--asc"),
+        ("scheduled", "--asc"),
+        ("priority", "--desc"),
+    ] {
+        let mut seen: Vec<i64> = Vec::new();
+        let mut keys: Vec<Value> = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut args = vec!["jobs", "--sort", sort, dir, "--limit", "17"];
+            if let Some(c) = &cursor {
+                args.push("--after");
+                args.push(c);
+            }
+            let v = json(url, &args);
+            for j in v["jobs"].as_array().unwrap() {
+                seen.push(j["id"].as_i64().unwrap());
+                keys.push(match sort {
+                    "scheduled" => j["scheduled_at"].clone(),
+                    "priority" => j["priority"].clone(),
+                    _ => j["id"].clone(),
+                });
+            }
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_owned()),
+                None => break,
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted, (1..=130).collect::<Vec<_>>(), "{sort} {dir}");
+        let ordered = keys.windows(2).all(|w| {
+            let c = match (w[0].as_i64(), w[1].as_i64()) {
+                (Some(a), Some(b)) => a.cmp(&b),
+                _ => w[0].as_str().unwrap().cmp(w[1].as_str().unwrap()),
+            };
+            if dir == "--desc" {
+                c.is_ge()
+            } else {
+                c.is_le()
+            }
+        });
+        assert!(ordered, "{sort} {dir}: {keys:?}");
+    }
+
+    // --all streams every page: one table, and one JSON document.
+    let out = ok(url, &["jobs", "--all", "--limit", "40"]);
+    assert_eq!(out.lines().count(), 131, "{out}");
+    assert!(!out.contains("more match"));
+    let v = json(url, &["jobs", "--all", "--limit", "40", "--task", "t1"]);
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 44);
+    assert_eq!(v["next_cursor"], Value::Null);
+    // An explicit limit, and its bounds.
+    assert_eq!(
+        json(url, &["jobs", "--limit", "130"])["next_cursor"],
+        Value::Null
+    );
+    fails(
+        Some(url),
+        &["jobs", "--limit", "10001"],
+        "invalid value '10001' for '--limit <LIMIT>'",
+    );
+    // A cursor of another sort, or garbage, is refused.
+    fails(
+        Some(url),
+        &["jobs", "--sort", "scheduled", "--after", "id:desc:81:81"],
+        "it was made for sort id desc, this listing is sorted scheduled asc",
+    );
+    fails(Some(url), &["jobs", "--after", "x"], "invalid cursor \"x\"");
+}
+
+#[test]
+fn jobs_filter_by_time_error_text_and_show_finished_duration_and_last_error() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, lock, attempts, created_at,
+                                        started_at, finished_at, errors)
+             VALUES ('q', 'old', '1', 'failed', 'L', 2, now() - interval '3 days',
+                     now() - interval '3 days', now() - interval '3 days' + interval '1500 ms',
+                     '[{\"attempt\": 1, \"error\": \"first\"},
+                       {\"attempt\": 2, \"error\": \"SMTP Timeout at relay\"}]'),
+                    ('q', 'new', '2', 'succeeded', NULL, 1, now() - interval '1 hour',
+                     now() - interval '1 hour', now() - interval '1 hour' + interval '2 s', NULL),
+                    ('q', 'waiting', '3', 'todo', NULL, 0, now(), NULL, NULL, NULL)",
+        )
+        .unwrap();
+    let ids = |args: &[&str]| -> Vec<i64> {
+        json(url, args)["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_i64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids(&["jobs", "--created-after", "2h"]), vec![3, 2]);
+    assert_eq!(ids(&["jobs", "--created-before", "1d"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--finished-after", "1d"]), vec![2]);
+    assert_eq!(
+        ids(&["jobs", "--finished-before", "2030-01-01T00:00:00Z"]),
+        vec![2, 1]
+    );
+    assert_eq!(ids(&["jobs", "--error", "smtp timeout"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--error", "first"]), vec![1]);
+    assert_eq!(ids(&["jobs", "--error", "nowhere"]), Vec::<i64>::new());
+    // Sorting by finished time lists finished jobs only.
+    assert_eq!(ids(&["jobs", "--sort", "finished"]), vec![1, 2]);
+    let t = table(&ok(url, &["jobs", "--status", "failed"]));
+    assert_eq!(
+        t[1][7..11],
+        [t[1][7].as_str(), "1.5s", "L", "SMTP Timeout at relay"]
+    );
+    let v = json(url, &["jobs", "--status", "failed"]);
+    assert_eq!(v["jobs"][0]["last_error"], "SMTP Timeout at relay");
+    fails(
+        Some(url),
+        &["jobs", "--created-after", "yesterday"],
+        "expected RFC 3339 (2030-01-02T03:04:05Z) or an age",
+    );
+}
+
+#[test]
+fn bulk_retry_cancel_delete_reach_every_match_with_a_dry_run() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 'mail', 'null', 'failed', now() FROM generate_series(1, 2500);
+             INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 'other', 'null', 'failed', now() FROM generate_series(1, 5);
+             INSERT INTO postpone_jobs (queue, task, args, status, started_at)
+             VALUES ('q', 'mail', 'null', 'doing', now());
+             -- Two failed jobs of one queueing lock, a third waiting: none may be retried.
+             INSERT INTO postpone_jobs (queue, task, args, status, queueing_lock)
+             VALUES ('q', 'mail', 'null', 'failed', 'ql'), ('q', 'mail', 'null', 'failed', 'ql'),
+                    ('q', 'mail', 'null', 'todo', 'ql');",
+        )
+        .unwrap();
+    // A dry run counts every match (far past any listing limit) and changes nothing.
+    assert_eq!(
+        ok(
+            url,
+            &["retry", "--task", "mail", "--status", "failed", "--dry-run"]
+        ),
+        "dry run: 2502 job(s) match; 2500 would be retried, 2 skipped\n"
+    );
+    assert_eq!(
+        json(url, &["stats"])[0]["failed"],
+        2507,
+        "a dry run changed something"
+    );
+    let r = json(url, &["retry", "--task", "mail", "--status", "failed"]);
+    assert_eq!(
+        r,
+        serde_json::json!({"action": "retry", "dry_run": false, "matched": 2502,
+                           "changed": 2500, "skipped": 2})
+    );
+    let s = json(url, &["stats", "--by", "task"]);
+    assert_eq!(
+        (s[0]["task"].clone(), s[0]["queue"].clone()),
+        (Value::Null, "mail".into())
+    );
+    assert_eq!(
+        (s[0]["todo"].clone(), s[0]["failed"].clone()),
+        (2501.into(), 2.into())
+    );
+    assert_eq!(s[1]["failed"], 5);
+    // Cancel by selection: waiting ones only; the running one is skipped.
+    assert_eq!(
+        ok(url, &["cancel", "--task", "mail"]),
+        "2504 job(s) matched; 2501 cancelled, 3 skipped\n"
+    );
+    // cancel --delete by selection removes waiting jobs only; delete removes any not running.
+    assert_eq!(
+        ok(url, &["cancel", "--delete", "--task", "mail"]),
+        "0 job(s) matched; 0 deleted, 0 skipped\n"
+    );
+    assert_eq!(
+        ok(url, &["delete", "--queue", "q", "--dry-run"]),
+        "dry run: 2509 job(s) match; 2508 would be deleted, 1 skipped\n"
+    );
+    assert_eq!(
+        ok(url, &["delete", "--queue", "q"]),
+        "2509 job(s) matched; 2508 deleted, 1 skipped\n"
+    );
+    let left = json(url, &["jobs"]);
+    assert_eq!(left["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(left["jobs"][0]["status"], "doing");
+    let doing = left["jobs"][0]["id"].as_i64().unwrap().to_string();
+    fails_with(
+        Some(url),
+        &["delete", &doing],
+        4,
+        "a running job cannot be deleted; abort it first",
+    );
+    // A selection is required, and an id excludes one.
+    fails(Some(url), &["retry"], "give a job id, or select jobs");
+    fails(Some(url), &["delete", "1", "--queue", "q"], "not both");
+    fails(
+        Some(url),
+        &["cancel", "--delete", "--status", "failed"],
+        "removes waiting jobs only",
+    );
+}
+
+#[test]
+fn reschedule_and_priority_change_waiting_jobs_only() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "a"]);
+    ok(url, &["defer", "b", "--queue", "other"]);
+    assert_eq!(
+        ok(url, &["reschedule", "1", "--at", "2031-02-03T04:05:06Z"]),
+        "job 1 is due at 2031-02-03 04:05:06 UTC\n"
+    );
+    assert_eq!(
+        json(url, &["job", "1"])["scheduled_at"],
+        "2031-02-03T04:05:06.000000Z"
+    );
+    assert_eq!(
+        ok(url, &["priority", "1", "--to", "-3"]),
+        "job 1 has priority -3\n"
+    );
+    assert_eq!(json(url, &["job", "1"])["priority"], -3);
+    assert_eq!(
+        ok(url, &["priority", "--queue", "other", "--to", "9"]),
+        "1 job(s) matched; 1 reprioritised, 0 skipped\n"
+    );
+    let r = json(url, &["reschedule", "--queue", "other", "--in", "2h"]);
+    assert_eq!(r["changed"], 1);
+    let j = json(url, &["job", "2"]);
+    assert_eq!(j["priority"], 9);
+    ok(url, &["cancel", "2"]);
+    fails_with(
+        Some(url),
+        &["reschedule", "2", "--in", "1m"],
+        4,
+        "cannot reschedule job 2: it is cancelled; only waiting (todo) jobs can be rescheduled",
+    );
+    fails_with(
+        Some(url),
+        &["priority", "99", "--to", "1"],
+        3,
+        "job 99 not found",
+    );
+    fails(Some(url), &["reschedule", "1"], "--in <DURATION>");
+}
+
+#[test]
+fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_workers (id, name, host, concurrency, last_heartbeat)
+         VALUES (900, 'ghost', 'h', 1, now() - interval '1 hour'),
+                (901, 'alive', 'h', 4, now());
+         INSERT INTO postpone_jobs (queue, task, args, status, worker_id, attempts, started_at)
+         VALUES ('q', 'a', 'null', 'doing', 900, 1, now()),
+                ('q', 'b', 'null', 'doing', 900, 1, now()),
+                ('q', 'c', 'null', 'doing', 901, 1, now()),
+                ('q', 'd', 'null', 'doing', 777, 1, now());",
+    )
+    .unwrap();
+    // workers: the ghost is stale; claimed jobs per worker.
+    let t = table(&ok(url, &["workers"]));
+    assert_eq!(t[1][..2], ["900", "ghost"]);
+    assert_eq!((t[1][6].as_str(), t[1][8].as_str()), ("2", "STALE"));
+    assert_eq!((t[2][6].as_str(), t[2][8].as_str()), ("1", "live"));
+    let w = json(url, &["workers", "--stale-after", "2h"]);
+    assert_eq!(
+        (w[0]["stale"].clone(), w[0]["claimed"].clone()),
+        (false.into(), 2.into())
+    );
+    // stalled: the ghost's jobs and the orphan (worker 777 gone).
+    let t = table(&ok(url, &["stalled"]));
+    let ids: Vec<&str> = t[1..].iter().map(|r| r[0].as_str()).collect();
+    assert_eq!(ids, ["1", "2", "4"]);
+    assert_eq!(
+        ok(url, &["stalled", "--requeue", "--dry-run"]),
+        "dry run: 3 stalled job(s) would be requeued\n"
+    );
+    assert_eq!(json(url, &["stalled"]).as_array().unwrap().len(), 3);
+    // An abort recorded for a stalled job survives the requeue: it ends aborted.
+    c.batch_execute("UPDATE postpone_jobs SET abort_requested = true WHERE id = 2")
+        .unwrap();
+    assert_eq!(
+        json(url, &["stalled", "--requeue"]),
+        serde_json::json!({"dry_run": false, "jobs": 3, "workers": 0})
+    );
+    assert_eq!(status_of(url, JobId(2)), "aborted");
+    let j = json(url, &["job", "1"]);
+    assert_eq!(
+        (j["status"].clone(), j["attempts"].clone()),
+        ("todo".into(), 1.into())
+    );
+    assert!(j["errors"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("requeued by an operator: its worker (id 900)"));
+    assert_eq!(ok(url, &["stalled"]), "no stalled jobs\n");
+    assert_eq!(status_of(url, JobId(3)), "doing");
+    // --fail ends them failed.
+    c.batch_execute("UPDATE postpone_jobs SET status = 'doing', worker_id = 900 WHERE id = 1")
+        .unwrap();
+    assert_eq!(
+        ok(url, &["stalled", "--fail", "--forget-workers"]),
+        "1 stalled job(s) failed; 1 dead worker(s) forgotten\n"
+    );
+    assert_eq!(status_of(url, JobId(1)), "failed");
+    let w = json(url, &["workers"]);
+    assert_eq!(w.as_array().unwrap().len(), 1);
+    assert_eq!(w[0]["name"], "alive");
+    fails(Some(url), &["stalled", "--dry-run"], "--dry-run goes with");
+    fails(
+        Some(url),
+        &["stalled", "--requeue", "--fail"],
+        "cannot be used with",
+    );
+}
+
+#[test]
+fn healthcheck_checks_live_workers_and_lag_for_probes() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let mut c = db.client();
+    let o = run(url, &["healthcheck", "--min-workers", "1"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stdout
+            .contains("0 live worker(s) (heartbeat within 30.0s), fewer than --min-workers 1"),
+        "{o:?}"
+    );
+    c.batch_execute(
+        "INSERT INTO postpone_workers (name, queues, last_heartbeat)
+         VALUES ('w1', '{mail}', now()), ('w2', NULL, now() - interval '1 hour');
+         INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+         VALUES ('mail', 't', 'null', now() - interval '10 minutes'),
+                ('img', 't', 'null', now());",
+    )
+    .unwrap();
+    let out = ok(
+        url,
+        &["healthcheck", "--min-workers", "1", "--queue", "mail"],
+    );
+    // w1 serves mail only, and w2 is stale: nobody serves img.
+    let o = run(
+        url,
+        &["healthcheck", "--min-workers", "1", "--queue", "img"],
+    );
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        out.starts_with(&format!(
+            "ok: database answers, schema version {}, 1 live worker(s)",
+            postpone::SCHEMA_VERSION
+        )),
+        "{out}"
+    );
+    let o = run(url, &["healthcheck", "--min-workers", "2"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    let o = run(url, &["healthcheck", "--max-lag", "5m"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains("longer than --max-lag 5m00s"), "{o:?}");
+    let out = ok(url, &["healthcheck", "--max-lag", "5m", "--queue", "img"]);
+    assert!(out.contains(", lag "), "{out}");
+    let v = json(
+        url,
+        &["healthcheck", "--max-lag", "1h", "--min-workers", "1"],
+    );
+    assert_eq!(v["healthy"], true);
+    assert_eq!(v["live_workers"], 1);
+    assert!(v["lag_secs"].as_f64().unwrap() >= 600.0, "{v}");
+    // A job due at -infinity is an infinite lag, and still no crash.
+    c.batch_execute("UPDATE postpone_jobs SET scheduled_at = '-infinity' WHERE queue = 'img'")
+        .unwrap();
+    let o = run(url, &["healthcheck", "--max-lag", "1h", "--queue", "img"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains("waited infinite"), "{o:?}");
+}
+
+#[test]
+fn a_newer_schema_is_refused_everywhere_with_both_versions_and_exit_8() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_migrations (version, name) VALUES (7, 'from the future');
+             ALTER TABLE postpone_jobs DROP CONSTRAINT postpone_jobs_status_check;
+             INSERT INTO postpone_jobs (queue, task, args, status) VALUES ('q', 't', '1', 'paused')",
+        )
+        .unwrap();
+    let says = &format!(
+        "the database schema is at version 7, newer than this postpone (version {})",
+        postpone::SCHEMA_VERSION
+    );
+    for args in [
+        &["jobs"][..],
+        &["stats"],
+        &["workers"],
+        &["retry", "--status", "failed"],
+        &["defer", "t"],
+        &["migrate"],
+        &["migrate", "--print"],
+    ] {
+        fails_with(Some(url), args, 8, says);
+    }
+    let o = run(url, &["healthcheck"]);
+    assert_eq!(o.code, 8, "{o:?}");
+    assert!(o.stdout.starts_with(&format!("unhealthy: {says}")), "{o:?}");
+    let o = run(url, &["healthcheck", "--json"]);
+    assert_eq!(o.code, 8, "{o:?}");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        (v["healthy"].clone(), v["supported_version"].clone()),
+        (false.into(), postpone::SCHEMA_VERSION.into())
+    );
+    // Nothing was inserted by the refused defer.
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute("DROP TABLE postpone_migrations")
+        .unwrap();
+    let says = "postpone's tables exist but no migration is recorded";
+    let o = run(url, &["healthcheck"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains(says), "{o:?}");
+    fails_with(Some(url), &["migrate"], 7, says);
+    fails_with(Some(url), &["jobs"], 7, says);
+    // Tables that differ from this postpone's are not adopted; the message says how.
+    let mut c = db.client();
+    c.batch_execute(
+        "DROP INDEX postpone_jobs_due_idx; ALTER TABLE postpone_jobs ADD COLUMN note text",
+    )
+    .unwrap();
+    fails_with(
+        Some(url),
+        &["migrate", "--adopt"],
+        7,
+        &format!("differ from this postpone's version {} (missing: index CREATE INDEX postpone_jobs_due_idx ON postpone_jobs USING btree (priority DESC, scheduled_at, id) WHERE (status = 'todo'::text); unexpected: column postpone_jobs.note text); nothing was changed", postpone::SCHEMA_VERSION),
+    );
+    assert!(run(url, &["healthcheck"]).stdout.contains(says));
+    // Put back as they were, they are adopted, and all is well.
+    c.batch_execute(
+        "ALTER TABLE postpone_jobs DROP COLUMN note;
+         CREATE INDEX postpone_jobs_due_idx ON postpone_jobs (priority DESC, scheduled_at, id) WHERE status = 'todo'",
+    )
+    .unwrap();
+    assert_eq!(
+        ok(url, &["migrate", "--adopt"]),
+        format!(
+            "adopted the existing tables: schema recorded at version {}\n",
+            postpone::SCHEMA_VERSION
+        )
+    );
+    assert_eq!(
+        ok(url, &["healthcheck"]),
+        format!(
+            "ok: database answers, schema version {}\n",
+            postpone::SCHEMA_VERSION
+        )
+    );
+    assert_eq!(
+        ok(url, &["migrate"]),
+        format!(
+            "schema is up to date (version {})\n",
+            postpone::SCHEMA_VERSION
+        )
+    );
+    fails_with(
+        Some(url),
+        &["migrate", "--adopt"],
+        4,
+        &format!(
+            "nothing to adopt: migrations are recorded (version {})",
+            postpone::SCHEMA_VERSION
+        ),
+    );
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'postpone_adopt_scratch'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "the scratch schema was left behind");
+}
+
+#[test]
+fn migrate_print_shows_the_missing_sql_and_changes_nothing() {
+    let db = TestDb::new();
+    let url = db.url();
+    let script = ok(&url, &["migrate", "--print"]);
+    assert!(
+        script.starts_with(&format!(
+            "-- postpone schema migrations 1..{}",
+            postpone::SCHEMA_VERSION
+        )),
+        "{script}"
+    );
+    assert!(script.contains("CREATE TABLE postpone_jobs"));
+    assert!(script.trim_end().ends_with("COMMIT;"));
+    assert!(run(&url, &["healthcheck"])
+        .stdout
+        .contains("schema not installed"));
+    // The script works as printed.
+    db.client().batch_execute(&script).unwrap();
+    assert_eq!(
+        ok(&url, &["migrate"]),
+        format!(
+            "schema is up to date (version {})\n",
+            postpone::SCHEMA_VERSION
+        )
+    );
+    assert_eq!(
+        ok(&url, &["migrate", "--print"]),
+        format!(
+            "-- postpone: the schema is current (version {}); nothing to run\n",
+            postpone::SCHEMA_VERSION
+        )
+    );
+    // --all needs no database at all.
+    assert_eq!(ok(UNREACHABLE, &["migrate", "--print", "--all"]), script);
+}
+
+#[test]
+fn timeout_bounds_migrate_behind_a_held_migration_lock() {
+    let db = TestDb::new();
+    let url = db.url();
+    let mut holder = db.client();
+    holder
+        .execute("SELECT pg_advisory_lock($1)", &[&0x706f_7374_706f_6e65_i64])
+        .unwrap();
+    let t = Instant::now();
+    let o = run(&url, &["migrate", "--timeout", "2s"]);
+    let took = t.elapsed();
+    assert_eq!(o.code, 5, "{o:?}");
+    assert!(o.stderr.contains("gave up after 2s (the timeout)"), "{o:?}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    holder
+        .execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&0x706f_7374_706f_6e65_i64],
+        )
+        .unwrap();
+    ok(&url, &["migrate"]);
+}
+
+#[test]
+fn json_piped_into_a_closed_reader_exits_0_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let (db, url) = migrated();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args)
+             SELECT 'q', 't', jsonb_build_object('pad', repeat('x', 400)) FROM generate_series(1, 2000)",
+        )
+        .unwrap();
+    for args in [
+        &["jobs", "--json", "--limit", "2000"][..],
+        &["jobs", "--json", "--all"],
+        &["jobs", "--all"],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+            .env_remove("RUST_LOG")
+            .arg("--database-url")
+            .arg(&url)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 100];
+        stdout.read_exact(&mut first).unwrap();
+        drop(stdout); // as `head -c 100` does
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {o:?}");
+        assert!(
+            o.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn defer_keeps_the_callers_json_exactly() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    let args = r#"{"big": 18446744073709551616, "precise": 0.1000000000000000055511151231257827, "neg": -1e-400}"#;
+    ok(url, &["defer", "t", args]);
+    let stored: String = db
+        .client()
+        .query_one("SELECT args::text FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert!(stored.contains("\"big\": 18446744073709551616"), "{stored}");
+    assert!(
+        stored.contains("\"precise\": 0.1000000000000000055511151231257827"),
+        "{stored}"
+    );
+    // ... and shows it so: in the table, the detail and the JSON.
+    let out = ok(url, &["job", "1", "--json"]);
+    assert!(out.contains("18446744073709551616"), "{out}");
+    assert!(
+        out.contains("0.1000000000000000055511151231257827"),
+        "{out}"
+    );
+    assert!(ok(url, &["job", "1"]).contains("18446744073709551616"));
+    fails(
+        Some(url),
+        &["defer", "t", "[1,]"],
+        "invalid JSON arguments [1,]",
+    );
+}
+
+#[test]
+fn control_characters_are_escaped_in_tables_but_kept_in_json() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at, errors)
+             VALUES (E'q\\nfake row', E'evil\\u001b[2J', '\"x\"', 'failed', now(),
+                     jsonb_build_array(jsonb_build_object('attempt', 1,
+                         'error', E'line1\\nline2\\u001b]0;title\\u0007')))",
+        )
+        .unwrap();
+    let out = ok(url, &["jobs"]);
+    assert!(!out.contains('\u{1b}') && !out.contains('\u{7}'), "{out:?}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        out.contains("q\\nfake row") && out.contains("evil\\x1b[2J"),
+        "{out}"
+    );
+    let out = ok(url, &["job", "1"]);
+    assert!(!out.contains('\u{1b}'), "{out:?}");
+    assert!(
+        out.contains("attempt 1 at -: line1\\nline2\\x1b]0;title\\x07"),
+        "{out}"
+    );
+    for args in [&["stats"][..], &["stats", "--by", "task"]] {
+        let out = ok(url, args);
+        assert!(
+            !out.contains('\u{1b}') && out.lines().count() == 2,
+            "{out:?}"
+        );
+    }
+    // JSON keeps the exact text (escaped the JSON way).
+    let v = json(url, &["job", "1"]);
+    assert_eq!(v["task"], "evil\u{1b}[2J");
+    assert_eq!(v["errors"][0]["error"], "line1\nline2\u{1b}]0;title\u{7}");
+    // An error message that echoes input is escaped too.
+    let o = run(url, &["defer", "t", "\u{1b}[2J"]);
+    assert_eq!(o.code, 2);
+    assert!(!o.stderr.contains('\u{1b}'), "{o:?}");
+}
+
+#[test]
+fn one_bad_row_never_breaks_stats() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             VALUES ('bad', 't', 'null', '-infinity'), ('good', 't', 'null', now());
+             INSERT INTO postpone_jobs (queue, task, args, status, started_at, finished_at)
+             VALUES ('good', 't', 'null', 'succeeded', '-infinity', now()),
+                    ('good', 't', 'null', 'succeeded', now() - interval '2 s', now()),
+                    ('good', 't', 'null', 'failed', now() - interval '4 s', 'infinity')",
+        )
+        .unwrap();
+    let t = table(&ok(url, &["stats"]));
+    assert_eq!(t[1][0], "bad");
+    assert_eq!(t[1][12], "infinite");
+    assert_eq!(
+        t[2][..9],
+        ["good", "1", "0", "0", "2", "1", "0", "0", "33.3"]
+    );
+    assert_eq!(t[2][9], "2.0s");
+    let v = json(url, &["stats", "--window", "1h"]);
+    assert_eq!(v[1]["succeeded"], 2);
+    // The failed job finished at +infinity: inside no window... but counted without one.
+    assert_eq!(v[1]["failed"], 1);
+    assert!(v[0]["oldest_todo_age_secs"].as_f64().unwrap() > 1e15);
+    assert!(
+        (v[1]["run_time_p50_secs"].as_f64().unwrap() - 2.0).abs() < 0.1,
+        "{v}"
+    );
+}
+
+#[test]
+fn exit_codes_are_distinct_and_errors_are_json_under_json() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    for (args, code, name) in [
+        (&["job", "5", "--json"][..], 3, "not_found"),
+        (&["--json", "job", "abc"], 2, "value_validation"),
+        (&["retry", "--json"], 2, "usage"),
+    ] {
+        let o = run(url, args);
+        assert_eq!(o.code, code, "{args:?}: {o:?}");
+        assert!(o.stdout.is_empty(), "{o:?}");
+        let v: Value =
+            serde_json::from_str(o.stderr.trim()).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        assert_eq!(v["error"]["code"], name, "{o:?}");
+        assert_eq!(v["error"]["exit_code"], code, "{o:?}");
+        assert!(!v["error"]["message"].as_str().unwrap().is_empty());
+    }
+    ok(url, &["defer", "t"]);
+    let o = run(url, &["retry", "1", "--json"]);
+    assert_eq!(o.code, 4, "{o:?}");
+    let v: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "wrong_state");
+    let o = run(UNREACHABLE, &["stats", "--json"]);
+    assert_eq!(o.code, 5, "{o:?}");
+    let v: Value = serde_json::from_str(o.stderr.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "unreachable");
+    // Permission denied: a role that may log in but not read postpone's tables.
+    let db2 = TestDb::new();
+    let mut c = db2.client();
+    c.batch_execute(
+        "DO $$ BEGIN
+           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'postpone_cli_reader') THEN
+             CREATE ROLE postpone_cli_reader LOGIN;
+           END IF;
+         END $$;",
+    )
+    .unwrap();
+    ok(&db2.url(), &["migrate"]);
+    c.batch_execute("REVOKE ALL ON postpone_jobs FROM PUBLIC")
+        .unwrap();
+    let reader = db2
+        .url()
+        .replacen("postgres://postgres@", "postgres://postpone_cli_reader@", 1);
+    assert!(reader.contains("postpone_cli_reader@"), "{reader}");
+    fails_with(
+        Some(&reader),
+        &["jobs"],
+        6,
+        "permission denied for table postpone_",
+    );
+}
+
+#[test]
+fn libpq_environment_variables_choose_the_database_and_v_says_which() {
+    let (db, url) = migrated();
+    ok(&url, &["defer", "from-env"]);
+    let c: postgres::Config = url.parse().unwrap();
+    let host = match &c.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        _ => unreachable!(),
+    };
+    let port = c.get_ports()[0].to_string();
+    let env = [
+        ("PGHOST", host.as_str()),
+        ("PGPORT", port.as_str()),
+        ("PGUSER", c.get_user().unwrap()),
+        ("PGDATABASE", db.name()),
+        ("PGSSLMODE", "disable"),
+    ];
+    let o = run_env(&env, &["jobs", "--json", "-v"]);
+    assert_eq!(o.code, 0, "{o:?}");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["jobs"][0]["task"], "from-env");
+    assert!(
+        o.stderr.contains(&format!(
+            "postpone: database {}@{host}:{port}/{} (from PG* environment)",
+            c.get_user().unwrap(),
+            db.name()
+        )),
+        "{o:?}"
+    );
+    // DATABASE_URL wins over PGDATABASE; --database-url over both.
+    let o = run_env(
+        &[("DATABASE_URL", &url), ("PGDATABASE", "nowhere")],
+        &["healthcheck", "-v"],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("(from DATABASE_URL)"), "{o:?}");
+    let o = run_env(
+        &[("DATABASE_URL", "postgres://postgres@127.0.0.1:1/x")],
+        &["--database-url", &url, "healthcheck", "-v"],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("(from --database-url)"), "{o:?}");
+    // A database that does not exist is named in the error.
+    let o = run_env(
+        &[
+            ("PGHOST", &host),
+            ("PGPORT", &port),
+            ("PGDATABASE", "no_such_db_x"),
+        ],
+        &["stats"],
+    );
+    assert_ne!(o.code, 0, "{o:?}");
+    assert!(o.stderr.contains("no_such_db_x"), "{o:?}");
+}
+
+#[test]
+fn prune_dry_run_counts_and_deletes_nothing() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             SELECT 'q', 't', 'null', 'succeeded', now() - interval '10 days' FROM generate_series(1, 30);
+             INSERT INTO postpone_jobs (queue, task, args, status, finished_at)
+             VALUES ('q', 't', 'null', 'failed', now() - interval '10 days'),
+                    ('q', 't', 'null', 'failed', now())",
+        )
+        .unwrap();
+    assert_eq!(
+        ok(url, &["prune", "--older-than", "7d", "--dry-run"]),
+        "dry run: 31 job(s) would be deleted\n"
+    );
+    assert_eq!(
+        json(
+            url,
+            &[
+                "prune",
+                "--older-than",
+                "7d",
+                "--status",
+                "failed",
+                "--dry-run"
+            ]
+        ),
+        serde_json::json!({"dry_run": true, "jobs": 1})
+    );
+    assert_eq!(json(url, &["stats"])[0]["succeeded"], 30);
+    assert_eq!(
+        ok(url, &["prune", "--older-than", "7d"]),
+        "deleted 31 job(s) and 0 periodic record(s)\n"
+    );
+}
+
+/// Splits a shell command line into words: whitespace separates, '...' is literal, "..."
+/// takes `\"` and `\\`.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    cur.push(c);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' if matches!(chars.peek(), Some('"') | Some('\\')) => {
+                            cur.push(chars.next().unwrap())
+                        }
+                        c => cur.push(c),
+                    }
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    words
+}
+
+/// Output with what changes from run to run blurred: times, ages and durations, padding.
+fn normalise(text: &str) -> String {
+    // Times: 2026-12-01 13:56:21 and 2026-12-01T13:56:21.262855Z.
+    let b = text.as_bytes();
+    let mut s = String::new();
+    let mut i = 0;
+    let shape = b"dddd-dd-dd?dd:dd:dd";
+    while i < b.len() {
+        let is_time = i + shape.len() <= b.len()
+            && shape.iter().zip(&b[i..]).all(|(p, c)| match p {
+                b'd' => c.is_ascii_digit(),
+                b'?' => *c == b' ' || *c == b'T',
+                p => p == c,
+            });
+        if is_time {
+            s.push_str("<time>");
+            i += shape.len();
+            if b.get(i) == Some(&b'.') {
+                i += 1;
+                while b.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+            }
+            if b.get(i) == Some(&b'Z') {
+                i += 1;
+            }
+        } else {
+            let ch = text[i..].chars().next().unwrap();
+            s.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    let is_age = |t: &str| {
+        let t = t.trim_end_matches([',', ')']);
+        let num = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit() || c == '.');
+        ["ms", "s"].iter().any(|u| {
+            t.strip_suffix(u).is_some_and(|n| {
+                num(n) || {
+                    // 5m12s, 3h05m, 2d03h
+                    n.split(['m', 'h', 'd']).all(num)
+                }
+            })
+        }) || ["m", "h"].iter().any(|u| {
+            t.strip_suffix(u)
+                .is_some_and(|n| n.split(['h', 'd']).count() == 2 && n.split(['h', 'd']).all(num))
+        })
+    };
+    s.lines()
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| if is_age(t) { "<age>" } else { t })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn normalise_blurs_times_and_ages_only() {
+    assert_eq!(
+        normalise("5   2026-12-01 13:56:21  12.3s  5m12s 3h05m 850ms x\n{\"t\": \"2026-12-01T13:56:21.262855Z\"}"),
+        "5 <time> <age> <age> <age> <age> x\n{\"t\": \"<time>\"}"
+    );
+    assert_eq!(normalise("queue 10 5m"), "queue 10 5m");
+    assert_eq!(
+        shell_words(r#"psql -qc "a \"b\" 'c'" 'd e' f"#),
+        ["psql", "-qc", "a \"b\" 'c'", "d e", "f"]
+    );
+}
+
+/// Every console block of docs/cli.md, run against a fresh database: its output must match
+/// (see `normalise`). With UPDATE_DOCS=1 the file is rewritten from the real outputs.
+#[test]
+fn docs_match_real_output() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/cli.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let db = TestDb::new();
+    let url = db.url();
+    let mut client = db.client();
+    let mut exported = false;
+    let mut last_code = 0;
+    let mut out_doc = String::new();
+    let mut in_block = false;
+    // (command, expected, actual) per command, in order.
+    let mut runs: Vec<(String, String, String)> = Vec::new();
+    let mut lines = doc.lines().peekable();
+    while let Some(line) = lines.next() {
+        if !in_block {
+            out_doc.push_str(line);
+            out_doc.push('\n');
+            in_block = line == "```console";
+            continue;
+        }
+        if line == "```" {
+            out_doc.push_str("```\n");
+            in_block = false;
+            continue;
+        }
+        let Some(cmd) = line.strip_prefix("$ ") else {
+            panic!("docs/cli.md: output line without a command: {line:?}");
+        };
+        let mut expected = String::new();
+        while let Some(next) = lines.peek() {
+            if next.starts_with("$ ") || *next == "```" {
+                break;
+            }
+            expected.push_str(lines.next().unwrap());
+            expected.push('\n');
+        }
+        let words = shell_words(cmd);
+        let actual = match words[0].as_str() {
+            "export" => {
+                exported = true;
+                String::new()
+            }
+            "echo" => format!("{last_code}\n"),
+            "psql" => {
+                client.batch_execute(&words[2]).unwrap();
+                String::new()
+            }
+            "postpone" => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_postpone"));
+                c.env_remove("RUST_LOG").env_remove("DATABASE_URL");
+                if exported {
+                    c.env("DATABASE_URL", &url);
+                }
+                let o = c.args(&words[1..]).output().unwrap();
+                last_code = o.status.code().unwrap_or(-1);
+                let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&o.stderr));
+                text
+            }
+            other => panic!("docs/cli.md: unknown command {other}"),
+        };
+        out_doc.push_str(line);
+        out_doc.push('\n');
+        out_doc.push_str(&actual);
+        runs.push((cmd.to_owned(), expected, actual));
+    }
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(path, out_doc).unwrap();
+        return;
+    }
+    for (cmd, expected, actual) in &runs {
+        assert_eq!(
+            normalise(expected),
+            normalise(actual),
+            "docs/cli.md: the output of `{cmd}` differs (UPDATE_DOCS=1 rewrites it):\n--- docs\n{expected}--- real\n{actual}"
+        );
+    }
 }

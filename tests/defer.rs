@@ -626,3 +626,57 @@ fn zero_timeouts_and_pool_size_are_config_errors() {
         assert!(e.to_string().contains(name), "{name}: {e}");
     }
 }
+
+/// Every entry point goes through the one insert builder: the task's default queue and
+/// priority apply when the call gives none, and an explicit value (0 included) wins.
+#[test]
+fn task_defaults_apply_the_same_way_through_every_entry_point() {
+    let (db, _) = setup();
+    let mut tasks = postpone::Tasks::new();
+    tasks
+        .register("mail", |_| Ok(()))
+        .queue("emails")
+        .priority(5);
+    let app = App::builder(db.url())
+        .pool_size(2)
+        .task_defaults(&tasks)
+        .build()
+        .unwrap();
+    let mut c = db.client();
+    let row = |c: &mut Client, id: JobId| -> (String, i32) {
+        let r = c
+            .query_one(
+                "SELECT queue, priority FROM postpone_jobs WHERE id = $1",
+                &[&id.0],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let plain = app.defer("mail", &1).unwrap();
+    let built = app.job("mail").lock("l").defer(&2).unwrap();
+    let mut tx = c.transaction().unwrap();
+    let in_tx = app.job("mail").defer_in(&mut tx, &3).unwrap();
+    tx.commit().unwrap();
+    let batch = app
+        .defer_batch(&[
+            NewJob::new("mail", &4).unwrap(),
+            NewJob::new("mail", &5).unwrap().priority(0).queue("other"),
+            NewJob::new("other_task", &6).unwrap(),
+        ])
+        .unwrap();
+    let explicit = app.job("mail").priority(0).queue("q").defer(&7).unwrap();
+    for id in [plain, built, in_tx, batch[0]] {
+        assert_eq!(row(&mut c, id), ("emails".to_owned(), 5), "job {id}");
+    }
+    assert_eq!(row(&mut c, batch[1]), ("other".to_owned(), 0));
+    assert_eq!(row(&mut c, batch[2]), ("default".to_owned(), 0));
+    assert_eq!(row(&mut c, explicit), ("q".to_owned(), 0));
+    // Debug of a job being built shows its options, and of the builder never a password.
+    let shown = format!("{:?}", app.job("mail").queue("x"));
+    assert!(
+        shown.contains("task: \"mail\"") && shown.contains("Some(\"x\")"),
+        "{shown}"
+    );
+    let shown = format!("{:?}", App::builder("postgres://u:hunter2@h/db"));
+    assert!(!shown.contains("hunter2"), "{shown}");
+}

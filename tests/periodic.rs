@@ -360,3 +360,93 @@ fn a_worker_racing_another_for_an_instant_rolls_its_job_back() {
         "the loser's job was rolled back with its statement"
     );
 }
+
+/// A task that records as its output the periodic instant it was deferred for (seconds).
+fn instant_recorder(t: &mut Tasks, name: &str) {
+    t.register(name, |job: &Job| -> Result<(), TaskError> {
+        let instant = job.periodic_instant()?;
+        let secs = instant.map(|i| i.duration_since(UNIX_EPOCH).unwrap().as_secs());
+        job.set_output(&secs)?;
+        Ok(())
+    });
+}
+
+fn job_of(db: &TestDb, task: &str) -> Vec<postpone::JobId> {
+    db.client()
+        .query(
+            "SELECT id FROM postpone_jobs WHERE task = $1 ORDER BY id",
+            &[&task],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| postpone::JobId(r.get(0)))
+        .collect()
+}
+
+#[test]
+fn a_zoned_schedule_in_the_dst_gap_runs_when_the_gap_ends_with_its_instant() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    // 2024-03-10T06:50:00Z = 01:50 EST in New York; at 07:00Z clocks jump to 03:00 EDT.
+    let gap_end = 1_710_054_000;
+    let clock = TestClock::new(at(gap_end - 600), 1);
+    let mut t = Tasks::new();
+    instant_recorder(&mut t, "zoned");
+    t.periodic("zoned", "30 2 * * *")
+        .time_zone("America/New_York");
+    let h = builder(&app, t, &clock, 0).spawn().unwrap();
+    clock.set_and_settle(at(gap_end - 1));
+    assert!(
+        job_of(&db, "zoned").is_empty(),
+        "nothing before the gap ends"
+    );
+    clock.set_and_settle(at(gap_end + 5));
+    let ids = job_of(&db, "zoned");
+    assert_eq!(ids.len(), 1);
+    let r = app.wait(ids[0], Duration::from_secs(20)).unwrap();
+    assert_eq!(r.output_as::<Option<u64>>().unwrap(), Some(gap_end));
+    stop(h);
+}
+
+#[test]
+fn run_on_start_defers_once_per_worker_start_with_the_start_instant() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let clock = TestClock::new(at(T0), 1);
+    let make = || {
+        let mut t = Tasks::new();
+        instant_recorder(&mut t, "boot");
+        t.periodic("boot", "@daily").run_on_start(true);
+        // Without run_on_start, nothing is deferred before midnight.
+        t.periodic("boot", "@daily").id("quiet");
+        t
+    };
+    let h = builder(&app, make(), &clock, 0).spawn().unwrap();
+    clock.set_and_settle(at(T0 + 1));
+    let ids = job_of(&db, "boot");
+    assert_eq!(ids.len(), 1, "one job at start");
+    let r = app.wait(ids[0], Duration::from_secs(20)).unwrap();
+    assert_eq!(r.output_as::<Option<u64>>().unwrap(), Some(T0));
+    stop(h);
+    // A later start defers again, for its own instant.
+    let clock = TestClock::new(at(T0 + 90), 1);
+    let h = builder(&app, make(), &clock, 0).spawn().unwrap();
+    clock.set_and_settle(at(T0 + 91));
+    let ids = job_of(&db, "boot");
+    assert_eq!(ids.len(), 2);
+    let r = app.wait(ids[1], Duration::from_secs(20)).unwrap();
+    assert_eq!(r.output_as::<Option<u64>>().unwrap(), Some(T0 + 90));
+    stop(h);
+    // A job deferred by hand has no periodic instant.
+    let mut t = Tasks::new();
+    instant_recorder(&mut t, "plain");
+    let h = Worker::builder(&app, t).spawn().unwrap();
+    let r = app
+        .job("plain")
+        .defer_and_wait(&(), Duration::from_secs(20))
+        .unwrap();
+    assert_eq!(r.output_as::<Option<u64>>().unwrap(), None);
+    stop(h);
+}

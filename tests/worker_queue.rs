@@ -83,6 +83,49 @@ fn higher_priority_first_then_fifo() {
     drop(db);
 }
 
+/// Within a priority, jobs run in the order they became due (a job scheduled for an earlier
+/// time, or rescued, goes before one deferred for now), then in defer order.
+#[test]
+fn within_a_priority_the_earliest_due_runs_first() {
+    let (db, app) = setup();
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut tasks = Tasks::new();
+    let seen = order.clone();
+    tasks.register("record", move |job: &Job| {
+        let name: String = job.args()?;
+        seen.lock().unwrap().push(name);
+        Ok(())
+    });
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    app.defer("record", "now-1").unwrap();
+    app.job("record")
+        .schedule_at(hour_ago)
+        .defer("an-hour-ago")
+        .unwrap();
+    app.defer("record", "now-2").unwrap();
+    app.job("record")
+        .priority(1)
+        .schedule_at(hour_ago + Duration::from_secs(60))
+        .defer("urgent")
+        .unwrap();
+    let handle = fast_worker(&app, tasks)
+        .concurrency(1)
+        .prefetch(0)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || order
+        .lock()
+        .unwrap()
+        .len()
+        == 4));
+    stop(handle);
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["urgent", "an-hour-ago", "now-1", "now-2"]
+    );
+    drop(db);
+}
+
 #[test]
 fn scheduled_jobs_run_only_when_due() {
     let (db, app) = setup();

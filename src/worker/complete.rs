@@ -30,6 +30,7 @@ use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::store;
+use crate::types::RawJson;
 
 /// Most outcomes recorded by one statement.
 pub(crate) const MAX_BATCH: usize = 1000;
@@ -176,10 +177,11 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
         .collect()
     } else {
         let words: Vec<&str> = group.iter().map(|o| o.word).collect();
+        let outputs: Vec<Option<&RawJson>> = group.iter().map(|o| o.output.as_ref()).collect();
         conn.query_cached(
             "recording job outcomes",
             store::JOB_FINISH_BATCH,
-            &[&ids, &workers, &attempts, &words, &errors],
+            &[&ids, &workers, &attempts, &words, &errors, &outputs],
         )?
         .iter()
         .map(|r| (r.get(0), String::new()))

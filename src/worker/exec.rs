@@ -200,6 +200,7 @@ fn run_one(
         lock: claimed.lock,
         abort: abort.clone(),
         app: shared.app.clone(),
+        extras: Default::default(),
     };
     match verdict {
         Begin::Start => {}
@@ -471,6 +472,11 @@ fn finish(
         word,
         delay,
         error,
+        output: if word == "succeeded" {
+            job.take_output()
+        } else {
+            None
+        },
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio_postgres::Statement;
 
 use super::link::Link;
@@ -24,10 +24,12 @@ pub(crate) fn run(
     jobs: &Sender<Claimed>,
     wake: &Receiver<()>,
 ) {
-    let sql = store::job_claim_sql(shared.opts.queues.is_some(), shared.opts.only_registered);
-    let task_names: Vec<String> = shared.tasks.keys().cloned().collect();
-    let mut link = Link::with_setup(shared, "claiming jobs", move |c: &mut Connection| {
-        c.prepare(&sql)
+    let task_names: Option<Vec<String>> = shared
+        .opts
+        .only_registered
+        .then(|| shared.tasks.keys().cloned().collect());
+    let mut link = Link::with_setup(shared, "claiming jobs", |c: &mut Connection| {
+        c.prepare(store::JOB_CLAIM)
     });
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
@@ -156,24 +158,20 @@ fn claim(
     conn: &mut Connection,
     stmt: &Statement,
     limit: usize,
-    task_names: &[String],
+    task_names: &Option<Vec<String>>,
 ) -> Result<Vec<Claimed>> {
     let id = shared.id();
-    let limit = limit as i64;
-    let queues = shared.opts.queues.as_deref().unwrap_or(&[]);
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&id, &limit];
-    if shared.opts.queues.is_some() {
-        params.push(&queues);
-    }
-    if shared.opts.only_registered {
-        params.push(&task_names);
-    }
-    let rows = conn.query_named("claiming jobs", stmt, &params)?;
-    let mut claimed: Vec<(i32, Claimed)> = rows
+    let limit = limit.min(i32::MAX as usize) as i32;
+    let rows = conn.query_named(
+        "claiming jobs",
+        stmt,
+        &[&id, &limit, &shared.opts.queues, task_names],
+    )?;
+    let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {
             (
-                r.get::<_, i32>(5),
+                r.get::<_, SystemTime>(8),
                 Claimed {
                     id: JobId(r.get(0)),
                     queue: r.get(1),
@@ -189,7 +187,11 @@ fn claim(
         })
         .collect();
     // UPDATE ... RETURNING does not keep the claim's order: restore it.
-    claimed.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.id.cmp(&b.1.id)));
+    claimed.sort_by(|a, b| {
+        (b.1.priority.cmp(&a.1.priority))
+            .then(a.0.cmp(&b.0))
+            .then(a.1.id.cmp(&b.1.id))
+    });
     Ok(claimed.into_iter().map(|(_, c)| c).collect())
 }
 

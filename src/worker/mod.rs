@@ -112,6 +112,8 @@ pub(crate) struct Outcome {
     pub(crate) word: &'static str,
     pub(crate) delay: Duration,
     pub(crate) error: Option<String>,
+    /// The task's output (`Job::set_output`), recorded with a `succeeded` outcome only.
+    pub(crate) output: Option<RawJson>,
 }
 
 impl Outcome {

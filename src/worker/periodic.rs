@@ -17,7 +17,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
 
@@ -64,8 +64,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Replaces the clock that periodic schedules read (for tests that drive time).
-    #[doc(hidden)]
+    /// Replaces the clock that periodic schedules read, for tests that drive time (feature
+    /// `test-util`). Defaults to the system clock.
+    #[cfg(feature = "test-util")]
     pub fn periodic_clock(
         mut self,
         clock: impl Fn() -> SystemTime + Send + Sync + 'static,
@@ -79,7 +80,7 @@ impl WorkerBuilder {
 pub(crate) fn validate(tasks: &Tasks, opts: &WorkerOptions) -> Result<()> {
     let mut problems = Vec::new();
     for (i, spec) in tasks.periodic.iter().enumerate() {
-        problems.extend(spec.check(tasks));
+        problems.extend(spec.check(|t| tasks.contains(t)));
         let dup = tasks.periodic[..i]
             .iter()
             .any(|o| o.task == spec.task && o.id == spec.id);
@@ -112,6 +113,8 @@ pub(crate) struct Schedule {
     /// matches again.
     next: Option<SystemTime>,
     primed: bool,
+    /// The run-on-start job is deferred (or was not asked for).
+    started: bool,
 }
 
 /// The schedules of `tasks`, with their queue and priority resolved against the tasks'
@@ -132,6 +135,7 @@ pub(crate) fn schedules(tasks: &Tasks) -> Vec<Schedule> {
                     .priority
                     .or_else(|| task.and_then(|t| t.priority))
                     .unwrap_or(0),
+                started: !spec.run_on_start,
                 spec: spec.clone(),
                 next: None,
                 primed: false,
@@ -244,6 +248,21 @@ fn defer_due(
 ) -> Result<()> {
     for s in schedules.iter_mut() {
         let window_start = now.checked_sub(s.spec.catch_up).unwrap_or(now);
+        if !s.started {
+            // Its instant is the start time, to the second (instants are whole seconds).
+            let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+            let at = UNIX_EPOCH + Duration::from_secs(secs);
+            let c = connection(shared, conn)?;
+            let who = describe(&s.spec.task, &s.spec.id);
+            let done = periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
+                .map_err(|e| e.context(format_args!("periodic task {who}: run on start")))?;
+            log::info!(
+                "worker {}: periodic task {who}: run on start at {}: {done:?}",
+                shared.name,
+                rfc3339(at)
+            );
+            s.started = true;
+        }
         if !s.primed {
             let c = connection(shared, conn)?;
             let latest = periodic::latest_instant(c, &s.spec)?;

@@ -1,4 +1,6 @@
-//! Output for people: aligned tables, short times and ages.
+//! Output for people: aligned tables, short times and ages, and text made safe for a
+//! terminal (control characters escaped: a newline cannot split a row, an escape sequence
+//! stored in a job cannot reach the terminal). JSON output is left exact.
 
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
@@ -17,10 +19,12 @@ impl Table {
         }
     }
 
+    /// Adds a row; control characters in its cells are escaped.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.iter().map(|c| clean(c)).collect());
     }
 
+    /// Writes the header and the rows.
     pub fn write(&self, out: &mut dyn Write) -> io::Result<()> {
         let cols = self.header.len();
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
@@ -71,10 +75,13 @@ pub fn opt_time(t: Option<SystemTime>) -> String {
     t.map_or_else(|| "-".to_owned(), time)
 }
 
-/// `850ms`, `12.3s`, `5m12s`, `3h05m`, `2d03h`.
+/// `850ms`, `12.3s`, `5m12s`, `3h05m`, `2d03h`; `infinite` past a million years (a job
+/// due at `-infinity`).
 pub fn age(d: Duration) -> String {
     let s = d.as_secs();
-    if s < 1 {
+    if s >= 1_000_000 * 365 * 86_400 {
+        "infinite".to_owned()
+    } else if s < 1 {
         format!("{}ms", d.as_millis())
     } else if s < 60 {
         format!("{:.1}s", d.as_secs_f64())
@@ -103,6 +110,38 @@ pub fn opt(s: Option<&str>) -> String {
     s.unwrap_or("-").to_owned()
 }
 
+/// `s` with every control character (C0, DEL, C1) and every bidirectional override
+/// written as an escape: `\n`, `\t`, `\r`, `\x1b`, `\u{202e}`. Safe to print on a terminal,
+/// one line.
+pub fn clean(s: &str) -> String {
+    if !s.chars().any(needs_escape) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x100 && needs_escape(c) => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if needs_escape(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A duration to the millisecond for tables: `-` for none.
+pub fn opt_age(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), age)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +166,7 @@ mod tests {
         assert_eq!(age(Duration::from_secs(312)), "5m12s");
         assert_eq!(age(Duration::from_secs(3 * 3600 + 5 * 60)), "3h05m");
         assert_eq!(age(Duration::from_secs(2 * 86_400 + 3 * 3600)), "2d03h");
+        assert_eq!(age(Duration::MAX), "infinite");
         assert_eq!(
             time(SystemTime::UNIX_EPOCH + Duration::from_secs(90)),
             "1970-01-01 00:01:30"
@@ -141,5 +181,19 @@ mod tests {
         );
         assert_eq!(cut("abcdef", 4), "abc…");
         assert_eq!(cut("abc", 4), "abc");
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(clean("plain é"), "plain é");
+        assert_eq!(clean("a\nb\tc\r"), "a\\nb\\tc\\r");
+        assert_eq!(clean("\u{1b}[2Jx"), "\\x1b[2Jx");
+        assert_eq!(clean("\u{7f}\u{9b}"), "\\x7f\\x9b");
+        assert_eq!(clean("\u{202e}evil"), "\\u{202e}evil");
+        let mut t = Table::new(&["A"]);
+        t.row(vec!["x\ny".into()]);
+        let mut out = Vec::new();
+        t.write(&mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "A\nx\\ny\n");
     }
 }

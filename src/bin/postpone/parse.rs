@@ -66,6 +66,20 @@ pub fn time(text: &str) -> Result<SystemTime, String> {
         })
 }
 
+/// A time: RFC 3339, or an age (`2h`: two hours ago).
+pub fn time_or_age(text: &str) -> Result<SystemTime, String> {
+    if let Ok(d) = duration(text) {
+        return SystemTime::now()
+            .checked_sub(d)
+            .ok_or_else(|| format!("invalid time {text:?}: too far back"));
+    }
+    time(text).map_err(|_| {
+        format!(
+            "invalid time {text:?}: expected RFC 3339 (2030-01-02T03:04:05Z) or an age (30m, 2h, 7d)"
+        )
+    })
+}
+
 /// A job id: a whole number.
 pub fn job_id(text: &str) -> Result<JobId, String> {
     text.parse::<JobId>().map_err(|e| e.to_string())
@@ -124,6 +138,14 @@ mod tests {
         let t = time("1970-01-01T01:01:00+01:00").unwrap();
         assert_eq!(t, SystemTime::UNIX_EPOCH + Duration::from_secs(60));
         assert!(time("tomorrow").unwrap_err().contains("RFC 3339"));
+        let t = time_or_age("1h").unwrap();
+        let ago = SystemTime::now().duration_since(t).unwrap();
+        assert!(ago >= Duration::from_secs(3600) && ago < Duration::from_secs(3660));
+        assert_eq!(
+            time_or_age("1970-01-01T00:01:00Z"),
+            Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(60))
+        );
+        assert!(time_or_age("yesterday").unwrap_err().contains("or an age"));
         assert_eq!(job_id("42"), Ok(JobId(42)));
         assert!(job_id("4x2").unwrap_err().contains("invalid job id"));
         assert_eq!(status("FAILED"), Ok(JobStatus::Failed));

@@ -1,0 +1,447 @@
+//! Which jobs an admin call is about: [`JobFilter`] (typed conditions, every one set must
+//! match), the order of a listing ([`JobSort`]) and keyset paging ([`JobPage`], whose
+//! `next_cursor` is handed back with [`JobFilter::after`]).
+//!
+//! The same filter selects the jobs of a listing and of a bulk operation
+//! ([`Admin::bulk`](crate::Admin::bulk)), so "what I saw" and "what I changed" agree. The
+//! statement is built here with numbered parameters; no value is ever spliced into SQL.
+//!
+//! A cursor names the sort key and the last row of a page (`id:desc:1234:1234`): the next
+//! page starts strictly after it, so rows inserted or deleted meanwhile neither repeat nor
+//! shift the pages. A cursor made for another sort is refused.
+
+use std::time::SystemTime;
+
+use postgres::types::ToSql;
+use serde::Serialize;
+
+use super::info::{JobInfo, JOB_COLUMNS};
+use crate::error::{Error, Result};
+use crate::job::{JobId, JobStatus};
+
+/// Rows a listing returns unless the filter sets a limit.
+pub(crate) const DEFAULT_LIMIT: u32 = 100;
+
+/// Which jobs a listing or a bulk operation is about: every condition set must match.
+///
+/// ```no_run
+/// use std::time::{Duration, SystemTime};
+/// use postpone::{JobFilter, JobSort, JobStatus};
+/// # fn main() -> postpone::Result<()> {
+/// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+/// let day_ago = SystemTime::now() - Duration::from_secs(86_400);
+/// let mut filter = JobFilter::new()
+///     .status(JobStatus::Failed)
+///     .finished_after(day_ago)
+///     .error_contains("timeout")
+///     .sort(JobSort::Finished, true)
+///     .limit(100);
+/// loop {
+///     let page = app.admin().job_page(&filter)?;
+///     for job in &page.jobs {
+///         println!("{} {}", job.id, job.last_error.as_deref().unwrap_or(""));
+///     }
+///     match page.next_cursor {
+///         Some(c) => filter = filter.after(c),
+///         None => break,
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use]
+pub struct JobFilter {
+    pub(crate) ids: Vec<JobId>,
+    pub(crate) queue: Option<String>,
+    pub(crate) task: Option<String>,
+    pub(crate) statuses: Vec<JobStatus>,
+    pub(crate) lock: Option<String>,
+    pub(crate) queueing_lock: Option<String>,
+    pub(crate) created_after: Option<SystemTime>,
+    pub(crate) created_before: Option<SystemTime>,
+    pub(crate) finished_after: Option<SystemTime>,
+    pub(crate) finished_before: Option<SystemTime>,
+    pub(crate) error_contains: Option<String>,
+    pub(crate) sort: JobSort,
+    pub(crate) descending: Option<bool>,
+    pub(crate) after: Option<String>,
+    pub(crate) limit: Option<u32>,
+}
+
+/// The order of a listing; ties are broken by id. See [`JobFilter::sort`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum JobSort {
+    /// By id, that is in the order jobs were deferred. The default (newest first).
+    #[default]
+    Id,
+    /// By the time the job is due.
+    Scheduled,
+    /// By the time the job finished; only finished jobs are listed.
+    Finished,
+    /// By priority.
+    Priority,
+}
+
+impl JobSort {
+    /// Its name in cursors and on the command line: `id`, `scheduled`, `finished`, `priority`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobSort::Id => "id",
+            JobSort::Scheduled => "scheduled",
+            JobSort::Finished => "finished",
+            JobSort::Priority => "priority",
+        }
+    }
+
+    /// The sort with this name.
+    pub fn from_name(name: &str) -> Option<JobSort> {
+        [
+            JobSort::Id,
+            JobSort::Scheduled,
+            JobSort::Finished,
+            JobSort::Priority,
+        ]
+        .into_iter()
+        .find(|s| s.as_str().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// The SQL of the key, and of its type for the cursor's value.
+    fn key(self) -> (&'static str, &'static str) {
+        match self {
+            JobSort::Id => ("j.id", "bigint"),
+            JobSort::Scheduled => ("j.scheduled_at", "timestamptz"),
+            JobSort::Finished => ("j.finished_at", "timestamptz"),
+            JobSort::Priority => ("j.priority", "integer"),
+        }
+    }
+
+    /// The key as text that reads back exactly as its type, whatever the session's settings.
+    fn key_text(self) -> String {
+        let (col, ty) = self.key();
+        if ty == "timestamptz" {
+            format!(
+                "CASE WHEN isfinite({col}) THEN to_char({col} AT TIME ZONE 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE {col}::text END"
+            )
+        } else {
+            format!("{col}::text")
+        }
+    }
+}
+
+/// One page of a listing; from [`Admin::job_page`](crate::Admin::job_page).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs of this page, in the filter's order.
+    pub jobs: Vec<JobInfo>,
+    /// Set when more jobs match: pass it to [`JobFilter::after`] for the next page.
+    pub next_cursor: Option<String>,
+}
+
+impl JobFilter {
+    /// Every job (up to the limit).
+    pub fn new() -> JobFilter {
+        JobFilter::default()
+    }
+
+    /// Only the job with this id; call it again to accept several.
+    pub fn id(mut self, id: JobId) -> JobFilter {
+        if !self.ids.contains(&id) {
+            self.ids.push(id);
+        }
+        self
+    }
+
+    /// Only jobs of this queue.
+    pub fn queue(mut self, queue: impl Into<String>) -> JobFilter {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only jobs of this task.
+    pub fn task(mut self, task: impl Into<String>) -> JobFilter {
+        self.task = Some(task.into());
+        self
+    }
+
+    /// Only jobs with this status; call it again to accept several.
+    pub fn status(mut self, status: JobStatus) -> JobFilter {
+        if !self.statuses.contains(&status) {
+            self.statuses.push(status);
+        }
+        self
+    }
+
+    /// Only jobs with this lock.
+    pub fn lock(mut self, lock: impl Into<String>) -> JobFilter {
+        self.lock = Some(lock.into());
+        self
+    }
+
+    /// Only jobs with this queueing lock.
+    pub fn queueing_lock(mut self, lock: impl Into<String>) -> JobFilter {
+        self.queueing_lock = Some(lock.into());
+        self
+    }
+
+    /// Only jobs deferred at or after `t`.
+    pub fn created_after(mut self, t: SystemTime) -> JobFilter {
+        self.created_after = Some(t);
+        self
+    }
+
+    /// Only jobs deferred before `t`.
+    pub fn created_before(mut self, t: SystemTime) -> JobFilter {
+        self.created_before = Some(t);
+        self
+    }
+
+    /// Only jobs that finished at or after `t`.
+    pub fn finished_after(mut self, t: SystemTime) -> JobFilter {
+        self.finished_after = Some(t);
+        self
+    }
+
+    /// Only jobs that finished before `t`.
+    pub fn finished_before(mut self, t: SystemTime) -> JobFilter {
+        self.finished_before = Some(t);
+        self
+    }
+
+    /// Only jobs one of whose recorded errors contains `text` (ignoring case).
+    pub fn error_contains(mut self, text: impl Into<String>) -> JobFilter {
+        self.error_contains = Some(text.into());
+        self
+    }
+
+    /// The order of a listing, descending or not. Defaults to [`JobSort::Id`], descending
+    /// (newest first); other sorts default to ascending.
+    pub fn sort(mut self, sort: JobSort, descending: bool) -> JobFilter {
+        self.sort = sort;
+        self.descending = Some(descending);
+        self
+    }
+
+    /// Starts the listing after the row a previous page's
+    /// [`next_cursor`](JobPage::next_cursor) names. Bulk operations ignore it.
+    pub fn after(mut self, cursor: impl Into<String>) -> JobFilter {
+        self.after = Some(cursor.into());
+        self
+    }
+
+    /// At most this many jobs per page (at least 1). Defaults to 100. Bulk operations
+    /// ignore it: they reach every matching job.
+    pub fn limit(mut self, limit: u32) -> JobFilter {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// True when no condition is set (every job matches).
+    pub fn is_unfiltered(&self) -> bool {
+        self.ids.is_empty()
+            && self.queue.is_none()
+            && self.task.is_none()
+            && self.statuses.is_empty()
+            && self.lock.is_none()
+            && self.queueing_lock.is_none()
+            && self.created_after.is_none()
+            && self.created_before.is_none()
+            && self.finished_after.is_none()
+            && self.finished_before.is_none()
+            && self.error_contains.is_none()
+    }
+
+    fn descending(&self) -> bool {
+        self.descending.unwrap_or(self.sort == JobSort::Id)
+    }
+
+    /// The conditions as SQL over `postpone_jobs j`, their values appended to `q`.
+    pub(crate) fn conditions(&self, q: &mut Query) -> String {
+        let mut c: Vec<String> = vec!["true".to_owned()];
+        if !self.ids.is_empty() {
+            let ids: Vec<i64> = self.ids.iter().map(|i| i.0).collect();
+            c.push(format!("j.id = ANY({}::bigint[])", q.bind(ids)));
+        }
+        if let Some(v) = &self.queue {
+            c.push(format!("j.queue = {}::text", q.bind(v.clone())));
+        }
+        if let Some(v) = &self.task {
+            c.push(format!("j.task = {}::text", q.bind(v.clone())));
+        }
+        if !self.statuses.is_empty() {
+            let s: Vec<String> = self
+                .statuses
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect();
+            c.push(format!("j.status = ANY({}::text[])", q.bind(s)));
+        }
+        if let Some(v) = &self.lock {
+            c.push(format!("j.lock = {}::text", q.bind(v.clone())));
+        }
+        if let Some(v) = &self.queueing_lock {
+            c.push(format!("j.queueing_lock = {}::text", q.bind(v.clone())));
+        }
+        if let Some(t) = self.created_after {
+            c.push(format!("j.created_at >= {}::timestamptz", q.bind(t)));
+        }
+        if let Some(t) = self.created_before {
+            c.push(format!("j.created_at < {}::timestamptz", q.bind(t)));
+        }
+        if let Some(t) = self.finished_after {
+            c.push(format!("j.finished_at >= {}::timestamptz", q.bind(t)));
+        }
+        if let Some(t) = self.finished_before {
+            c.push(format!("j.finished_at < {}::timestamptz", q.bind(t)));
+        }
+        if let Some(text) = &self.error_contains {
+            c.push(format!(
+                "jsonb_typeof(j.errors) = 'array' AND EXISTS (
+                   SELECT 1 FROM jsonb_array_elements(j.errors) e
+                    WHERE strpos(lower(coalesce(e ->> 'error', '')), lower({}::text)) > 0)",
+                q.bind(text.clone())
+            ));
+        }
+        c.join("\n   AND ")
+    }
+
+    /// The listing statement: one row more than the limit, to know if another page exists.
+    pub(crate) fn list_sql(&self, q: &mut Query) -> Result<(String, usize)> {
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
+        if limit == 0 {
+            return Err(Error::invalid("invalid limit 0: use 1 or more"));
+        }
+        let mut cond = self.conditions(q);
+        let (key, ty) = self.sort.key();
+        let desc = self.descending();
+        if self.sort == JobSort::Finished {
+            cond.push_str("\n   AND j.finished_at IS NOT NULL");
+        }
+        if let Some(cursor) = &self.after {
+            let (value, id) = self.parse_cursor(cursor)?;
+            let v = q.bind(value);
+            let i = q.bind(id);
+            let op = if desc { "<" } else { ">" };
+            cond.push_str(&format!(
+                "\n   AND ({key}, j.id) {op} ({v}::text::{ty}, {i}::bigint)"
+            ));
+        }
+        let dir = if desc { "DESC" } else { "ASC" };
+        let lim = q.bind(i64::from(limit) + 1);
+        let sql = format!(
+            "SELECT {JOB_COLUMNS}, {key_text}\n  FROM postpone_jobs j\n WHERE {cond}\n \
+             ORDER BY {key} {dir}, j.id {dir}\n LIMIT {lim}",
+            key_text = self.sort.key_text()
+        );
+        Ok((sql, limit as usize))
+    }
+
+    /// The cursor of a row whose sort key reads as `key`.
+    pub(crate) fn cursor(&self, key: &str, id: JobId) -> String {
+        let dir = if self.descending() { "desc" } else { "asc" };
+        format!("{}:{dir}:{}:{key}", self.sort.as_str(), id.0)
+    }
+
+    fn parse_cursor(&self, cursor: &str) -> Result<(String, i64)> {
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "invalid cursor {cursor:?}: {why} (pass the next_cursor of the previous page, with the same sort)"
+            ))
+        };
+        let mut parts = cursor.splitn(4, ':');
+        let (Some(sort), Some(dir), Some(id), Some(key)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad("malformed"));
+        };
+        let want_dir = if self.descending() { "desc" } else { "asc" };
+        if sort != self.sort.as_str() || dir != want_dir {
+            return Err(bad(&format!(
+                "it was made for sort {sort} {dir}, this listing is sorted {} {want_dir}",
+                self.sort.as_str()
+            )));
+        }
+        let id: i64 = id.parse().map_err(|_| bad("malformed id"))?;
+        Ok((key.to_owned(), id))
+    }
+}
+
+/// A statement's parameters, numbered as they are bound.
+#[derive(Default)]
+pub(crate) struct Query {
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Query {
+    /// Adds a parameter; returns its placeholder (`$3`).
+    pub(crate) fn bind<T: ToSql + Sync + Send + 'static>(&mut self, v: T) -> String {
+        self.params.push(Box::new(v));
+        format!("${}", self.params.len())
+    }
+
+    pub(crate) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.params
+            .iter()
+            .map(|p| &**p as &(dyn ToSql + Sync))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_collects_distinct_statuses_and_ids() {
+        let f = JobFilter::new()
+            .status(JobStatus::Failed)
+            .status(JobStatus::Failed)
+            .status(JobStatus::Todo)
+            .id(JobId(3))
+            .id(JobId(3))
+            .limit(5);
+        assert_eq!(f.statuses, vec![JobStatus::Failed, JobStatus::Todo]);
+        assert_eq!(f.ids, vec![JobId(3)]);
+        assert_eq!(f.limit, Some(5));
+        assert!(!f.is_unfiltered());
+        assert!(JobFilter::new().limit(3).is_unfiltered());
+    }
+
+    #[test]
+    fn cursors_round_trip_and_refuse_another_sort() {
+        let f = JobFilter::new().sort(JobSort::Scheduled, false);
+        let c = f.cursor("2030-01-02T03:04:05.000000Z", JobId(7));
+        assert_eq!(c, "scheduled:asc:7:2030-01-02T03:04:05.000000Z");
+        assert_eq!(
+            f.parse_cursor(&c).unwrap(),
+            ("2030-01-02T03:04:05.000000Z".to_owned(), 7)
+        );
+        let e = JobFilter::new().parse_cursor(&c).unwrap_err();
+        assert!(e.to_string().contains("made for sort scheduled asc"), "{e}");
+        assert!(JobFilter::new().parse_cursor("junk").is_err());
+        assert!(JobFilter::new().parse_cursor("id:desc:x:1").is_err());
+        assert_eq!(JobSort::from_name("FINISHED"), Some(JobSort::Finished));
+        assert_eq!(JobSort::from_name("age"), None);
+    }
+
+    #[test]
+    fn values_are_bound_never_spliced() {
+        let f = JobFilter::new()
+            .queue("x'; DROP TABLE postpone_jobs; --")
+            .error_contains("%_")
+            .after("id:desc:10:10");
+        let mut q = Query::default();
+        let (sql, limit) = f.list_sql(&mut q).unwrap();
+        assert!(!sql.contains("DROP"), "{sql}");
+        assert_eq!(limit, 100);
+        assert_eq!(q.params().len(), 5);
+        assert!(
+            sql.contains("(j.id, j.id) < ($3::text::bigint, $4::bigint)"),
+            "{sql}"
+        );
+    }
+}

@@ -1,0 +1,324 @@
+//! What the admin API shows of a job: [`JobInfo`] (a row of a listing), [`JobDetail`] (one
+//! job with its history) and [`AttemptError`]; how they are read from rows; and how times
+//! and durations are written in JSON (RFC 3339 UTC, seconds as numbers).
+//!
+//! Reading never fails on a value another client may have stored: arguments are kept as the
+//! database's JSON text (numbers of any size or precision survive), infinite times print as
+//! `infinity`, an errors column that is not the expected array reads as no errors.
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use postgres::Row;
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::job::{JobId, JobStatus, RawJson};
+
+/// A job as the admin API shows it. Serializes to JSON with RFC 3339 times.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// Its id.
+    pub id: JobId,
+    /// Its queue.
+    pub queue: String,
+    /// Its task name.
+    pub task: String,
+    /// Where it is in its life.
+    pub status: JobStatus,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Its arguments, as the JSON text the database holds (numbers exactly as stored).
+    pub args: Box<RawValue>,
+    /// Its lock, if any.
+    pub lock: Option<String>,
+    /// Its queueing lock, if any.
+    pub queueing_lock: Option<String>,
+    /// Attempts started so far.
+    pub attempts: u32,
+    /// Not run before this.
+    #[serde(serialize_with = "ser_time")]
+    pub scheduled_at: SystemTime,
+    /// When it was deferred.
+    #[serde(serialize_with = "ser_time")]
+    pub created_at: SystemTime,
+    /// When its current (or last) attempt started.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub started_at: Option<SystemTime>,
+    /// When it finished, for finished jobs.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub finished_at: Option<SystemTime>,
+    /// The worker running it, or that ran its last attempt (none once it is requeued).
+    pub worker_id: Option<i64>,
+    /// True once an abort was requested.
+    pub abort_requested: bool,
+    /// The error of its last failed attempt, if any.
+    pub last_error: Option<String>,
+}
+
+impl JobInfo {
+    /// How long its last attempt ran, for finished jobs that started (`finished_at` minus
+    /// `started_at`; `None` if either is missing or the clock went back).
+    pub fn duration(&self) -> Option<Duration> {
+        self.finished_at?.duration_since(self.started_at?).ok()
+    }
+}
+
+impl PartialEq for JobInfo {
+    fn eq(&self, other: &JobInfo) -> bool {
+        self.id == other.id
+            && self.queue == other.queue
+            && self.task == other.task
+            && self.status == other.status
+            && self.priority == other.priority
+            && self.args.get() == other.args.get()
+            && self.lock == other.lock
+            && self.queueing_lock == other.queueing_lock
+            && self.attempts == other.attempts
+            && self.scheduled_at == other.scheduled_at
+            && self.created_at == other.created_at
+            && self.started_at == other.started_at
+            && self.finished_at == other.finished_at
+            && self.worker_id == other.worker_id
+            && self.abort_requested == other.abort_requested
+            && self.last_error == other.last_error
+    }
+}
+
+/// One failed attempt of a job, from [`JobDetail::errors`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct AttemptError {
+    /// Which attempt (1 for the first).
+    pub attempt: u32,
+    /// When it was recorded.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub at: Option<SystemTime>,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// A job with its history; from [`Admin::job`](crate::Admin::job).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct JobDetail {
+    /// The job.
+    #[serde(flatten)]
+    pub job: JobInfo,
+    /// Its failed attempts, oldest first (also requeues after a worker died, and the
+    /// reason of a cancel or abort).
+    pub errors: Vec<AttemptError>,
+    /// The name of that worker, while the worker is registered.
+    pub worker_name: Option<String>,
+    /// The periodic id, if a periodic schedule deferred it.
+    pub periodic_id: Option<String>,
+    /// The scheduled instant it was deferred for, if a periodic schedule deferred it.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub periodic_instant: Option<SystemTime>,
+    /// The output its task recorded with its success ([`Job::set_output`](crate::Job::set_output)).
+    pub output: Option<serde_json::Value>,
+    /// The latest progress its task recorded ([`Job::set_progress`](crate::Job::set_progress)).
+    pub progress: Option<serde_json::Value>,
+    /// When that progress was recorded.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub progress_at: Option<SystemTime>,
+}
+
+/// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.
+pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, j.status, j.priority, \
+     j.lock, j.queueing_lock, j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, \
+     j.created_at, j.started_at, j.finished_at, \
+     CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END";
+
+/// Reads the first 16 columns (see [`JOB_COLUMNS`]; the 16th, the last error, may be absent
+/// in statements that select only the first 15).
+pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
+    let status: String = r.get(4);
+    let status = status.parse::<JobStatus>().map_err(|e| {
+        Error::new(
+            ErrorKind::Other,
+            format!("reading job {}: {e}", r.get::<_, i64>(0)),
+        )
+    })?;
+    let last_error = if r.len() > 15 && r.columns()[15].type_() == &postgres::types::Type::TEXT {
+        r.get(15)
+    } else {
+        None
+    };
+    Ok(JobInfo {
+        id: JobId(r.get(0)),
+        queue: r.get(1),
+        task: r.get(2),
+        args: raw_column(r, 3).unwrap_or_else(null),
+        status,
+        priority: r.get(5),
+        lock: r.get(6),
+        queueing_lock: r.get(7),
+        scheduled_at: r.get(8),
+        attempts: r.get::<_, i32>(9).max(0) as u32,
+        worker_id: r.get(10),
+        abort_requested: r.get(11),
+        created_at: r.get(12),
+        started_at: r.get(13),
+        finished_at: r.get(14),
+        last_error,
+    })
+}
+
+fn null() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).expect("null is JSON")
+}
+
+/// A jsonb column as its exact text. Text the JSON parser would refuse (it never comes
+/// from PostgreSQL, but be safe) is returned as a JSON string of itself.
+pub(crate) fn raw_column(r: &Row, i: usize) -> Option<Box<RawValue>> {
+    let raw: Option<RawJson> = r.get(i);
+    raw.map(|RawJson(text)| {
+        RawValue::from_string(text.clone()).unwrap_or_else(|_| {
+            RawValue::from_string(serde_json::Value::String(text).to_string())
+                .expect("a JSON string is JSON")
+        })
+    })
+}
+
+/// A jsonb column parsed into a value; `None` when absent or not parseable.
+pub(crate) fn json_column(r: &Row, i: usize) -> Option<serde_json::Value> {
+    let raw: Option<RawJson> = r.get(i);
+    raw.and_then(|RawJson(text)| serde_json::from_str(&text).ok())
+}
+
+pub(crate) fn parse_errors(v: serde_json::Value) -> Vec<AttemptError> {
+    let serde_json::Value::Array(items) = v else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .map(|item| AttemptError {
+            attempt: item
+                .get("attempt")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0) as u32,
+            at: item
+                .get("at")
+                .and_then(serde_json::Value::as_str)
+                .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+                .map(SystemTime::from),
+            error: match item.get("error") {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            },
+        })
+        .collect()
+}
+
+/// Seconds (as PostgreSQL's float8 gives them) to a duration: negative is zero, infinite
+/// is `Duration::MAX` (a time of `-infinity` is infinitely old), NaN is `None`.
+pub(crate) fn secs(s: f64) -> Option<Duration> {
+    if s.is_nan() {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX))
+}
+
+/// An instant in RFC 3339, UTC, to the microsecond: `2024-05-01T12:00:00.123456Z`
+/// (`"infinity"` or `"-infinity"` past chrono's range of ±262,000 years).
+pub(crate) fn rfc3339(t: SystemTime) -> String {
+    match to_chrono(t) {
+        Some(d) => d.to_rfc3339_opts(SecondsFormat::Micros, true),
+        None if t > SystemTime::UNIX_EPOCH => "infinity".to_owned(),
+        None => "-infinity".to_owned(),
+    }
+}
+
+/// `SystemTime` to chrono without the panic of chrono's `From` out of its range.
+fn to_chrono(t: SystemTime) -> Option<DateTime<Utc>> {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => DateTime::from_timestamp(i64::try_from(d.as_secs()).ok()?, d.subsec_nanos()),
+        Err(e) => {
+            let d = e.duration();
+            let secs = i64::try_from(d.as_secs()).ok()?;
+            match d.subsec_nanos() {
+                0 => DateTime::from_timestamp(-secs, 0),
+                n => DateTime::from_timestamp(-secs - 1, 1_000_000_000 - n),
+            }
+        }
+    }
+}
+
+pub(crate) fn ser_time<S: Serializer>(
+    t: &SystemTime,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339(*t))
+}
+
+pub(crate) fn ser_opt_time<S: Serializer>(
+    t: &Option<SystemTime>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+pub(crate) fn ser_secs<S: Serializer>(d: &Duration, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64((d.as_secs_f64() * 1000.0).round() / 1000.0)
+}
+
+pub(crate) fn ser_opt_secs<S: Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser_secs(d, s),
+        None => s.serialize_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_parse_leniently() {
+        let v = serde_json::json!([
+            {"attempt": 1, "at": "2024-05-01T12:00:00.5+00:00", "error": "boom"},
+            {"attempt": 2, "error": {"odd": true}},
+            "garbage"
+        ]);
+        let e = parse_errors(v);
+        assert_eq!(e.len(), 3);
+        assert_eq!(e[0].attempt, 1);
+        assert_eq!(e[0].error, "boom");
+        assert_eq!(rfc3339(e[0].at.unwrap()), "2024-05-01T12:00:00.500000Z");
+        assert_eq!(e[1].at, None);
+        assert_eq!(e[1].error, "{\"odd\":true}");
+        assert_eq!(e[2].attempt, 0);
+        assert!(parse_errors(serde_json::json!({"x": 1})).is_empty());
+    }
+
+    #[test]
+    fn times_print_everywhere_in_range_and_never_panic() {
+        let e = SystemTime::UNIX_EPOCH;
+        assert_eq!(rfc3339(e), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            rfc3339(e - Duration::from_millis(1500)),
+            "1969-12-31T23:59:58.500000Z"
+        );
+        let far = Duration::from_secs(300_000 * 365 * 86_400);
+        assert_eq!(rfc3339(e + far), "infinity");
+        assert_eq!(rfc3339(e - far), "-infinity");
+    }
+
+    #[test]
+    fn seconds_never_panic() {
+        assert_eq!(secs(-1.0), Some(Duration::ZERO));
+        assert_eq!(secs(1.5), Some(Duration::from_millis(1500)));
+        assert_eq!(secs(f64::INFINITY), Some(Duration::MAX));
+        assert_eq!(secs(f64::NAN), None);
+    }
+}

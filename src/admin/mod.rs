@@ -1,0 +1,316 @@
+//! The admin API, [`App::admin`]: the one way tools (the `postpone` command, a dashboard)
+//! look at and change jobs, queues and workers. One concept per file:
+//!
+//! - [`filter`]: which jobs ([`JobFilter`]), in what order, one page at a time (keyset
+//!   cursors);
+//! - [`info`]: what a job looks like ([`JobInfo`], [`JobDetail`]);
+//! - [`bulk`]: retry, cancel, delete, reschedule, reprioritise every job a filter selects,
+//!   with a dry run;
+//! - [`stats`]: counts per queue or task, failure rate, run-time percentiles, lag;
+//! - [`workers`]: workers, stale heartbeats, stalled jobs and what to do about them;
+//! - [`schema`]: the installed version against this library's, bounded migration, its SQL.
+//!
+//! Every call checks a connection out of the App's pool (within `pool_timeout`) and makes
+//! each round-trip under the App's `io_timeout`: no call can hang on a dead database.
+//! Operations on one job fail with [`ErrorKind::NotFound`] when the id does not exist and
+//! [`ErrorKind::InvalidState`] when the job's status does not allow them (retrying a
+//! running job, cancelling a finished one); the message names the status.
+//!
+//! Changes are single statements: a cancel cannot race with a worker claiming the job
+//! (one of them finds the row no longer `todo`), an abort stores the request and sends
+//! the NOTIFY in the same transaction, a retry wakes the workers of the job's queue.
+
+pub(crate) mod bulk;
+pub(crate) mod filter;
+pub(crate) mod info;
+pub(crate) mod schema;
+pub(crate) mod stats;
+pub(crate) mod workers;
+
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use crate::app::App;
+use crate::error::{Error, ErrorKind, Result};
+use crate::job::{JobId, JobStatus};
+use crate::retention::{self, PruneReport, Retention};
+use crate::store;
+
+pub use bulk::{BulkAction, BulkReport};
+pub use filter::{JobFilter, JobPage, JobSort};
+pub use info::{AttemptError, JobDetail, JobInfo};
+pub use schema::{MigrateReport, SchemaState};
+pub use stats::{QueueCounts, StatsBy};
+pub use workers::{StalledReport, WorkerInfo};
+
+use filter::Query;
+pub(crate) use info::rfc3339;
+use info::{job_from_row, json_column, parse_errors};
+
+impl App {
+    /// The admin API of this App: list, inspect, retry, cancel, abort, prune.
+    ///
+    /// ```no_run
+    /// use postpone::{JobFilter, JobStatus};
+    /// # fn main() -> postpone::Result<()> {
+    /// let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let admin = app.admin();
+    /// for job in admin.jobs(&JobFilter::new().status(JobStatus::Failed).limit(20))? {
+    ///     println!("{} {} attempt {}", job.id, job.task, job.attempts);
+    ///     admin.retry(job.id)?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn admin(&self) -> Admin {
+        Admin { app: self.clone() }
+    }
+}
+
+/// Administration of jobs, queues and workers; from [`App::admin`]. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    app: App,
+}
+
+/// What [`Admin::abort`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AbortOutcome {
+    /// The job was `doing`: the abort is recorded and its worker told; a running task sees
+    /// [`Job::should_abort`](crate::Job::should_abort) within a second, a job not yet
+    /// started ends aborted without running.
+    Requested,
+    /// The job was waiting: it is now cancelled and will not run.
+    Cancelled,
+}
+
+impl Admin {
+    fn conn(&self) -> Result<crate::app::PooledConnection> {
+        self.app.connection()
+    }
+
+    /// Jobs matching `filter`, in its order (newest first by default), up to its limit.
+    /// Use [`job_page`](Self::job_page) to know whether more match.
+    pub fn jobs(&self, filter: &JobFilter) -> Result<Vec<JobInfo>> {
+        Ok(self.job_page(filter)?.jobs)
+    }
+
+    /// One page of the jobs matching `filter`, with the cursor of the next page when more
+    /// match (see [`JobFilter::after`]).
+    pub fn job_page(&self, filter: &JobFilter) -> Result<JobPage> {
+        let mut q = Query::default();
+        let (sql, limit) = filter.list_sql(&mut q)?;
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("listing jobs", &sql, &q.params())?;
+        let mut jobs = rows
+            .iter()
+            .take(limit)
+            .map(job_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let next_cursor = if rows.len() > limit {
+            let last = &rows[limit - 1];
+            let key: String = last.get(16);
+            Some(filter.cursor(&key, JobId(last.get(0))))
+        } else {
+            None
+        };
+        jobs.truncate(limit);
+        Ok(JobPage { jobs, next_cursor })
+    }
+
+    /// One job with its errors; [`NotFound`](ErrorKind::NotFound) if there is none.
+    pub fn job(&self, id: JobId) -> Result<JobDetail> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("reading a job", store::JOB_GET, &[&id.0])?;
+        let row = rows.first().ok_or_else(|| not_found(id))?;
+        let mut job = job_from_row(row)?;
+        let errors = json_column(row, 15).map(parse_errors).unwrap_or_default();
+        job.last_error = errors.last().map(|e| e.error.clone());
+        Ok(JobDetail {
+            job,
+            errors,
+            worker_name: row.get(16),
+            periodic_id: row.get(17),
+            periodic_instant: row.get(18),
+            output: json_column(row, 19),
+            progress: json_column(row, 20),
+            progress_at: row.get(21),
+        })
+    }
+
+    /// Puts a failed, cancelled or aborted job back in its queue, due now; its attempts
+    /// count from zero again (its recorded errors are kept). The workers of its queue are
+    /// woken. [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued) if a job of its queueing lock
+    /// is already waiting.
+    pub fn retry(&self, id: JobId) -> Result<()> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("retrying a job", store::JOB_RETRY, &[&id.0])?;
+        if rows.is_empty() {
+            return Err(wrong_state(
+                &mut conn,
+                id,
+                "retry",
+                "only failed, cancelled or aborted jobs can be retried",
+            ));
+        }
+        if rows[0].get::<_, &str>(0) == "collision" {
+            return Err(Error::new(
+                ErrorKind::AlreadyEnqueued,
+                format!(
+                    "retrying job {id}: a job with its queueing lock is already waiting (todo)"
+                ),
+            )
+            .set_sqlstate("23505"));
+        }
+        log::info!("job {id} retried by the admin API");
+        Ok(())
+    }
+
+    /// Cancels a waiting (`todo`) job: it becomes `cancelled` and will not run. A running
+    /// job cannot be cancelled ([`InvalidState`](ErrorKind::InvalidState)): use
+    /// [`abort`](Self::abort).
+    pub fn cancel(&self, id: JobId) -> Result<()> {
+        self.cancel_with(id, "cancelling a job", store::JOB_CANCEL, "cancelled")
+    }
+
+    /// Like [`cancel`](Self::cancel), and deletes the job's row.
+    pub fn cancel_and_delete(&self, id: JobId) -> Result<()> {
+        self.cancel_with(
+            id,
+            "deleting a job",
+            store::JOB_CANCEL_DELETE,
+            "cancelled and deleted",
+        )
+    }
+
+    fn cancel_with(&self, id: JobId, what: &str, sql: &str, done: &str) -> Result<()> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named(what, sql, &[&id.0])?;
+        if rows.is_empty() {
+            return Err(wrong_state(
+                &mut conn,
+                id,
+                "cancel",
+                "only waiting (todo) jobs can be cancelled; abort a running one",
+            ));
+        }
+        log::info!("job {id} {done} by the admin API");
+        Ok(())
+    }
+
+    /// Aborts a job. A `doing` job gets the request stored and its worker told by NOTIFY
+    /// (and by polling, when notifications are off or lost): a running task sees
+    /// [`Job::should_abort`](crate::Job::should_abort) turn true within a second, and the
+    /// job ends `aborted` whatever the task returns; a job claimed but not yet started by a
+    /// thread (in a worker's prefetch queue, or held by a dead worker) ends `aborted`
+    /// without running. A waiting job is cancelled. Finished jobs are an
+    /// [`InvalidState`](ErrorKind::InvalidState) error.
+    pub fn abort(&self, id: JobId) -> Result<AbortOutcome> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("aborting a job", store::JOB_ABORT, &[&id.0])?;
+        let Some(row) = rows.first() else {
+            return Err(wrong_state(
+                &mut conn,
+                id,
+                "abort",
+                "only waiting or running jobs can be aborted",
+            ));
+        };
+        let status: String = row.get(0);
+        let outcome = if status == "doing" {
+            AbortOutcome::Requested
+        } else {
+            AbortOutcome::Cancelled
+        };
+        log::info!("job {id}: abort requested by the admin API ({outcome:?})");
+        Ok(outcome)
+    }
+
+    /// Makes a waiting (`todo`) job due at `at` instead; workers of its queue are woken.
+    pub fn reschedule(&self, id: JobId, at: SystemTime) -> Result<()> {
+        self.one(id, BulkAction::Reschedule(at), "reschedule")
+    }
+
+    /// Gives a waiting (`todo`) job another priority (higher runs first).
+    pub fn set_priority(&self, id: JobId, priority: i32) -> Result<()> {
+        self.one(id, BulkAction::Priority(priority), "reprioritise")
+    }
+
+    fn one(&self, id: JobId, action: BulkAction, op: &str) -> Result<()> {
+        let r = self.bulk(action, &JobFilter::new().id(id), false)?;
+        if r.changed == 0 {
+            let mut conn = self.conn()?;
+            return Err(wrong_state(&mut conn, id, op, action.rule()));
+        }
+        Ok(())
+    }
+
+    /// How many jobs [`prune`](Self::prune) would delete now, without deleting any.
+    pub fn prune_count(&self, retention: &Retention) -> Result<u64> {
+        retention.validate()?;
+        // No status given means every finished one, as `prune` reads it.
+        let statuses: Vec<&str> = if retention.statuses.is_empty() {
+            JobStatus::ALL
+                .iter()
+                .filter(|s| s.is_finished())
+                .map(|s| s.as_str())
+                .collect()
+        } else {
+            retention.statuses.iter().map(|s| s.as_str()).collect()
+        };
+        let ms = retention.older_than.as_millis().min(i64::MAX as u128) as i64;
+        let mut conn = self.conn()?;
+        let rows = conn.query_named(
+            "counting jobs to prune",
+            "SELECT count(*) FROM postpone_jobs
+              WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
+                AND status = ANY($1::text[])
+                AND finished_at < now() - $2::bigint * interval '1 millisecond'",
+            &[&statuses, &ms],
+        )?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    }
+
+    /// Deletes finished jobs as `retention` says, in batches (see [`Retention`]).
+    pub fn prune(&self, retention: &Retention) -> Result<PruneReport> {
+        retention.validate()?;
+        let mut conn = self.conn()?;
+        let report = retention::prune(&mut conn, retention, || true)?;
+        log::info!("prune by the admin API: {report}");
+        Ok(report)
+    }
+}
+
+fn not_found(id: JobId) -> Error {
+    Error::new(ErrorKind::NotFound, format!("job {id} not found"))
+}
+
+/// Why an operation on job `id` changed nothing: it does not exist, or its status.
+fn wrong_state(conn: &mut crate::Connection, id: JobId, op: &str, rule: &str) -> Error {
+    match conn.query_named("reading a job's status", store::JOB_STATUS, &[&id.0]) {
+        Ok(rows) => match rows.first() {
+            None => not_found(id),
+            Some(r) => {
+                let status: String = r.get(0);
+                Error::new(
+                    ErrorKind::InvalidState,
+                    format!("cannot {op} job {id}: it is {status}; {rule}"),
+                )
+            }
+        },
+        Err(e) => e.context(format_args!("cannot {op} job {id}")),
+    }
+}
+
+impl fmt::Display for AbortOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AbortOutcome::Requested => "abort requested",
+            AbortOutcome::Cancelled => "cancelled (it was waiting)",
+        })
+    }
+}

@@ -1,0 +1,142 @@
+//! Statistics: jobs per queue (or per task) and status, failure rate and run-time
+//! percentiles over a window, and the lag of the oldest due job.
+//!
+//! One statement scans the jobs table (prune finished jobs to keep it quick). No stored
+//! value can fail it: times of `±infinity` count where they fall (a job due at `-infinity`
+//! has an infinite lag), run times are taken only from finite start and finish times, and
+//! an unknown status (from a newer postpone) is counted apart instead of lost.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::info::{secs, ser_opt_secs};
+use super::Admin;
+use crate::error::Result;
+
+/// How [`Admin::stats`] groups jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StatsBy {
+    /// One row per queue. The default.
+    #[default]
+    Queue,
+    /// One row per task name.
+    Task,
+}
+
+/// Jobs of one queue, per status; from [`Admin::counts`] (one row per queue) and
+/// [`Admin::stats`] (per queue or per task, with run times).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// The queue (or the task, for [`StatsBy::Task`]).
+    pub queue: String,
+    /// Waiting and due.
+    pub todo: u64,
+    /// Waiting, scheduled for later.
+    pub scheduled: u64,
+    /// Running (claimed by a worker).
+    pub doing: u64,
+    /// Succeeded (still kept; within the window, if one was given).
+    pub succeeded: u64,
+    /// Failed (within the window, if one was given).
+    pub failed: u64,
+    /// Cancelled (within the window, if one was given).
+    pub cancelled: u64,
+    /// Aborted (within the window, if one was given).
+    pub aborted: u64,
+    /// Jobs with a status this library does not know (written by a newer postpone).
+    pub other: u64,
+    /// How long the oldest due job has waited past its scheduled time, if any is due.
+    #[serde(serialize_with = "ser_opt_secs", rename = "oldest_todo_age_secs")]
+    pub oldest_todo_age: Option<Duration>,
+    /// Failed / (succeeded + failed), if any finished so.
+    pub failure_rate: Option<f64>,
+    /// Median run time of the jobs that finished (succeeded, failed or aborted).
+    #[serde(serialize_with = "ser_opt_secs", rename = "run_time_p50_secs")]
+    pub run_time_p50: Option<Duration>,
+    /// 95th percentile of the run time.
+    #[serde(serialize_with = "ser_opt_secs", rename = "run_time_p95_secs")]
+    pub run_time_p95: Option<Duration>,
+    /// 99th percentile of the run time.
+    #[serde(serialize_with = "ser_opt_secs", rename = "run_time_p99_secs")]
+    pub run_time_p99: Option<Duration>,
+}
+
+/// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
+/// no window).
+const STATS_SQL: &str = "
+SELECT {group},
+       count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
+       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
+       count(*) FILTER (WHERE status = 'doing'),
+       count(*) FILTER (WHERE status = 'succeeded' AND w),
+       count(*) FILTER (WHERE status = 'failed' AND w),
+       count(*) FILTER (WHERE status = 'cancelled' AND w),
+       count(*) FILTER (WHERE status = 'aborted' AND w),
+       count(*) FILTER (WHERE status NOT IN
+                        ('todo', 'doing', 'succeeded', 'failed', 'cancelled', 'aborted')),
+       date_part('epoch', now()) - date_part('epoch',
+           min(scheduled_at) FILTER (WHERE status = 'todo' AND scheduled_at <= now())),
+       percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
+           FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL)
+  FROM (SELECT j.queue, j.task, j.status, j.scheduled_at,
+               ($1::bigint IS NULL OR j.finished_at >= now() - $1::bigint * interval '1 millisecond') AS w,
+               CASE WHEN isfinite(j.started_at) AND isfinite(j.finished_at)
+                    THEN date_part('epoch', j.finished_at) - date_part('epoch', j.started_at)
+               END AS run
+          FROM postpone_jobs j) s
+ GROUP BY {group}
+ ORDER BY {group}";
+
+impl Admin {
+    /// Jobs per queue and status, queues in name order, counted over every kept job.
+    pub fn counts(&self) -> Result<Vec<QueueCounts>> {
+        self.stats(StatsBy::Queue, None)
+    }
+
+    /// Jobs per queue or per task: waiting, scheduled and running now; finished ones (all
+    /// kept, or those that finished within `window`) with the failure rate and run-time
+    /// percentiles; and the lag of the oldest due job.
+    pub fn stats(&self, by: StatsBy, window: Option<Duration>) -> Result<Vec<QueueCounts>> {
+        let group = match by {
+            StatsBy::Queue => "queue",
+            StatsBy::Task => "task",
+        };
+        let ms: Option<i64> = window.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        let sql = STATS_SQL.replace("{group}", group);
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("computing job statistics", &sql, &[&ms])?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+                let p: Option<Vec<Option<f64>>> = r.get(10);
+                let p = |i: usize| {
+                    p.as_ref()
+                        .and_then(|v| v.get(i).copied().flatten())
+                        .and_then(secs)
+                };
+                let (ok, failed) = (n(4), n(5));
+                QueueCounts {
+                    queue: r.get(0),
+                    todo: n(1),
+                    scheduled: n(2),
+                    doing: n(3),
+                    succeeded: ok,
+                    failed,
+                    cancelled: n(6),
+                    aborted: n(7),
+                    other: n(8),
+                    oldest_todo_age: r.get::<_, Option<f64>>(9).and_then(secs),
+                    failure_rate: (ok + failed > 0).then(|| failed as f64 / (ok + failed) as f64),
+                    run_time_p50: p(0),
+                    run_time_p95: p(1),
+                    run_time_p99: p(2),
+                }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,245 @@
+//! Workers as the database sees them, and the work stuck with dead ones: [`WorkerInfo`]
+//! (with a stale mark), stalled jobs, and what an operator does about them (requeue or fail
+//! the stalled jobs, forget dead workers), each with a dry run.
+//!
+//! The database knows which jobs a worker has *claimed* (`doing` under its id); it cannot
+//! tell the ones a thread runs from the ones waiting in the worker's prefetch queue. At
+//! most `concurrency` of them run; the rest wait.
+//!
+//! Every change is one statement whose guard is in its `WHERE`: a stalled job is only
+//! touched while it is still `doing` under a worker that is still stale (or gone), so a
+//! worker that comes back to life and finishes the job first wins.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use super::info::{job_from_row, secs, ser_secs, ser_time, JobInfo, JOB_COLUMNS};
+use super::Admin;
+use crate::error::Result;
+
+/// The heartbeat age past which [`Admin::workers`] marks a worker stale: the workers'
+/// default `stalled_after`.
+pub(crate) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
+
+/// A registered worker; from [`Admin::workers`].
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Its id.
+    pub id: i64,
+    /// Its name.
+    pub name: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id.
+    pub pid: i32,
+    /// The queues it serves (`None`: all).
+    pub queues: Option<Vec<String>>,
+    /// Its executor threads: at most this many of its claimed jobs run at once.
+    pub concurrency: i32,
+    /// When it started.
+    #[serde(serialize_with = "ser_time")]
+    pub started_at: SystemTime,
+    /// Its last heartbeat.
+    #[serde(serialize_with = "ser_time")]
+    pub last_heartbeat: SystemTime,
+    /// How long ago that was, by the database's clock.
+    #[serde(serialize_with = "ser_secs", rename = "heartbeat_age_secs")]
+    pub heartbeat_age: Duration,
+    /// True when the heartbeat is older than the threshold asked for: the worker is dead
+    /// or cut off, and its jobs will be rescued.
+    pub stale: bool,
+    /// Jobs `doing` under it: running, or claimed and waiting for a thread.
+    pub claimed: u64,
+}
+
+/// What [`Admin::requeue_stalled`], [`Admin::fail_stalled`] or [`Admin::forget_workers`]
+/// did, or would do with a dry run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct StalledReport {
+    /// True for a dry run: nothing was changed.
+    pub dry_run: bool,
+    /// Stalled jobs requeued or failed (or that would be).
+    pub jobs: u64,
+    /// Worker rows deleted (or that would be).
+    pub workers: u64,
+}
+
+/// What to do with stalled jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StalledFix {
+    Requeue,
+    Fail,
+}
+
+/// Running jobs of workers silent for `$1` ms, or whose worker row is gone.
+const STALLED_CONDITION: &str = "j.status = 'doing'
+   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
+                    WHERE w.id = j.worker_id
+                      AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')";
+
+fn millis(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+impl Admin {
+    /// Registered workers, oldest first, marked stale past 30 s (the workers' default
+    /// `stalled_after`).
+    pub fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.workers_stale_after(DEFAULT_STALE_AFTER)
+    }
+
+    /// Registered workers, oldest first, marked stale when their heartbeat is older than
+    /// `stale_after` (use the workers' `stalled_after`).
+    pub fn workers_stale_after(&self, stale_after: Duration) -> Result<Vec<WorkerInfo>> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named(
+            "listing workers",
+            "SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at,
+                    w.last_heartbeat,
+                    date_part('epoch', now()) - date_part('epoch', w.last_heartbeat),
+                    (SELECT count(*) FROM postpone_jobs j
+                      WHERE j.worker_id = w.id AND j.status = 'doing')
+               FROM postpone_workers w
+              ORDER BY w.id",
+            &[],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let age = secs(r.get(8)).unwrap_or(Duration::ZERO);
+                WorkerInfo {
+                    id: r.get(0),
+                    name: r.get(1),
+                    host: r.get(2),
+                    pid: r.get(3),
+                    queues: r.get(4),
+                    concurrency: r.get(5),
+                    started_at: r.get(6),
+                    last_heartbeat: r.get(7),
+                    heartbeat_age: age,
+                    stale: age > stale_after,
+                    claimed: r.get::<_, i64>(9).max(0) as u64,
+                }
+            })
+            .collect())
+    }
+
+    /// Running jobs whose worker has sent no heartbeat for `stalled_after`, or whose
+    /// worker row is gone: a live worker rescues them once its own `stalled_after` passes.
+    pub fn stalled_jobs(&self, stalled_after: Duration) -> Result<Vec<JobInfo>> {
+        let mut conn = self.conn()?;
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM postpone_jobs j WHERE {STALLED_CONDITION} ORDER BY j.id"
+        );
+        let rows = conn.query_named("listing stalled jobs", &sql, &[&millis(stalled_after)])?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Puts the stalled jobs (see [`stalled_jobs`](Self::stalled_jobs)) back to `todo`
+    /// through `postpone_requeue`, the way a worker's rescue does: due at once, keeping
+    /// their scheduled time, the reason recorded in their errors, their attempt still
+    /// counted; a job whose abort was requested ends `aborted`, one whose queueing lock has
+    /// a waiting job ends `cancelled` (superseded). Wakes the workers of their queues. With
+    /// `dry_run`, only counts them.
+    pub fn requeue_stalled(&self, stalled_after: Duration, dry_run: bool) -> Result<StalledReport> {
+        self.fix_stalled(stalled_after, StalledFix::Requeue, dry_run)
+    }
+
+    /// Ends the stalled jobs as `failed`, recording why in their errors. With `dry_run`,
+    /// only counts them.
+    pub fn fail_stalled(&self, stalled_after: Duration, dry_run: bool) -> Result<StalledReport> {
+        self.fix_stalled(stalled_after, StalledFix::Fail, dry_run)
+    }
+
+    fn fix_stalled(
+        &self,
+        after: Duration,
+        fix: StalledFix,
+        dry_run: bool,
+    ) -> Result<StalledReport> {
+        let mut conn = self.conn()?;
+        let ms = millis(after);
+        if dry_run {
+            let sql = format!("SELECT count(*) FROM postpone_jobs j WHERE {STALLED_CONDITION}");
+            let rows = conn.query_named("counting stalled jobs", &sql, &[&ms])?;
+            let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+            return Ok(StalledReport {
+                dry_run,
+                jobs: n,
+                workers: 0,
+            });
+        }
+        let sql = match fix {
+            // The one way back to todo (schema 2), fenced on the worker and attempt seen
+            // here: a job whose abort was requested ends aborted; one whose queueing lock
+            // has a waiting job meanwhile ends cancelled (superseded).
+            StalledFix::Requeue => format!(
+                "WITH s AS (
+    SELECT coalesce(array_agg(j.id ORDER BY j.id), '{{}}') AS ids,
+           coalesce(array_agg(j.worker_id ORDER BY j.id), '{{}}') AS workers,
+           coalesce(array_agg(j.attempts ORDER BY j.id), '{{}}') AS attempts,
+           coalesce(array_agg(format('requeued by an operator: its worker (id %s) was silent or gone',
+                                     j.worker_id) ORDER BY j.id), '{{}}') AS notes
+      FROM postpone_jobs j
+     WHERE {STALLED_CONDITION}
+)
+SELECT count(*), 0::bigint
+  FROM s, postpone_requeue(s.ids, s.workers, s.attempts, '{{}}', s.notes, '{{}}') r"
+            ),
+            StalledFix::Fail => format!(
+                "WITH s AS (
+    UPDATE postpone_jobs j
+       SET status = 'failed', finished_at = now(),
+           errors = coalesce(CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors END,
+                             '[]'::jsonb)
+                    || jsonb_build_array(jsonb_build_object(
+                         'attempt', j.attempts, 'at', now(),
+                         'error', format('failed by an operator: its worker (id %s) was silent or gone',
+                                         j.worker_id)))
+     WHERE {STALLED_CONDITION}
+    RETURNING j.id
+)
+SELECT count(*), 0::bigint FROM s"
+            ),
+        };
+        let rows = conn.query_named("changing stalled jobs", &sql, &[&ms])?;
+        let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+        log::info!("{n} stalled job(s) {fix:?} by the admin API");
+        Ok(StalledReport {
+            dry_run,
+            jobs: n,
+            workers: 0,
+        })
+    }
+
+    /// Deletes the rows of workers whose heartbeat is older than `stale_after`. Jobs they
+    /// still hold stay stalled (requeue or fail them, or let a live worker rescue them); a
+    /// worker that was only cut off registers again when it comes back. With `dry_run`,
+    /// only counts them.
+    pub fn forget_workers(&self, stale_after: Duration, dry_run: bool) -> Result<StalledReport> {
+        let mut conn = self.conn()?;
+        let ms = millis(stale_after);
+        let sql = if dry_run {
+            "SELECT count(*) FROM postpone_workers
+              WHERE last_heartbeat < now() - $1::bigint * interval '1 millisecond'"
+        } else {
+            "WITH d AS (DELETE FROM postpone_workers
+                         WHERE last_heartbeat < now() - $1::bigint * interval '1 millisecond'
+                        RETURNING id)
+             SELECT count(*) FROM d"
+        };
+        let rows = conn.query_named("forgetting dead workers", sql, &[&ms])?;
+        let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+        if !dry_run {
+            log::info!("{n} dead worker(s) forgotten by the admin API");
+        }
+        Ok(StalledReport {
+            dry_run,
+            jobs: 0,
+            workers: n,
+        })
+    }
+}

@@ -1,0 +1,16 @@
+//! One module per command: each takes the shared [`Context`](crate::context::Context), its
+//! own arguments and the output, and does nothing else.
+
+pub mod abort;
+pub mod bulk;
+mod changed;
+pub mod defer;
+pub mod healthcheck;
+pub mod job;
+pub mod jobs;
+pub mod migrate;
+pub mod prune;
+mod select;
+pub mod stalled;
+pub mod stats;
+pub mod workers;

@@ -1,0 +1,88 @@
+//! `postpone stats`: jobs per queue or task and status; failure rate and run-time
+//! percentiles over a window; the lag of the oldest due job.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
+use postpone::{App, StatsBy};
+
+use crate::context::{json, CliError, Context};
+use crate::output::{self, Table};
+use crate::parse;
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// One row per queue or per task.
+    #[arg(long, default_value = "queue", value_parser = parse_by, value_name = "queue|task")]
+    pub by: StatsBy,
+    /// Count finished jobs (and their run times) of this window only (1h, 1d...).
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub window: Option<Duration>,
+}
+
+fn parse_by(s: &str) -> Result<StatsBy, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "queue" => Ok(StatsBy::Queue),
+        "task" => Ok(StatsBy::Task),
+        _ => Err(format!("unknown grouping {s:?}: use queue or task")),
+    }
+}
+
+pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    let rows = app.admin().stats(a.by, a.window)?;
+    if ctx.json {
+        return json(out, &rows);
+    }
+    if rows.is_empty() {
+        writeln!(out, "no jobs")?;
+        return Ok(());
+    }
+    let first = if a.by == StatsBy::Task {
+        "TASK"
+    } else {
+        "QUEUE"
+    };
+    let mut t = Table::new(&[
+        first,
+        "TODO",
+        "SCHEDULED",
+        "DOING",
+        "SUCCEEDED",
+        "FAILED",
+        "CANCELLED",
+        "ABORTED",
+        "FAIL%",
+        "P50",
+        "P95",
+        "P99",
+        "OLDEST TODO",
+    ]);
+    for c in &rows {
+        t.row(vec![
+            c.queue.clone(),
+            c.todo.to_string(),
+            c.scheduled.to_string(),
+            c.doing.to_string(),
+            c.succeeded.to_string(),
+            c.failed.to_string(),
+            c.cancelled.to_string(),
+            c.aborted.to_string(),
+            c.failure_rate
+                .map_or_else(|| "-".to_owned(), |r| format!("{:.1}", r * 100.0)),
+            output::opt_age(c.run_time_p50),
+            output::opt_age(c.run_time_p95),
+            output::opt_age(c.run_time_p99),
+            output::opt_age(c.oldest_todo_age),
+        ]);
+    }
+    t.write(out)?;
+    if let Some(w) = a.window {
+        writeln!(
+            out,
+            "-- finished counts and run times: the last {}",
+            output::age(w)
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,485 @@
+//! Inserting jobs: one builder, [`NewJob`], used by every entry point.
+//!
+//! A `NewJob` carries a task name, its serialized arguments and the six insert options
+//! (queue, priority, lock, queueing lock, and a schedule given as an instant or a delay).
+//! Its setters are written once, for both of its shapes:
+//!
+//! - detached (`NewJob`, from [`NewJob::new`] or [`NewJob::of`]): a value to collect and
+//!   hand to [`App::defer_batch`](crate::App::defer_batch);
+//! - bound to an App (`JobBuilder<'a>`, from [`App::job`](crate::App::job)): ends with [`defer`](JobBuilder::defer),
+//!   [`defer_in`](JobBuilder::defer_in) or [`defer_on`](JobBuilder::defer_on), which take the
+//!   arguments last.
+//!
+//! Every insert resolves the task's default queue and priority the same way (an explicit
+//! value wins, then the task's registered default, then `"default"` and 0), is validated
+//! before any round-trip, and maps a taken queueing lock to
+//! [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued).
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use postgres::types::ToSql;
+use postgres::GenericClient;
+use serde::Serialize;
+
+use crate::conn::Connection;
+use crate::error::{Error, ErrorKind, Result};
+use crate::pooled::PooledConnection;
+use crate::store;
+use crate::types::{serialize_args, JobId, RawJson, TaskArgs, TaskDefaults};
+use crate::wait::JobResult;
+
+/// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
+pub(crate) static DEFAULT_QUEUE: &str = "default";
+
+/// A job not bound to an App: the shape of [`NewJob`] collected for [`App::defer_batch`](crate::App::defer_batch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Detached;
+
+/// What a bound job needs from the App that will insert it (implemented by `App`, so that
+/// this module does not depend on it).
+pub(crate) trait Inserter: Sync {
+    /// A pooled connection whose schema was checked.
+    fn pooled(&self) -> Result<PooledConnection>;
+    /// The tasks' default queues and priorities.
+    fn defaults(&self) -> &TaskDefaults;
+    /// Waits for a job to finish (`App::wait`).
+    fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult>;
+}
+
+/// A job bound to the App that will insert it: the shape of [`JobBuilder`].
+#[derive(Clone, Copy)]
+pub struct Bound<'a>(&'a dyn Inserter);
+
+impl fmt::Debug for Bound<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Bound")
+    }
+}
+
+/// A job being built by [`App::job`](crate::App::job); ends with [`defer`](NewJob::defer),
+/// [`defer_in`](NewJob::defer_in) or [`defer_on`](NewJob::defer_on).
+pub type JobBuilder<'a> = NewJob<Bound<'a>>;
+
+#[derive(Clone, Copy, Debug)]
+enum Schedule {
+    Now,
+    At(SystemTime),
+    In(Duration),
+}
+
+/// A job to insert: a task name, arguments, and options. The one insert type of the
+/// crate: detached (`NewJob`) for [`App::defer_batch`](crate::App::defer_batch), or bound to an App
+/// ([`JobBuilder`]) by [`App::job`](crate::App::job).
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+/// use std::time::Duration;
+/// use postpone::NewJob;
+///
+/// // Bound: options, then the arguments.
+/// app.job("send_email").queue("emails").priority(5).defer(&"a@b.c")?;
+/// // Detached: arguments first, many jobs in one round-trip.
+/// let jobs = vec![
+///     NewJob::new("send_email", &"d@e.f")?.queue("emails"),
+///     NewJob::new("send_email", &"g@h.i")?.schedule_in(Duration::from_secs(60)),
+/// ];
+/// app.defer_batch(&jobs)?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use = "a job is inserted only by defer, defer_in, defer_on or defer_batch"]
+pub struct NewJob<S = Detached> {
+    target: S,
+    task: String,
+    queue: Option<String>,
+    priority: Option<i32>,
+    lock: Option<String>,
+    queueing_lock: Option<String>,
+    schedule: Schedule,
+    args: RawJson,
+}
+
+impl<S> fmt::Debug for NewJob<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewJob")
+            .field("task", &self.task)
+            .field("queue", &self.queue)
+            .field("priority", &self.priority)
+            .field("lock", &self.lock)
+            .field("queueing_lock", &self.queueing_lock)
+            .field("schedule", &self.schedule)
+            .field("args", &self.args.0)
+            .finish()
+    }
+}
+
+impl NewJob<Detached> {
+    /// A job of `task` with `args`, serialized now (an argument that does not serialize to
+    /// JSON is an error of kind `InvalidInput`).
+    pub fn new<A: Serialize + ?Sized>(task: impl Into<String>, args: &A) -> Result<NewJob> {
+        Ok(NewJob::blank(Detached, task.into()).with_args(serialize_args(args)?))
+    }
+
+    /// A job of the typed task whose arguments are `args` (the task name comes from
+    /// [`TaskArgs::TASK`]).
+    pub fn of<A: TaskArgs>(args: &A) -> Result<NewJob> {
+        NewJob::new(A::TASK, args)
+    }
+}
+
+impl<S> NewJob<S> {
+    fn blank(target: S, task: String) -> NewJob<S> {
+        NewJob {
+            target,
+            task,
+            queue: None,
+            priority: None,
+            lock: None,
+            queueing_lock: None,
+            schedule: Schedule::Now,
+            args: RawJson("null".into()),
+        }
+    }
+
+    fn with_args(mut self, args: RawJson) -> NewJob<S> {
+        self.args = args;
+        self
+    }
+
+    /// The queue. Defaults to the task's default queue
+    /// ([`TaskOptions::queue`](crate::TaskOptions::queue)), or `"default"`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Higher runs first. Defaults to the task's default priority, or 0.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// At most one job of this lock runs at a time, in defer order. Defaults to none.
+    pub fn lock(mut self, lock: impl Into<String>) -> Self {
+        self.lock = Some(lock.into());
+        self
+    }
+
+    /// At most one job of this queueing lock waits (`todo`) at a time; deferring a second is
+    /// an error of kind [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued). Defaults to none.
+    pub fn queueing_lock(mut self, lock: impl Into<String>) -> Self {
+        self.queueing_lock = Some(lock.into());
+        self
+    }
+
+    /// Not before `at`. Defaults to now.
+    pub fn schedule_at(mut self, at: SystemTime) -> Self {
+        self.schedule = Schedule::At(at);
+        self
+    }
+
+    /// Not before `delay` from now (by the database's clock). Defaults to now.
+    pub fn schedule_in(mut self, delay: Duration) -> Self {
+        self.schedule = Schedule::In(delay);
+        self
+    }
+
+    /// The task name.
+    pub fn task(&self) -> &str {
+        &self.task
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.task.trim().is_empty() {
+            return Err(Error::invalid("invalid task name: it must not be empty"));
+        }
+        if self.queue.as_deref().is_some_and(|q| q.trim().is_empty()) {
+            return Err(Error::invalid("invalid queue name: it must not be empty"));
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if v.as_deref().is_some_and(str::is_empty) {
+                return Err(Error::invalid(format!(
+                    "invalid {what}: it must not be empty (leave it unset instead)"
+                )));
+            }
+        }
+        for (what, v) in [
+            ("task name", Some(&self.task)),
+            ("queue name", self.queue.as_ref()),
+            ("lock", self.lock.as_ref()),
+            ("queueing lock", self.queueing_lock.as_ref()),
+        ] {
+            if v.is_some_and(|s| s.contains('\0')) {
+                return Err(Error::invalid(format!(
+                    "invalid {what}: it contains a NUL character"
+                )));
+            }
+        }
+        // What notification payloads and index entries can hold, and a schedule the
+        // database's timestamps can reach.
+        crate::limits::check_name("task name", &self.task)?;
+        if let Some(q) = &self.queue {
+            crate::limits::check_name("queue name", q)?;
+        }
+        for (what, v) in [("lock", &self.lock), ("queueing lock", &self.queueing_lock)] {
+            if let Some(v) = v {
+                crate::limits::check_lock(what, v)?;
+            }
+        }
+        match self.schedule {
+            Schedule::In(d) => crate::limits::check_schedule(d)?,
+            Schedule::At(t) => {
+                if let Ok(d) = t.duration_since(SystemTime::now()) {
+                    crate::limits::check_schedule(d)?;
+                }
+            }
+            Schedule::Now => {}
+        }
+        Ok(())
+    }
+
+    /// The row to insert, with the task's defaults applied.
+    fn row(&self, defaults: &TaskDefaults) -> Row {
+        let (dq, dp) = defaults.get(&self.task);
+        let (at, delay_us) = match self.schedule {
+            Schedule::Now => (None, 0),
+            Schedule::At(t) => (Some(t), 0),
+            Schedule::In(d) => (None, d.as_micros().min(i64::MAX as u128) as i64),
+        };
+        Row {
+            queue: self
+                .queue
+                .clone()
+                .or_else(|| dq.map(str::to_owned))
+                .unwrap_or_else(|| DEFAULT_QUEUE.to_owned()),
+            task: self.task.clone(),
+            args: self.args.clone(),
+            priority: self.priority.or(dp).unwrap_or(0),
+            lock: self.lock.clone(),
+            queueing_lock: self.queueing_lock.clone(),
+            at,
+            delay_us,
+        }
+    }
+}
+
+impl<'a> NewJob<Bound<'a>> {
+    pub(crate) fn bound(app: &'a dyn Inserter, task: &str) -> JobBuilder<'a> {
+        NewJob::blank(Bound(app), task.to_owned())
+    }
+
+    fn prepare<A: Serialize + ?Sized>(self, args: &A) -> Result<(&'a dyn Inserter, Row)> {
+        let app = self.target.0;
+        let job = self.with_args(serialize_args(args)?);
+        job.validate()?;
+        Ok((app, job.row(app.defaults())))
+    }
+
+    /// Inserts the job through the App's pool; returns its id once committed.
+    pub fn defer<A: Serialize + ?Sized>(self, args: &A) -> Result<JobId> {
+        let (app, row) = self.prepare(args)?;
+        let mut conn = app.pooled()?;
+        row.insert_on(&mut conn)
+    }
+
+    /// Inserts the job through the App's pool, then waits until it is finished and returns
+    /// its status and output: [`App::wait`](crate::App::wait) with the id, whose errors and
+    /// bounds apply (`timeout` counts from the insert).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::Duration;
+    /// let result = app
+    ///     .job("add")
+    ///     .queue("math")
+    ///     .defer_and_wait(&(2, 3), Duration::from_secs(10))?;
+    /// assert_eq!(result.output_as::<i64>()?, 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn defer_and_wait<A: Serialize + ?Sized>(
+        self,
+        args: &A,
+        timeout: Duration,
+    ) -> Result<JobResult> {
+        let app = self.target.0;
+        let id = self.defer(args)?;
+        app.wait(id, timeout)
+    }
+
+    /// Inserts the job with the caller's client, typically inside its transaction: the job
+    /// exists if and only if that transaction commits. (The caller's client has no deadline
+    /// of ours.)
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let mut client = postgres::Client::connect("host=127.0.0.1 user=postgres", postgres::NoTls)?;
+    /// let mut tx = client.transaction()?;
+    /// tx.execute("CREATE TEMP TABLE orders (id int)", &[])?;
+    /// app.job("ship_order").defer_in(&mut tx, &serde_json::json!({"order": 1}))?;
+    /// tx.commit()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn defer_in<C: GenericClient, A: Serialize + ?Sized>(
+        self,
+        client: &mut C,
+        args: &A,
+    ) -> Result<JobId> {
+        let (_, row) = self.prepare(args)?;
+        let r = client
+            .query_one(store::JOB_INSERT, &row.params())
+            .map_err(|e| {
+                defer_error(
+                    Error::from_client("deferring a job", e),
+                    row.queueing_lock.as_deref(),
+                )
+            })?;
+        Ok(JobId(r.get(0)))
+    }
+
+    /// Inserts the job on a connection of ours, e.g. inside a transaction started with
+    /// [`Connection::begin`] in task code.
+    pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
+        let (_, row) = self.prepare(args)?;
+        row.insert_on(conn)
+    }
+}
+
+/// One job as its columns, defaults applied.
+struct Row {
+    queue: String,
+    task: String,
+    args: RawJson,
+    priority: i32,
+    lock: Option<String>,
+    queueing_lock: Option<String>,
+    at: Option<SystemTime>,
+    delay_us: i64,
+}
+
+impl Row {
+    /// The parameters of `store::JOB_INSERT`.
+    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+        [
+            &self.queue,
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            &self.at,
+            &self.delay_us,
+        ]
+    }
+
+    fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
+        let rows = conn
+            .query_cached("deferring a job", store::JOB_INSERT, &self.params())
+            .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+        Ok(JobId(rows[0].get(0)))
+    }
+}
+
+/// Inserts `jobs` in one statement through the App's pool; ids in input order.
+pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cols = BatchColumns::new(jobs, app.defaults())?;
+    let mut conn = app.pooled()?;
+    let rows = conn
+        .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+        .map_err(|e| defer_error(e, None))?;
+    Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+}
+
+/// Inserts `jobs` in one statement with the caller's client; ids in input order.
+pub(crate) fn insert_batch_in<C: GenericClient>(
+    app: &dyn Inserter,
+    client: &mut C,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cols = BatchColumns::new(jobs, app.defaults())?;
+    let rows = client
+        .query(store::JOB_INSERT_BATCH, &cols.params())
+        .map_err(|e| defer_error(Error::from_client("deferring jobs", e), None))?;
+    Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+}
+
+/// Turns a unique violation of the queueing-lock index into `AlreadyEnqueued`.
+pub(crate) fn defer_error(e: Error, queueing_lock: Option<&str>) -> Error {
+    if e.sqlstate() == Some("23505") && e.constraint() == Some(store::QUEUEING_LOCK_INDEX) {
+        let msg = match queueing_lock {
+            Some(l) => format!(
+                "deferring a job: a job with queueing lock {l:?} is already waiting (todo); nothing was inserted"
+            ),
+            None => "deferring jobs: a job with one of these queueing locks is already waiting (todo); nothing was inserted".to_owned(),
+        };
+        return Error::new(ErrorKind::AlreadyEnqueued, msg).set_sqlstate("23505");
+    }
+    e
+}
+
+/// Column arrays of a batch insert.
+struct BatchColumns {
+    queue: Vec<String>,
+    task: Vec<String>,
+    args: Vec<RawJson>,
+    priority: Vec<i32>,
+    lock: Vec<Option<String>>,
+    queueing_lock: Vec<Option<String>>,
+    at: Vec<Option<SystemTime>>,
+    delay: Vec<i64>,
+}
+
+impl BatchColumns {
+    fn new(jobs: &[NewJob], defaults: &TaskDefaults) -> Result<BatchColumns> {
+        let n = jobs.len();
+        let mut c = BatchColumns {
+            queue: Vec::with_capacity(n),
+            task: Vec::with_capacity(n),
+            args: Vec::with_capacity(n),
+            priority: Vec::with_capacity(n),
+            lock: Vec::with_capacity(n),
+            queueing_lock: Vec::with_capacity(n),
+            at: Vec::with_capacity(n),
+            delay: Vec::with_capacity(n),
+        };
+        for (i, j) in jobs.iter().enumerate() {
+            j.validate()
+                .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+            let r = j.row(defaults);
+            c.queue.push(r.queue);
+            c.task.push(r.task);
+            c.args.push(r.args);
+            c.priority.push(r.priority);
+            c.lock.push(r.lock);
+            c.queueing_lock.push(r.queueing_lock);
+            c.at.push(r.at);
+            c.delay.push(r.delay_us);
+        }
+        Ok(c)
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+        [
+            &self.queue,
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            &self.at,
+            &self.delay,
+        ]
+    }
+}

@@ -1,0 +1,267 @@
+//! Plain types every layer shares: [`JobId`], [`JobStatus`], raw JSON text and the
+//! serialisation of job arguments.
+//!
+//! This is a leaf: it depends on nothing else in the crate but `error`, so the App, jobs,
+//! tasks, periodic schedules, the worker and the admin API can all use it without pointing
+//! back at each other.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::BytesMut;
+use serde::{Deserialize, Serialize};
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+
+use crate::error::{Error, ErrorKind};
+
+/// The id of a job: a newtype over the `bigint` primary key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub i64);
+
+impl JobId {
+    /// The id as a number.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl From<i64> for JobId {
+    fn from(id: i64) -> JobId {
+        JobId(id)
+    }
+}
+
+impl From<JobId> for i64 {
+    fn from(id: JobId) -> i64 {
+        id.0
+    }
+}
+
+impl FromStr for JobId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<JobId, Error> {
+        s.trim()
+            .parse::<i64>()
+            .map(JobId)
+            .map_err(|_| Error::invalid(format!("invalid job id {s:?}: expected a whole number")))
+    }
+}
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Waiting to be claimed (possibly scheduled for later).
+    Todo,
+    /// Claimed by a worker, running.
+    Doing,
+    /// Ran and returned `Ok`.
+    Succeeded,
+    /// Ran and failed with no retry left (or failed without retry).
+    Failed,
+    /// Cancelled before it ran, or by its task.
+    Cancelled,
+    /// Aborted on request while it ran.
+    Aborted,
+}
+
+impl JobStatus {
+    /// Every status, in life order.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Todo,
+        JobStatus::Doing,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+        JobStatus::Aborted,
+    ];
+
+    /// The status as stored in the database (`"todo"`, `"doing"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Todo => "todo",
+            JobStatus::Doing => "doing",
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Aborted => "aborted",
+        }
+    }
+
+    /// True for the statuses a job never leaves by itself.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Aborted
+        )
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<JobStatus, Error> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidInput,
+                    format!(
+                        "unknown job status {s:?}: expected one of todo, doing, succeeded, failed, cancelled, aborted"
+                    ),
+                )
+            })
+    }
+}
+
+/// JSON text read from or written to a `jsonb` column without going through `serde_json::Value`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RawJson(pub(crate) String);
+
+impl ToSql for RawJson {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        if *ty == Type::JSONB {
+            out.extend_from_slice(&[1]);
+        }
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for RawJson {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<RawJson, Box<dyn std::error::Error + Sync + Send>> {
+        let body = if *ty == Type::JSONB {
+            match raw.split_first() {
+                Some((1, rest)) => rest,
+                _ => return Err("unsupported jsonb encoding version".into()),
+            }
+        } else {
+            raw
+        };
+        Ok(RawJson(std::str::from_utf8(body)?.to_owned()))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSONB || *ty == Type::JSON
+    }
+}
+
+/// Serializes job arguments, refusing what PostgreSQL's jsonb cannot store.
+pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> crate::error::Result<RawJson> {
+    let text = serde_json::to_string(args).map_err(|e| {
+        Error::with_source(
+            ErrorKind::InvalidInput,
+            "job arguments do not serialize to JSON",
+            e,
+        )
+    })?;
+    if text.contains("\\u0000") {
+        return Err(Error::invalid(
+            "job arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store",
+        ));
+    }
+    Ok(RawJson(text))
+}
+
+/// The arguments of a typed task: a serializable type that knows the name of its task, so
+/// that [`App::enqueue`](crate::App::enqueue) defers it without a string name. The task that
+/// runs it implements [`Task`](crate::Task) with these as its `Args`.
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct SendEmail { to: String }
+///
+/// impl postpone::TaskArgs for SendEmail {
+///     const TASK: &'static str = "send_email";
+/// }
+/// ```
+pub trait TaskArgs: Serialize {
+    /// The task name the jobs of these arguments are deferred under.
+    const TASK: &'static str;
+}
+
+/// The default queue and priority of each task, as an App applies them to jobs deferred
+/// without one; built from a [`Tasks`](crate::Tasks) registry by
+/// [`AppBuilder::task_defaults`](crate::AppBuilder::task_defaults).
+#[derive(Clone, Debug, Default)]
+pub struct TaskDefaults {
+    map: std::collections::HashMap<String, (Option<String>, Option<i32>)>,
+}
+
+impl TaskDefaults {
+    /// Records the defaults of `task` (a `None` leaves that one to the global default).
+    pub fn set(&mut self, task: impl Into<String>, queue: Option<String>, priority: Option<i32>) {
+        if queue.is_some() || priority.is_some() {
+            self.map.insert(task.into(), (queue, priority));
+        }
+    }
+
+    /// The default queue and priority of `task`, if it has them.
+    pub fn get(&self, task: &str) -> (Option<&str>, Option<i32>) {
+        match self.map.get(task) {
+            Some((q, p)) => (q.as_deref(), *p),
+            None => (None, None),
+        }
+    }
+
+    /// Adds the defaults of `other`, which win over these.
+    pub(crate) fn extend(&mut self, other: TaskDefaults) {
+        self.map.extend(other.map);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_through_text() {
+        for st in JobStatus::ALL {
+            assert_eq!(st.as_str().parse::<JobStatus>().unwrap(), st);
+            assert_eq!(st.to_string(), st.as_str());
+        }
+        assert!(JobStatus::Succeeded.is_finished());
+        assert!(!JobStatus::Doing.is_finished());
+        let e = "done".parse::<JobStatus>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("unknown job status \"done\""));
+    }
+
+    #[test]
+    fn job_ids_parse_and_print() {
+        assert_eq!("42".parse::<JobId>().unwrap(), JobId(42));
+        assert_eq!(JobId(7).to_string(), "7");
+        assert_eq!(i64::from(JobId(7)), 7);
+        assert_eq!(
+            "x".parse::<JobId>().unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! Waiting for a job's result across processes: [`App::wait`](crate::App::wait) and the
+//! [`JobResult`] it returns.
+//!
+//! A waiter owns one connection of its own (a LISTEN would leak into the pool), listens on
+//! the `postpone_done` channel (migration 4 sends the ids of jobs that reach a final status),
+//! then reads the job's row. While the job is not finished it waits for a notification
+//! naming its id (or `*`, for a statement that finished too many jobs to list), at most a
+//! poll interval, and reads the row again: the row is the truth, a notification only makes
+//! the waiter look sooner, and a lost one costs at most a poll interval.
+//!
+//! How it fails: the waits between reads and the reads themselves each last at most half the
+//! App's `io_timeout`, so a link that goes half-open during the wait is an error within
+//! `io_timeout`, never a hang. A job
+//! still unfinished at the deadline is an error of kind `Timeout` that names its status; a
+//! job that does not exist (or was deleted when it finished, by a worker with
+//! `delete_finished`) one of kind `NotFound`.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::conn::Connection;
+use crate::error::{fmt_duration, Error, ErrorKind, Result};
+use crate::store;
+use crate::types::{JobId, JobStatus, RawJson};
+
+/// Longest wait between two reads of the row when no notification comes.
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A job's status with what its task recorded; from [`App::wait`](crate::App::wait) and
+/// [`App::job_result`](crate::App::job_result).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct JobResult {
+    /// The job.
+    pub id: JobId,
+    /// Its status (final, when it comes from `wait`).
+    pub status: JobStatus,
+    /// The output its task recorded with its success ([`Job::set_output`](crate::Job::set_output)).
+    pub output: Option<serde_json::Value>,
+    /// The latest progress its task recorded ([`Job::set_progress`](crate::Job::set_progress)).
+    pub progress: Option<serde_json::Value>,
+    /// When that progress was recorded.
+    #[serde(skip)]
+    pub progress_at: Option<SystemTime>,
+    /// The error of its last failed attempt (or the reason of a cancel or abort), if any.
+    pub error: Option<String>,
+}
+
+impl JobResult {
+    /// True when the job succeeded.
+    pub fn succeeded(&self) -> bool {
+        self.status == JobStatus::Succeeded
+    }
+
+    /// The output, deserialized into `T`. An error of kind `InvalidInput` when there is no
+    /// output or it does not deserialize, of kind `InvalidState` when the job did not
+    /// succeed (the message carries its status and last error).
+    pub fn output_as<T: DeserializeOwned>(&self) -> Result<T> {
+        if self.status != JobStatus::Succeeded {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "job {} has no output: it is {}{}",
+                    self.id,
+                    self.status,
+                    self.error
+                        .as_deref()
+                        .map(|e| format!(" ({e})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        let Some(v) = &self.output else {
+            return Err(Error::invalid(format!(
+                "job {} succeeded without recording an output (its task never called Job::set_output)",
+                self.id
+            )));
+        };
+        T::deserialize(v).map_err(|e| {
+            Error::with_source(
+                ErrorKind::InvalidInput,
+                format!(
+                    "the output of job {} does not deserialize into {}",
+                    self.id,
+                    std::any::type_name::<T>()
+                ),
+                e,
+            )
+        })
+    }
+}
+
+fn json(raw: Option<RawJson>) -> Option<serde_json::Value> {
+    raw.map(|RawJson(t)| serde_json::from_str(&t).unwrap_or(serde_json::Value::String(t)))
+}
+
+/// Reads the job's row; `None` if there is none.
+pub(crate) fn read(conn: &mut Connection, id: JobId) -> Result<Option<JobResult>> {
+    let rows = conn.query_cached("reading a job's result", store::JOB_RESULT, &[&id.0])?;
+    let Some(r) = rows.first() else {
+        return Ok(None);
+    };
+    let status: String = r.get(0);
+    let errors = json(r.get(4));
+    let error = errors.as_ref().and_then(|e| e.as_array()).and_then(|a| {
+        a.last()
+            .and_then(|e| e.get("error"))
+            .and_then(|e| e.as_str())
+            .map(str::to_owned)
+    });
+    Ok(Some(JobResult {
+        id,
+        status: status.parse()?,
+        output: json(r.get(1)),
+        progress: json(r.get(2)),
+        progress_at: r.get(3),
+        error,
+    }))
+}
+
+fn not_found(id: JobId) -> Error {
+    Error::new(
+        ErrorKind::NotFound,
+        format!(
+            "waiting for job {id}: there is no such job (or it was deleted when it finished, by a worker with delete_finished)"
+        ),
+    )
+}
+
+/// True when a `postpone_done` payload names `id`.
+fn names(payload: &str, id: JobId) -> bool {
+    payload == "*" || payload.split(',').any(|p| p.parse::<i64>() == Ok(id.0))
+}
+
+/// Waits on `conn` (a connection of the waiter's own) until job `id` is finished, or
+/// `timeout` has passed.
+/// `poll` is the longest wait between two reads. The reads and the waits between them each
+/// take at most half the connection's `io_timeout`, so that a link that goes half-open is
+/// found within `io_timeout`.
+pub(crate) fn wait(
+    conn: &mut Connection,
+    id: JobId,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<JobResult> {
+    let deadline = Instant::now() + timeout;
+    let half = (conn.io_timeout() / 2).max(Duration::from_millis(1));
+    conn.set_io_timeout(half);
+    let poll = poll.min(half);
+    let ctx = |e: Error| e.context(format_args!("waiting for job {id}"));
+    conn.listen(store::DONE_CHANNEL).map_err(ctx)?;
+    loop {
+        let now_state = read(conn, id).map_err(ctx)?.ok_or_else(|| not_found(id))?;
+        if now_state.status.is_finished() {
+            return Ok(now_state);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "waiting for job {id}: still {} after {} (the wait's timeout)",
+                    now_state.status,
+                    fmt_duration(timeout)
+                ),
+            ));
+        }
+        let until = now + poll.min(deadline - now);
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match conn.wait_notification(left).map_err(ctx)? {
+                Some(n) if names(&n.payload, id) => break,
+                Some(_) => continue,
+                None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_name_ids_exactly() {
+        assert!(names("1,22,333", JobId(22)));
+        assert!(!names("1,222,333", JobId(22)));
+        assert!(names("*", JobId(5)));
+        assert!(!names("", JobId(5)));
+    }
+
+    #[test]
+    fn output_as_explains_what_is_missing() {
+        let mut r = JobResult {
+            id: JobId(7),
+            status: JobStatus::Failed,
+            output: None,
+            progress: None,
+            progress_at: None,
+            error: Some("boom".into()),
+        };
+        let e = r.output_as::<i32>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidState);
+        assert!(e.to_string().contains("it is failed (boom)"), "{e}");
+        r.status = JobStatus::Succeeded;
+        let e = r.output_as::<i32>().unwrap_err();
+        assert!(e.to_string().contains("without recording an output"), "{e}");
+        r.output = Some(serde_json::json!("x"));
+        let e = r.output_as::<i32>().unwrap_err();
+        assert!(
+            e.to_string().contains("does not deserialize into i32"),
+            "{e}"
+        );
+        r.output = Some(serde_json::json!(3));
+        assert_eq!(r.output_as::<i32>().unwrap(), 3);
+    }
+}
