@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The program's own pool.
     let manager = PostgresConnectionManager::new(url.parse()?, NoTls);
-    let pool = r2d2::Pool::builder()
+    let pool = r2d2_postgres::r2d2::Pool::builder()
         .max_size(4)
         .connection_timeout(Duration::from_secs(5))
         .build(manager)?;

@@ -1,7 +1,7 @@
 //! [`App`]: the handle programs keep to defer jobs, migrate, reach the pool and administer.
 //!
 //! It is a cheap `Clone` over an `Arc`: the parsed connection settings, the watchdog that can
-//! sever every socket of the App, and an r2d2 pool of deadline-bounded connections. The
+//! sever every socket of the App, and a pool of deadline-bounded connections. The
 //! schema version is checked once per App, on the first call that needs it.
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use postgres::GenericClient;
 use serde::Serialize;
 
 use crate::conn::options::ConnectOptions;
-use crate::conn::pool::{self, Manager, Pool};
+use crate::conn::pool::Pool;
 use crate::conn::tls::SslMode;
 use crate::conn::watchdog::Watchdog;
 use crate::conn::Connection;
@@ -283,7 +283,8 @@ impl AppBuilder {
                     format!("invalid {name}: it must be longer than zero"),
                 ))
             } else {
-                Ok(d)
+                // A huge timeout means "very long", never an overflow further on.
+                Ok(d.min(crate::conn::client::LONGEST))
             }
         };
         if let Some(t) = self.io_timeout {
@@ -303,7 +304,7 @@ impl AppBuilder {
         }
         let pool_timeout = match self.pool_timeout {
             Some(t) => positive("pool_timeout", t)?,
-            None => opts.connect_timeout + Duration::from_secs(1),
+            None => opts.connect_timeout.saturating_add(Duration::from_secs(1)),
         };
         let opts = Arc::new(opts);
         let watchdog = Watchdog::start()
@@ -317,8 +318,7 @@ impl AppBuilder {
                 ))
             })?;
         }
-        let manager = Manager::new(opts.clone(), watchdog.clone(), group);
-        let pool = pool::build(manager, self.pool_size, pool_timeout)?;
+        let pool = Pool::new(opts.clone(), watchdog.clone(), group, self.pool_size);
         Ok(App {
             inner: Arc::new(AppInner {
                 opts,
@@ -388,11 +388,10 @@ impl App {
     }
 
     pub(crate) fn connection_unchecked(&self) -> Result<PooledConnection> {
-        let conn = pool::checkout(
-            &self.inner.pool,
-            self.inner.pool_timeout,
-            &self.inner.severs,
-        )?;
+        let conn = self
+            .inner
+            .pool
+            .checkout(self.inner.pool_timeout, &self.inner.severs)?;
         // Checked out by a worker's task: a sever of that worker reaches it.
         conn.lend(crate::conn::watchdog::current_borrower());
         Ok(PooledConnection::new(conn))
@@ -538,7 +537,7 @@ impl App {
     /// sockets were severed. (Workers have their own sockets; stop them with their handle.)
     pub fn sever_all(&self) -> usize {
         // First, so that a checkout waiting for a connection (its connect about to be
-        // severed) gives up instead of waiting for r2d2's retry.
+        // severed) gives up instead of waiting out its pool_timeout.
         self.inner.severs.fetch_add(1, Ordering::AcqRel);
         self.inner.watchdog.sever_group(self.inner.group)
     }

@@ -48,7 +48,7 @@ pub use admin::{
 };
 pub use app::{App, AppBuilder, PooledConnection};
 pub use conn::tls::SslMode;
-pub use conn::{Connection, Notification};
+pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
 pub use job::{Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};

@@ -744,3 +744,542 @@ fn client_connection_check_interval_is_set_on_our_sessions() {
         assert_eq!(value, expected, "io_timeout {io_timeout:?}");
     }
 }
+
+/// What the backend `pid` is doing, from `pg_stat_activity` (None once the session is gone).
+fn backend_state(db: &TestDb, pid: i32) -> Option<(String, String)> {
+    db.client()
+        .query_opt(
+            "SELECT coalesce(state, ''), query FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .expect("reading pg_stat_activity")
+        .map(|r| (r.get(0), r.get(1)))
+}
+
+#[test]
+fn a_statement_that_times_out_on_a_half_open_link_is_cancelled_on_the_server() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = app_via(&db, &proxy, Duration::from_secs(2), 2);
+    let mut conn = app.connection().unwrap();
+    let pid = backend_pid(&mut conn);
+    let runner = thread::spawn(move || {
+        let started = Instant::now();
+        let res = conn.query("SELECT pg_sleep(60)", &[]).map(|_| ());
+        (res, started.elapsed())
+    });
+    // The statement reaches the server, then the link goes half-open under it.
+    assert!(
+        wait_until(Duration::from_secs(5), || backend_state(&db, pid)
+            .is_some_and(
+                |(state, q)| state == "active" && q.contains("pg_sleep")
+            )),
+        "the statement never started on the server"
+    );
+    proxy.strand_all();
+    let (res, took) = runner.join().unwrap();
+    let err = res.expect_err("a stranded statement cannot succeed");
+    assert!(err.is_timeout(), "{err}");
+    eprintln!("measured: timed-out statement returned after {took:?} (io_timeout 2s)");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    // The server stopped running it: the CancelRequest arrived on a fresh socket.
+    let started = Instant::now();
+    let stopped = wait_until(Duration::from_secs(5), || {
+        backend_state(&db, pid).is_none_or(|(state, _)| state != "active")
+    });
+    eprintln!(
+        "measured: backend {pid} after the timeout: {:?} ({:?} later)",
+        backend_state(&db, pid),
+        started.elapsed()
+    );
+    assert!(
+        stopped,
+        "the timed-out statement is still running on the server"
+    );
+    // The cancel's own socket was closed: only the proxy's stranded links remain registered.
+    assert!(
+        wait_until(Duration::from_secs(2), || app.open_sockets() == 0),
+        "sockets left registered: {}",
+        app.open_sockets()
+    );
+}
+
+/// A login role limited to one connection, dropped (with its sessions) at the end.
+struct LimitedRole {
+    name: String,
+    admin: postgres::Client,
+}
+
+impl LimitedRole {
+    fn new(db: &TestDb) -> LimitedRole {
+        let name = format!("{}_lim", db.name());
+        let mut admin = db.client();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE \"{name}\" LOGIN CONNECTION LIMIT 1; \
+                 GRANT ALL ON DATABASE \"{}\" TO \"{name}\"",
+                db.name()
+            ))
+            .expect("create a limited role");
+        LimitedRole { name, admin }
+    }
+
+    fn url_at(&self, db: &TestDb, host_port: &str) -> String {
+        format!("postgres://{}@{host_port}/{}", self.name, db.name())
+    }
+}
+
+impl Drop for LimitedRole {
+    fn drop(&mut self) {
+        let _ = self.admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+            &[&self.name],
+        );
+        for _ in 0..50 {
+            if self
+                .admin
+                .batch_execute(&format!("DROP ROLE IF EXISTS \"{}\"", self.name))
+                .is_ok()
+            {
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_failed_checkout_leaves_no_connect_attempts_behind() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let role = LimitedRole::new(&db);
+    // The role's one connection is taken: every connect of the App is refused.
+    let holder = postgres::Client::connect(&role.url_at(&db, &db.server_addr()), postgres::NoTls)
+        .expect("the role's one connection");
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(role.url_at(&db, &format!("127.0.0.1:{}", proxy.port())))
+        .pool_size(3)
+        .pool_timeout(Duration::from_secs(1))
+        .lazy(true)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let err = app
+        .connection()
+        .expect_err("the role has no connection left");
+    let took = started.elapsed();
+    let at_return = proxy.accepted();
+    eprintln!(
+        "measured: failed checkout after {took:?} with {at_return} connect attempt(s): {err}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(err.to_string().contains("too many connections"), "{err}");
+    // Nobody waits any more: nothing may go on connecting.
+    thread::sleep(Duration::from_secs(3));
+    let later = proxy.accepted();
+    eprintln!(
+        "measured: connect attempts in the 3s after the checkout returned: {}",
+        later - at_return
+    );
+    assert_eq!(later, at_return, "connect attempts went on with no caller");
+    // Once the server has room, the next checkout connects.
+    drop(holder);
+    assert!(
+        wait_until(Duration::from_secs(5), || app.schema_version().is_ok()),
+        "no connection once the role had room again"
+    );
+    drop(app);
+    drop(role);
+}
+
+#[test]
+fn a_slow_but_healthy_server_keeps_its_pooled_connections() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(2)
+        .io_timeout(Duration::from_secs(6))
+        .pool_timeout(Duration::from_secs(8))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let mut conns: Vec<_> = (0..2).map(|_| app.connection().unwrap()).collect();
+    let pids: Vec<i32> = conns.iter_mut().map(|c| backend_pid(c)).collect();
+    drop(conns);
+    let accepted = proxy.accepted();
+    // Past the no-ping window, then every round-trip costs about 1.2 s: slow, not dead.
+    thread::sleep(Duration::from_millis(1100));
+    proxy.set_delay(Duration::from_millis(600));
+    let started = Instant::now();
+    let mut conn = app.connection().expect("a checkout on a slow server");
+    let took = started.elapsed();
+    proxy.set_delay(Duration::ZERO);
+    let pid = backend_pid(&mut conn);
+    eprintln!("measured: checkout with a 1.2s ping round-trip took {took:?}");
+    assert!(
+        pids.contains(&pid),
+        "the pooled connections were dropped as dead: new backend {pid}, old {pids:?}"
+    );
+    assert_eq!(proxy.accepted(), accepted, "a new connection was opened");
+    drop(conn);
+    let mut other = app.connection().unwrap();
+    assert!(
+        pids.contains(&backend_pid(&mut other)),
+        "the other idle one was dropped"
+    );
+}
+
+#[test]
+fn a_checkout_ping_cut_short_by_the_checkout_deadline_condemns_nothing() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(1)
+        .io_timeout(Duration::from_secs(2))
+        .pool_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let mut held = app.connection().unwrap();
+    let pid = backend_pid(&mut held);
+    // Another caller waits for the one connection; it comes back with 0.4 s of that wait
+    // left, on a link where a round-trip takes 1.2 s.
+    let waiter = {
+        let app = app.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let res = app.connection().map(|_| ());
+            (res, started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(1100));
+    proxy.set_delay(Duration::from_millis(600));
+    drop(held);
+    let (res, took) = waiter.join().unwrap();
+    eprintln!(
+        "measured: the waiting checkout returned {:?} after {took:?}",
+        res.as_ref().map_err(|e| e.to_string())
+    );
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    proxy.set_delay(Duration::ZERO);
+    // Past that ping's whole io_timeout: its answer came long ago (after 1.2 s) and waits
+    // in the socket, so the link is judged afresh, not condemned for the old ping.
+    thread::sleep(Duration::from_millis(2500));
+    // The connection was not severed for a ping that had too little time.
+    let mut conn = app
+        .connection()
+        .expect("the pooled connection is still there");
+    assert_eq!(
+        backend_pid(&mut conn),
+        pid,
+        "a healthy connection was discarded"
+    );
+}
+
+/// A `ToSql` whose encoding panics: user code running inside a round-trip.
+#[derive(Debug)]
+struct Explodes;
+
+impl postgres::types::ToSql for Explodes {
+    fn to_sql(
+        &self,
+        _: &postgres::types::Type,
+        _: &mut bytes::BytesMut,
+    ) -> Result<postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        panic!("a user's ToSql panicked")
+    }
+
+    fn accepts(_: &postgres::types::Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+#[test]
+fn a_panic_inside_a_round_trip_does_not_return_the_connection_as_healthy() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    // Several rounds: before the fix, whether the driver noticed was a matter of timing.
+    let mut next = app.connection().unwrap();
+    for round in 0..5 {
+        let mut conn = next;
+        let pid = backend_pid(&mut conn);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = conn.query("SELECT $1::int", &[&Explodes]);
+        }));
+        assert!(panicked.is_err(), "the ToSql did not panic");
+        assert!(
+            conn.is_broken(),
+            "round {round}: a connection a panic went through is not broken"
+        );
+        drop(conn);
+        // The pool discarded it: the next user gets a working connection, a new session.
+        next = app.connection().unwrap();
+        let row = next
+            .query_one("SELECT 41 + 1", &[])
+            .unwrap_or_else(|e| panic!("round {round}: the next user's query: {e}"));
+        assert_eq!(row.get::<_, i32>(0), 42);
+        assert_ne!(backend_pid(&mut next), pid);
+    }
+
+    // A connection dropped by a panicking thread is not pooled either.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _held = next;
+        panic!("task code panicked while holding a connection");
+    }));
+    assert!(unwound.is_err());
+    let mut third = app.connection().unwrap();
+    third.query_one("SELECT 1", &[]).unwrap();
+}
+
+#[test]
+fn dropped_prepared_statements_are_prepared_again() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    app.defer("t", &serde_json::json!({"n": 0})).unwrap();
+    for (i, sql) in ["DEALLOCATE ALL", "DISCARD ALL"].into_iter().enumerate() {
+        let mut conn = app.connection().unwrap();
+        let pid = backend_pid(&mut conn);
+        conn.batch_execute(sql).unwrap();
+        drop(conn);
+        // The same session (pool of one), whose cached statements are gone.
+        app.defer("t", &serde_json::json!({"n": i + 1}))
+            .unwrap_or_else(|e| panic!("defer after {sql}: {e}"));
+        let mut conn = app.connection().unwrap();
+        assert_eq!(backend_pid(&mut conn), pid, "not the same session");
+    }
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 3);
+}
+
+#[test]
+fn huge_timeouts_mean_very_long_and_never_panic() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url())
+        .pool_size(2)
+        .io_timeout(Duration::MAX)
+        .connect_timeout(Duration::MAX)
+        .pool_timeout(Duration::MAX)
+        .tcp_user_timeout(Duration::MAX)
+        .build()
+        .expect("an App with huge timeouts");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    conn.set_io_timeout(Duration::MAX);
+    conn.query_one("SELECT 1", &[]).unwrap();
+    conn.ping(Duration::MAX).unwrap();
+    assert_eq!(conn.wait_notification(Duration::ZERO).unwrap(), None);
+    conn.listen("huge").unwrap();
+    conn.batch_execute("NOTIFY huge, 'x'").unwrap();
+    let n = conn.wait_notification(Duration::MAX).unwrap();
+    assert_eq!(n.map(|n| n.payload), Some("x".to_owned()));
+    drop(conn);
+    // A pooled connection idle past the no-ping window is pinged under the huge io_timeout.
+    thread::sleep(Duration::from_millis(1100));
+    app.connection()
+        .unwrap()
+        .query_one("SELECT 1", &[])
+        .unwrap();
+    let url = format!("{}?connect_timeout=4294967295", db.url());
+    let other = App::builder(url)
+        .pool_size(1)
+        .build()
+        .expect("a huge connect_timeout in the URL");
+    other.migrate().unwrap();
+    // A worker over it, shut down with a huge timeout.
+    let mut tasks = postpone::Tasks::new();
+    tasks.register("t", |_: &postpone::Job| Ok(()));
+    let handle = postpone::Worker::builder(&app, tasks).spawn().unwrap();
+    let report = handle.shutdown(Duration::MAX);
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[test]
+fn a_transaction_rolls_back_unless_committed() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    conn.batch_execute("CREATE TABLE t (n int)").unwrap();
+    let count = |conn: &mut postpone::Connection| -> i64 {
+        conn.query_one("SELECT count(*) FROM t", &[])
+            .unwrap()
+            .get(0)
+    };
+
+    // Dropped without commit (an early return): rolled back.
+    let early = |conn: &mut postpone::Connection| -> postpone::Result<()> {
+        let mut tx = conn.transaction()?;
+        tx.execute("INSERT INTO t VALUES (1)", &[])?;
+        assert!(tx.in_transaction());
+        tx.execute("SELECT 1/0", &[])?; // fails: `?` returns, tx drops
+        tx.commit()
+    };
+    assert!(early(&mut conn).is_err());
+    assert!(!conn.in_transaction());
+    assert_eq!(count(&mut conn), 0);
+
+    // Committed.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (2)", &[]).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(count(&mut conn), 1);
+
+    // Rolled back explicitly.
+    let mut tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO t VALUES (3)", &[]).unwrap();
+    tx.rollback().unwrap();
+    assert_eq!(count(&mut conn), 1);
+    assert!(!conn.is_broken());
+
+    // The connection goes back to the pool healthy, on the same session.
+    let pid = backend_pid(&mut conn);
+    drop(conn);
+    let mut again = app.connection().unwrap();
+    assert_eq!(backend_pid(&mut again), pid);
+}
+
+#[test]
+fn hostaddr_without_host_connects() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(format!(
+        "hostaddr=127.0.0.1 port={} user={} dbname={}",
+        db.server().port,
+        db.server().user,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .expect("hostaddr alone names the server, as in libpq");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(conn.peer().starts_with("127.0.0.1"), "{}", conn.peer());
+}
+
+#[test]
+fn an_old_pgbouncer_refusing_the_options_parameter_is_connected_through() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let bouncer = PgBouncerStandIn::start(&db.server_addr());
+    let url = db
+        .server()
+        .url_at(&format!("127.0.0.1:{}", bouncer.port()), db.name());
+    let app = App::builder(url)
+        .pool_size(2)
+        .build()
+        .expect("connecting through a pooler that refuses `options`");
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    assert_eq!(conn.query_one("SELECT 1", &[]).unwrap().get::<_, i32>(0), 1);
+    assert!(
+        bouncer.refused() >= 1,
+        "the stand-in was never asked with options"
+    );
+    assert!(bouncer.relayed() >= 1);
+    let asked = bouncer.refused();
+    // Later connections to that host do not ask again.
+    let _second = app.connection().unwrap();
+    drop(conn);
+    app.sever_all();
+    let mut third = app.connection().unwrap();
+    third.query_one("SELECT 1", &[]).unwrap();
+    assert_eq!(bouncer.refused(), asked, "asked again with options");
+}
+
+#[test]
+fn one_host_refusing_the_check_interval_does_not_turn_it_off_for_the_others() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let bouncer = PgBouncerStandIn::start(&db.server_addr());
+    let app = App::builder(format!(
+        "host=127.0.0.1,127.0.0.1 port={},{} user={} dbname={}",
+        bouncer.port(),
+        db.server().port,
+        db.server().user,
+        db.name()
+    ))
+    .pool_size(1)
+    .build()
+    .unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let through_bouncer: String = conn
+        .query_one("SHOW client_connection_check_interval", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(through_bouncer, "0");
+    drop(conn);
+    // The pooler goes away: the next connection goes to the second host, which accepts the
+    // setting and must get it.
+    drop(bouncer);
+    app.sever_all();
+    let mut conn = app.connection().unwrap();
+    assert!(
+        conn.peer().ends_with(&format!(":{}", db.server().port)),
+        "{}",
+        conn.peer()
+    );
+    let direct: String = conn
+        .query_one("SHOW client_connection_check_interval", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(direct, "10s", "the second host lost the check interval");
+}
+
+#[test]
+fn a_reply_out_of_step_breaks_the_connection() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let standin = PgBouncerStandIn::start(&db.server_addr());
+    let url = db
+        .server()
+        .url_at(&format!("127.0.0.1:{}", standin.port()), db.name());
+    let app = App::builder(url).pool_size(1).build().unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    let pid = backend_pid(&mut conn);
+    // A simple query waits for every reply before it (the unprepared statement's Close), so
+    // that the stray reply lands on the query below, not on a request nobody awaits.
+    conn.batch_execute("SELECT 1").unwrap();
+    standin.garble_on("out_of_step");
+    let err = conn
+        .query("SELECT 'out_of_step'", &[])
+        .expect_err("a reply out of step cannot give rows");
+    eprintln!("measured: reply out of step: {err}");
+    assert!(conn.is_broken(), "still in use after: {err}");
+    drop(conn);
+    let mut next = app.connection().unwrap();
+    assert_ne!(
+        backend_pid(&mut next),
+        pid,
+        "the out-of-step session was reused"
+    );
+}

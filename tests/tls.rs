@@ -219,11 +219,13 @@ fn verify_modes_against_the_self_signed_local_certificate() {
                 .contains(&format!("not signed by a root in sslrootcert {bundle}")),
             "{e}"
         );
-        // prefer with the same root file: the failed TLS handshake is retried in plain
-        // text, as libpq does.
-        let app = build(&format!("{url}?sslmode=prefer&sslrootcert={bundle}"))
-            .expect("prefer falls back to plain text");
-        assert!(!encrypted(&app), "the fallback connection is plain");
+        // prefer with the same root file: the check was asked for, so its failure is not
+        // retried in plain text (libpq would; see the TLS module's departures).
+        let e = build_error(&format!("{url}?sslmode=prefer&sslrootcert={bundle}"));
+        assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+        assert!(e.to_string().contains("not signed by a root"), "{e}");
+        // Without a root, prefer takes TLS (nothing is checked).
+        assert!(connects_encrypted(&format!("{url}?sslmode=prefer")));
     } else {
         skip(&format!("the require/prefer root-file checks: no {bundle}"));
     }
@@ -939,4 +941,112 @@ fn builder_settings_win_over_the_url() {
     })
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+}
+
+#[test]
+fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
+    let Some(bin) = postgres_bin() else {
+        skip("initdb not installed (no /usr/lib/postgresql/*/bin/initdb)");
+        return;
+    };
+    if !which("openssl") {
+        skip("the openssl command is not installed (it makes the test certificates)");
+        return;
+    }
+    if is_root() && !which("runuser") {
+        skip("running as root without runuser (initdb refuses to run as root)");
+        return;
+    }
+    init_logging();
+    let cluster = Cluster::start(bin);
+    let port = cluster.port;
+    let ca = cluster.path("ca.crt");
+    let other_ca = cluster.path("other-ca.crt");
+
+    // A server certificate that names its host in the CN only, without a subjectAltName.
+    let dir = PathBuf::from(cluster.path(""));
+    make_leaf(
+        &dir,
+        "cnonly",
+        "localhost",
+        "ca",
+        "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n",
+    );
+    let key = cluster.path("cnonly.key");
+    if is_root() {
+        run(
+            false,
+            Path::new("chown"),
+            &["postgres:", &key, &cluster.path("cnonly.crt")],
+        );
+    }
+    run(false, Path::new("chmod"), &["600", &key]);
+    let mut admin = postgres::Client::connect(
+        &format!(
+            "host={} port={port} user=postgres dbname=postgres",
+            dir.display()
+        ),
+        postgres::NoTls,
+    )
+    .expect("admin connection over the socket");
+    for sql in [
+        format!(
+            "ALTER SYSTEM SET ssl_cert_file = '{}'",
+            cluster.path("cnonly.crt")
+        ),
+        format!("ALTER SYSTEM SET ssl_key_file = '{key}'"),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        admin
+            .batch_execute(&sql)
+            .unwrap_or_else(|e| panic!("switching the server certificate: {sql}: {e}"));
+    }
+    // verify-full by name: libpq accepts the CN when there is no subjectAltName.
+    let full = cluster.url(
+        port,
+        "postgres",
+        &format!("sslmode=verify-full sslrootcert={ca}"),
+    );
+    let mut last = None;
+    let accepted = wait_until(Duration::from_secs(10), || match build(&full) {
+        Ok(app) => encrypted(&app),
+        Err(e) => {
+            last = Some(e.to_string());
+            false
+        }
+    });
+    assert!(
+        accepted,
+        "verify-full refused a CN-only certificate: {last:?}"
+    );
+    // Another name: refused, and the message says what the certificate names.
+    let e = build_error(&format!(
+        "host=db.invalid hostaddr=127.0.0.1 port={port} user=postgres dbname=postgres \
+         sslrootcert={ca} sslmode=verify-full"
+    ));
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("not valid for the name db.invalid")
+            && msg.contains("localhost (in its subject CN"),
+        "{msg}"
+    );
+    // prefer with a root that does not sign the server's certificate: the check is meant,
+    // so no retry in plain text (the server would accept plain text from postgres).
+    let e = build_error(&cluster.url(
+        port,
+        "postgres",
+        &format!("sslmode=prefer sslrootcert={other_ca}"),
+    ));
+    assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
+    assert!(e.to_string().contains("not trusted"), "{e}");
+    // Without a root, prefer still takes TLS here (no check).
+    assert!(connects_encrypted(&cluster.url(
+        port,
+        "postgres",
+        "sslmode=prefer"
+    )));
+
+    drop(admin);
+    drop(cluster);
 }

@@ -5,8 +5,9 @@
 //! round-trips run with `block_on` under a deadline, by default the connection's `io_timeout`.
 //!
 //! States: *healthy* -> *broken* (terminal). A connection becomes broken when a deadline fires
-//! (it severs its own socket first), when the socket is closed, reset or severed by the
-//! watchdog, or when the server ends the session. A broken connection answers every later call
+//! (it sends a CancelRequest from a fresh socket, then severs its own socket), when the
+//! socket is closed, reset or severed by the watchdog, when the server ends the session, or
+//! when a panic (user code such as a `ToSql`) unwinds out of a round-trip. A broken connection answers every later call
 //! with an error at once and is never reused: pools discard it, workers open a new one.
 //!
 //! Dropping a connection never blocks: it shuts the socket down (the server sees an orderly
@@ -17,6 +18,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -24,12 +26,24 @@ use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::tls::TlsConnect;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{AsyncMessage, Client, Row, Statement, ToStatement};
+use tokio_postgres::{AsyncMessage, CancelToken, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
-use super::socket::{self, Stream, Target};
+use super::socket;
+use super::target::{Stream, Target};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
+
+/// What [`Connection::check_within`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// The server answered, and the session carries nothing of its last user's.
+    Alive,
+    /// The server answered: the last user left a transaction open or a LISTEN behind.
+    Dirty,
+    /// No answer within the budget, which was shorter than `io_timeout`: no verdict yet.
+    Unanswered,
+}
 
 /// A notification received on a `LISTEN`ed channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +62,13 @@ pub struct Notification {
 /// from task code. Calls use the connection's `io_timeout` (the App's, 10 s by default); when
 /// it fires, the socket is severed, the connection is marked broken and the call returns an
 /// error of kind [`Timeout`](ErrorKind::Timeout) at once: no call can hang.
+///
+/// Before the socket goes, a CancelRequest is sent from a fresh socket (under its own short
+/// deadline, at most 1 s and never more than `connect_timeout`), so that the server stops the
+/// statement instead of running it on for a caller that has given up. A timeout does not say
+/// whether a write happened: the statement may have committed before the deadline fired, or
+/// before the cancel arrived (a `defer` that timed out may have inserted its job). Write so
+/// that a retry is harmless (a `queueing_lock`, an idempotent statement), or check.
 ///
 /// ```no_run
 /// # fn main() -> postpone::Result<()> {
@@ -84,7 +105,31 @@ struct Inner {
     in_tx: bool,
     last_ok: Instant,
     peer: String,
+    cancel: CancelRoute,
+    /// A round-trip is in flight: still true afterwards only if user code (a `ToSql`)
+    /// panicked inside it, and then the session's state is unknown: the connection is broken.
+    in_flight: bool,
+    /// When a ping that was given less than `io_timeout` went unanswered; the link is not
+    /// judged until that ping has had its full `io_timeout`.
+    unanswered_since: Option<Instant>,
 }
+
+/// What it takes to send a CancelRequest for this connection from a fresh socket of ours: a
+/// timed-out statement would otherwise run on in its backend (with its locks) while the link
+/// is half-open, since the server learns of nothing until its own keepalive fires.
+struct CancelRoute {
+    opts: Arc<ConnectOptions>,
+    target: Target,
+    /// The session fell back to plain text (`sslmode=prefer`): so does its cancel.
+    plain: bool,
+    token: CancelToken,
+    watchdog: Watchdog,
+    group: u64,
+}
+
+/// The longest a CancelRequest may take (connect, TLS, send), on top of the deadline that
+/// fired; never more than `connect_timeout`.
+pub(crate) const CANCEL_DEADLINE: Duration = Duration::from_secs(1);
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -101,10 +146,25 @@ impl Connection {
     /// `connect_timeout` (and never past `overall`), its socket registered in `group` of the
     /// watchdog from before the first byte.
     pub(crate) fn open(
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         watchdog: &Watchdog,
         group: u64,
         overall: Option<Instant>,
+    ) -> Result<Connection> {
+        Self::open_within(
+            opts,
+            watchdog,
+            group,
+            overall.map(|d| (d, "shutdown timeout")),
+        )
+    }
+
+    /// [`open`](Self::open), with the overall deadline named for errors (`pool_timeout`).
+    pub(crate) fn open_within(
+        opts: &Arc<ConnectOptions>,
+        watchdog: &Watchdog,
+        group: u64,
+        overall: Option<(Instant, &str)>,
     ) -> Result<Connection> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -115,30 +175,47 @@ impl Connection {
             })?;
         let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
-        let targets = socket::resolve(opts, first.at, &|| watchdog.sever_count(group) != severs)?;
+        let severed = || watchdog.sever_count(group) != severs;
         let mut rt = Some(rt);
         let mut last = None;
-        for target in &targets {
+        // Host by host, as libpq: each name resolved when its turn comes, under a deadline
+        // of its own, then each of its addresses tried under its own.
+        for i in 0..socket::host_count(opts) {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
             if Instant::now() >= deadline.at {
                 break;
             }
-            let runtime = match rt.take() {
-                Some(r) => r,
-                None => tokio::runtime::Builder::new_current_thread()
-                    .enable_io()
-                    .enable_time()
-                    .build()
-                    .map_err(|e| {
-                        Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
-                    })?,
-            };
-            match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
-                Ok(conn) => return Ok(conn),
+            let targets = match socket::resolve_host(opts, i, &deadline, &severed) {
+                Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
                     log::debug!("{e}");
                     last = Some(e);
+                    continue;
+                }
+            };
+            for target in &targets {
+                let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
+                if Instant::now() >= deadline.at {
+                    break;
+                }
+                let runtime = match rt.take() {
+                    Some(r) => r,
+                    None => tokio::runtime::Builder::new_current_thread()
+                        .enable_io()
+                        .enable_time()
+                        .build()
+                        .map_err(|e| {
+                            Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
+                        })?,
+                };
+                match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
+                    Ok(conn) => return Ok(conn),
+                    Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
+                    Err(e) => {
+                        log::debug!("{e}");
+                        last = Some(e);
+                    }
                 }
             }
         }
@@ -156,13 +233,14 @@ impl Connection {
 
     fn open_target(
         rt: Runtime,
-        opts: &ConnectOptions,
+        opts: &Arc<ConnectOptions>,
         target: &Target,
         watchdog: &Watchdog,
         group: u64,
         deadline: &socket::Deadline,
     ) -> Result<Connection> {
-        let mut with_check = opts.wants_check_interval();
+        let label = target.to_string();
+        let mut with_check = opts.wants_check_interval(&label);
         let mut plain = false;
         loop {
             let (stream, reg) = socket::connect(&rt, opts, target, watchdog, group, deadline)?;
@@ -185,6 +263,7 @@ impl Connection {
             } else {
                 opts.tls.connector(target)?
             };
+            let over_tls = connector.is_some();
             let result = match connector {
                 None => {
                     // No TLS for this target (sslmode=disable, or a Unix socket, where libpq
@@ -207,6 +286,14 @@ impl Connection {
             };
             match result {
                 Ok((client, notifications)) => {
+                    let cancel = CancelRoute {
+                        opts: opts.clone(),
+                        target: target.clone(),
+                        plain: !over_tls,
+                        token: client.cancel_token(),
+                        watchdog: watchdog.clone(),
+                        group,
+                    };
                     return Ok(Connection {
                         statements: HashMap::new(),
                         client,
@@ -222,21 +309,21 @@ impl Connection {
                             in_tx: false,
                             last_ok: Instant::now(),
                             peer: target.to_string(),
+                            cancel,
+                            in_flight: false,
+                            unanswered_since: None,
                         },
-                    })
+                    });
                 }
                 Err(e) => {
                     reg.sever();
-                    if with_check
-                        && e.kind() == ErrorKind::Database
-                        && e.to_string().contains("client_connection_check_interval")
-                    {
-                        log::info!(
-                            "server at {target} rejects client_connection_check_interval; \
-                             connecting without it (a severed client may keep its backend until \
-                             the server notices)"
+                    if with_check && refuses_our_options(&e) {
+                        log::warn!(
+                            "server at {target} refuses our startup options ({e}); connecting \
+                             without client_connection_check_interval (a severed client may keep \
+                             its backend until the server notices)"
                         );
-                        opts.disable_check_interval();
+                        opts.disable_check_interval(&label);
                         with_check = false;
                         continue;
                     }
@@ -246,8 +333,9 @@ impl Connection {
                         && reg.severed() == SeverReason::Local
                         && Instant::now() < deadline.at
                     {
-                        log::info!(
-                            "connecting to {target}: {e}; sslmode=prefer, so trying again without TLS"
+                        log::warn!(
+                            "connecting to {target}: {e}; sslmode=prefer, so trying again in \
+                             plain text (give sslrootcert, or sslmode=require, to refuse that)"
                         );
                         plain = true;
                         continue;
@@ -288,7 +376,7 @@ impl Connection {
     /// Changes the deadline of each later round-trip on this connection (for a statement known
     /// to run long). A pooled connection gets the App's `io_timeout` back when it is reused.
     pub fn set_io_timeout(&mut self, timeout: Duration) {
-        self.inner.io_timeout = timeout;
+        self.inner.io_timeout = timeout.min(LONGEST);
     }
 
     /// Lends this pooled connection's socket to watchdog group `group` (0: returns it).
@@ -305,6 +393,7 @@ impl Connection {
     /// True once the connection can no longer be used (deadline fired, closed or severed).
     pub fn is_broken(&self) -> bool {
         self.inner.broken.is_some()
+            || self.inner.in_flight
             || self.client.is_closed()
             || self.inner.reg.severed() != SeverReason::None
     }
@@ -405,40 +494,91 @@ impl Connection {
         self.inner.touched
     }
 
-    /// For the pool, before it hands this connection out again: if the previous user ran
-    /// statements of its own, proves in one round-trip under `timeout` (which doubles as the
-    /// ping) that they left no open transaction (even a failed one) and no LISTEN behind, and
-    /// drops the notifications a LISTEN may have buffered. `Ok(false)`: the session carries
-    /// state and the connection must not be reused. `Ok(true)` without a round-trip when the
-    /// previous user ran nothing of its own.
-    pub(crate) fn session_is_clean(&mut self, timeout: Duration) -> Result<Option<bool>> {
-        while self.inner.notifications.try_recv().is_ok() {}
-        if !std::mem::take(&mut self.inner.touched) {
-            return Ok(None);
-        }
-        // The simple protocol, so that the statement is the transaction's first: outside a
-        // transaction block both clocks are then the same instant.
-        let messages = self.inner.run(
-            "checking the session of a pooled connection",
-            timeout,
-            self.client.simple_query(
-                "SELECT now() = statement_timestamp()
-                        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())",
-            ),
-        )?;
-        let clean = messages.iter().any(
-            |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t")),
-        );
-        Ok(Some(clean))
-    }
-
     /// Proves the link is alive with one round-trip under `timeout`.
     pub fn ping(&mut self, timeout: Duration) -> Result<()> {
-        self.inner.run(
+        self.inner.run_then_cancel(
             "pinging the server",
             timeout,
             self.client.check_connection(),
+            false,
         )
+    }
+
+    /// The pool's check before it hands this connection out again, in one round-trip: a
+    /// ping, or, if the previous user ran statements of its own, a query that proves they
+    /// left no open transaction (even a failed one) and no LISTEN behind (it also drops the
+    /// notifications a LISTEN may have buffered).
+    ///
+    /// The check may be given less than `io_timeout` (a checkout with little time left)
+    /// without condemning a healthy but slow link: when `budget` runs out first the answer is
+    /// [`Checked::Unanswered`], the request stays outstanding and the connection unbroken; a
+    /// later check sends another, and once the first unanswered one has had its whole
+    /// `io_timeout` the link is judged (and severed) as any round-trip is.
+    pub(crate) fn check_within(&mut self, budget: Duration) -> Result<Checked> {
+        while self.inner.notifications.try_recv().is_ok() {}
+        let now = Instant::now();
+        // Input waiting in the socket: the earlier check's answer (or an error) has come, so
+        // the link is judged afresh, with a whole io_timeout from now.
+        let since = match self.inner.unanswered_since {
+            Some(t) if !self.has_pending_input() => t,
+            _ => now,
+        };
+        let full = since
+            .checked_add(self.inner.io_timeout)
+            .map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+        let (what, wait, soft) = if full <= budget {
+            ("pinging the server", full, false)
+        } else {
+            ("pinging the server", budget, true)
+        };
+        let touched = std::mem::take(&mut self.inner.touched);
+        let got = if touched {
+            // The simple protocol, so that the statement is the transaction's first: outside
+            // a transaction block both clocks are then the same instant.
+            let fut = self.client.simple_query(
+                "SELECT now() = statement_timestamp()
+                        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())",
+            );
+            let what = "checking the session of a pooled connection";
+            if soft {
+                self.inner.run_soft(what, wait, fut)?
+            } else {
+                Some(self.inner.run_then_cancel(what, wait, fut, false)?)
+            }
+            .map(|messages| {
+                messages.iter().any(|m| {
+                    matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t"))
+                })
+            })
+        } else {
+            let fut = self.client.check_connection();
+            if soft {
+                self.inner.run_soft(what, wait, fut)?
+            } else {
+                Some(self.inner.run_then_cancel(what, wait, fut, false)?)
+            }
+            .map(|()| true)
+        };
+        Ok(match got {
+            Some(clean) => {
+                self.inner.unanswered_since = None;
+                if clean {
+                    Checked::Alive
+                } else {
+                    Checked::Dirty
+                }
+            }
+            None => {
+                self.inner.touched = touched;
+                self.inner.unanswered_since = Some(since);
+                Checked::Unanswered
+            }
+        })
+    }
+
+    /// When a ping given less than `io_timeout` went unanswered (see `ping_within`).
+    pub(crate) fn unanswered_since(&self) -> Option<Instant> {
+        self.inner.unanswered_since
     }
 
     /// Starts a transaction (`BEGIN`); end it with [`commit`](Self::commit) or
@@ -529,9 +669,10 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
-        let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.query(&stmt, params))
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.query(stmt, params))
+        })
     }
 
     /// Like [`query_cached`](Self::query_cached) for a statement that returns no rows.
@@ -541,9 +682,42 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
+        self.with_cached(what, sql, |conn, stmt| {
+            let t = conn.inner.io_timeout;
+            conn.inner.run(what, t, conn.client.execute(stmt, params))
+        })
+    }
+
+    /// Runs `call` with the cached statement for `sql`. Task code may have dropped the
+    /// session's prepared statements (`DEALLOCATE ALL`, `DISCARD ALL`): the server then
+    /// answers 26000 (no such prepared statement), which executed nothing. The cache is
+    /// forgotten (ours and the driver's type-lookup statements), and outside a transaction
+    /// the call is made once more with a statement prepared afresh; inside one, the error
+    /// is returned (the transaction is aborted anyway) and the next call prepares afresh.
+    fn with_cached<T>(
+        &mut self,
+        what: &str,
+        sql: &'static str,
+        mut call: impl FnMut(&mut Connection, &Statement) -> Result<T>,
+    ) -> Result<T> {
         let stmt = self.cached(what, sql)?;
-        let t = self.inner.io_timeout;
-        self.inner.run(what, t, self.client.execute(&stmt, params))
+        match call(self, &stmt) {
+            Err(e) if e.sqlstate() == Some("26000") => {
+                log::info!(
+                    "{what} on {}: the session's prepared statements were dropped \
+                     (DEALLOCATE/DISCARD); preparing them again",
+                    self.inner.peer
+                );
+                self.statements.clear();
+                self.client.clear_type_cache();
+                if self.inner.in_tx {
+                    return Err(e);
+                }
+                let stmt = self.cached(what, sql)?;
+                call(self, &stmt)
+            }
+            other => other,
+        }
     }
 
     fn cached(&mut self, what: &str, sql: &'static str) -> Result<Statement> {
@@ -595,6 +769,18 @@ impl Inner {
         timeout: Duration,
         fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
     ) -> Result<T> {
+        self.run_then_cancel(what, timeout, fut, true)
+    }
+
+    /// `run`, saying whether a deadline that fires sends a CancelRequest (not for a ping:
+    /// it runs nothing worth stopping).
+    fn run_then_cancel<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+        cancel: bool,
+    ) -> Result<T> {
         self.usable(what)?;
         let (timeout, capped) = match self.deadline {
             Some(d) if d.saturating_duration_since(Instant::now()) < timeout => {
@@ -602,10 +788,12 @@ impl Inner {
             }
             _ => (timeout, false),
         };
-        self.reg.arm(Instant::now() + timeout);
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
         let res = self
             .rt
             .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
         self.reg.disarm();
         match res {
             Ok(Ok(v)) => {
@@ -614,6 +802,14 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                // The statement may be running on (a half-open link, or a slow one): ask the
+                // server to cancel it before the socket goes, so that its backend does not
+                // keep working and holding locks for a caller that has given up.
+                // Not when the caller's own deadline (a shutdown's) cut the wait short: it
+                // leaves no time for one, and the caller's promise is that deadline.
+                if cancel && !capped {
+                    self.cancel.send(&self.rt, what, &self.peer, self.deadline);
+                }
                 self.reg.sever();
                 let why = if capped {
                     format!(
@@ -627,6 +823,32 @@ impl Inner {
                 log::warn!("{what} on {}: {why}; connection severed", self.peer);
                 Err(Error::new(ErrorKind::Timeout, format!("{what}: {why}")))
             }
+        }
+    }
+
+    /// Like `run`, but a deadline that fires is not a verdict: the request is left to finish
+    /// (its answer, when it comes, is read and dropped by the driver) and `Ok(None)` returned.
+    fn run_soft<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<Option<T>> {
+        self.usable(what)?;
+        self.reg.arm(deadline_after(timeout));
+        self.in_flight = true;
+        let res = self
+            .rt
+            .block_on(async { tokio::time::timeout(timeout, fut).await });
+        self.in_flight = false;
+        self.reg.disarm();
+        match res {
+            Ok(Ok(v)) => {
+                self.last_ok = Instant::now();
+                Ok(Some(v))
+            }
+            Ok(Err(e)) => Err(self.classify(what, e)),
+            Err(_) => Ok(None),
         }
     }
 
@@ -666,8 +888,93 @@ impl Inner {
             }
             return err;
         }
-        // Anything else (a type conversion, an unexpected message) leaves the link alone.
+        // A reply the driver did not expect, or could not parse: client and server are out
+        // of step (a broken proxy, a driver bug), and whatever the session did is unknown.
+        // The link is not trusted again.
+        let text = e.to_string();
+        if text.starts_with("unexpected message from server")
+            || text.starts_with("error parsing response from server")
+        {
+            self.broken = Some(format!("protocol out of step: {text}"));
+            self.reg.sever();
+            return Error::with_source(
+                ErrorKind::Closed,
+                format!("{what}: the server's replies are out of step with our requests (connection severed)"),
+                e,
+            );
+        }
+        // Anything else (a type conversion, a parameter count) leaves the link alone.
         Error::with_source(ErrorKind::Database, what.to_owned(), e)
+    }
+}
+
+impl CancelRoute {
+    /// Sends a CancelRequest for whatever the session is running, from a fresh socket
+    /// registered in the connection's watchdog group (so a shutdown severs it too), under
+    /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
+    fn send(&self, rt: &Runtime, what: &str, peer: &str, cap: Option<Instant>) {
+        let mut wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
+        if let Some(cap) = cap {
+            wait = wait.min(cap.saturating_duration_since(Instant::now()));
+        }
+        if wait.is_zero() {
+            log::warn!("{what} on {peer}: timed out, and no time is left to send a cancel request");
+            return;
+        }
+        let deadline = socket::Deadline {
+            at: Instant::now() + wait,
+            name: format!("{} cancel deadline", fmt_duration(wait)),
+        };
+        let started = Instant::now();
+        let sent = (|| -> Result<()> {
+            let (stream, reg) = socket::connect(
+                rt,
+                &self.opts,
+                &self.target,
+                &self.watchdog,
+                self.group,
+                &deadline,
+            )?;
+            reg.arm(deadline.at);
+            let left = deadline.at.saturating_duration_since(Instant::now());
+            let connector = if self.plain {
+                None
+            } else {
+                self.opts.tls.connector(&self.target)?
+            };
+            let res = match connector {
+                None => rt.block_on(async {
+                    tokio::time::timeout(
+                        left,
+                        self.token.cancel_query_raw(stream, tokio_postgres::NoTls),
+                    )
+                    .await
+                }),
+                Some(tls) => rt.block_on(async {
+                    tokio::time::timeout(left, self.token.cancel_query_raw(stream, tls)).await
+                }),
+            };
+            reg.disarm();
+            reg.sever();
+            match res {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(Error::with_source(ErrorKind::Connect, "sending", e)),
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no answer within {}", deadline.name),
+                )),
+            }
+        })();
+        match sent {
+            Ok(()) => log::info!(
+                "{what} on {peer}: timed out; cancel request sent in {}",
+                fmt_duration(started.elapsed())
+            ),
+            Err(e) => log::warn!(
+                "{what} on {peer}: timed out, and the cancel request failed ({e}); the \
+                 statement may run on in its backend until the server notices the client is gone"
+            ),
+        }
     }
 }
 
@@ -679,6 +986,32 @@ impl Drop for Connection {
         self.inner.reg.sever();
     }
 }
+
+/// A startup refusal caused by the `options` parameter we add: a server that does not know
+/// `client_connection_check_interval` (before 14) names it; a pooler that takes no
+/// `options` at all (PgBouncer before 1.20: `unsupported startup parameter: options`) names
+/// that.
+fn refuses_our_options(e: &Error) -> bool {
+    if !matches!(e.kind(), ErrorKind::Database | ErrorKind::Connect) {
+        return false;
+    }
+    let text = e.to_string();
+    text.contains("client_connection_check_interval")
+        || (text.contains("options")
+            && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
+}
+
+/// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(LONGEST))
+        .unwrap_or(now)
+}
+
+/// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
+/// years, so that deadlines and sums of timeouts stay representable.
+pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// True when `sql` has the word LISTEN in it (any case), as a statement that starts
 /// listening would.
@@ -752,4 +1085,55 @@ where
         }
     });
     Ok((client, rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{SocketAddr, TcpListener};
+
+    /// `hang.invalid` stalls for 3 s (a resolver that does not answer); other names are
+    /// 127.0.0.1.
+    fn hang_resolver(name: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        if name == "hang.invalid" {
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    }
+
+    /// How long until a connection attempt to `hosts` reaches a listener on 127.0.0.1
+    /// (which never answers the startup: only the arrival matters).
+    fn time_to_first_attempt(hosts: &str) -> Duration {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut opts = ConnectOptions::parse(&format!(
+            "host={hosts} port={port} user=u dbname=d connect_timeout=1 sslmode=disable"
+        ))
+        .unwrap();
+        opts.resolver = hang_resolver;
+        let opts = Arc::new(opts);
+        let watchdog = Watchdog::start().unwrap();
+        let group = watchdog.new_group();
+        let started = Instant::now();
+        let opener = std::thread::spawn(move || {
+            let _ = Connection::open(&opts, &watchdog, group, None);
+        });
+        let (_accepted, _) = listener.accept().unwrap();
+        let took = started.elapsed();
+        opener.join().unwrap();
+        took
+    }
+
+    #[test]
+    fn hosts_are_resolved_one_at_a_time_each_under_its_own_deadline() {
+        // The first host is tried at once, whatever a later one's name lookup does.
+        let t = time_to_first_attempt("localhost,hang.invalid");
+        assert!(t < Duration::from_millis(500), "first attempt after {t:?}");
+        // A stalled first name costs its own connect_timeout (1 s), then the next host.
+        let t = time_to_first_attempt("hang.invalid,localhost");
+        assert!(
+            t >= Duration::from_millis(900) && t < Duration::from_millis(2500),
+            "failed over after {t:?}"
+        );
+    }
 }

@@ -5,7 +5,10 @@ pub(crate) mod client;
 pub(crate) mod options;
 pub(crate) mod pool;
 pub(crate) mod socket;
+pub(crate) mod target;
 pub(crate) mod tls;
+pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
 pub use client::{Connection, Notification};
+pub use transaction::Transaction;

@@ -5,11 +5,13 @@
 //! parsed by `tokio_postgres::Config`. Settings written in the string (`connect_timeout`,
 //! `keepalives*`, `tcp_user_timeout`) are honoured unless the builder overrides them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
+use super::client::LONGEST;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -30,9 +32,13 @@ pub(crate) struct ConnectOptions {
     pub(crate) keepalive_interval: Duration,
     pub(crate) keepalive_retries: u32,
     pub(crate) tls: TlsSettings,
-    /// Cleared once a server rejects `client_connection_check_interval` (before 14, or a
-    /// platform without it), so later connections do not ask again.
-    check_interval: AtomicBool,
+    /// How host names are resolved.
+    pub(crate) resolver: super::socket::Resolver,
+    /// The targets (`host:port`, socket paths) that refused our `options` startup parameter
+    /// (a server before 14, a platform without `client_connection_check_interval`, a pooler
+    /// that takes no `options`): later connections to them do not send it again. Per target,
+    /// so that one old standby does not turn the check off for every other host.
+    no_check_interval: Mutex<HashSet<String>>,
 }
 
 impl ConnectOptions {
@@ -42,6 +48,12 @@ impl ConnectOptions {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
+        if config.get_hosts().is_empty() {
+            // `hostaddr` alone says where to connect, as in libpq: the address is the host.
+            for ip in config.get_hostaddrs().to_vec() {
+                config.host(ip.to_string());
+            }
+        }
         if config.get_hosts().is_empty() {
             return Err(Error::new(
                 ErrorKind::Config,
@@ -62,15 +74,18 @@ impl ConnectOptions {
             connect_timeout: config
                 .get_connect_timeout()
                 .copied()
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT)
+                .min(LONGEST),
             io_timeout: DEFAULT_IO_TIMEOUT,
             tcp_user_timeout: config
                 .get_tcp_user_timeout()
                 .copied()
-                .unwrap_or(Duration::from_secs(30)),
+                .unwrap_or(Duration::from_secs(30))
+                .min(LONGEST),
             keepalive: config.get_keepalives(),
-            // libpq's default of 2 hours is far too long to notice anything: probe after 30 s.
-            keepalive_idle: if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            // libpq's default of 2 hours is far too long to notice anything: probe after 30 s,
+            // unless the string asks for something (2 hours included).
+            keepalive_idle: if !names_setting(&url, "keepalives_idle") {
                 Duration::from_secs(30)
             } else {
                 config.get_keepalives_idle()
@@ -80,8 +95,9 @@ impl ConnectOptions {
                 .unwrap_or(Duration::from_secs(10)),
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
+            resolver: super::socket::system_resolver,
             config,
-            check_interval: AtomicBool::new(true),
+            no_check_interval: Mutex::new(HashSet::new()),
         })
     }
 
@@ -112,12 +128,21 @@ impl ConnectOptions {
         )
     }
 
-    pub(crate) fn wants_check_interval(&self) -> bool {
-        self.check_interval.load(Ordering::Relaxed)
+    /// Whether connections to `target` ask for `client_connection_check_interval`.
+    pub(crate) fn wants_check_interval(&self, target: &str) -> bool {
+        !self
+            .no_check_interval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(target)
     }
 
-    pub(crate) fn disable_check_interval(&self) {
-        self.check_interval.store(false, Ordering::Relaxed);
+    /// `target` refused it: do not ask there again.
+    pub(crate) fn disable_check_interval(&self, target: &str) {
+        self.no_check_interval
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(target.to_owned());
     }
 
     /// The `client_connection_check_interval` we ask for: the server then notices within about
@@ -127,6 +152,23 @@ impl ConnectOptions {
             .clamp(Duration::from_secs(1), Duration::from_secs(60))
             .as_millis()
     }
+}
+
+/// Whether a URL's query or a key=value string sets `key` (values are not looked at).
+fn names_setting(url: &str, key: &str) -> bool {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return url
+            .split_once('?')
+            .is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some(key)));
+    }
+    url.match_indices(key).any(|(at, _)| {
+        let starts_word = url[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        let rest = url[at + key.len()..].trim_start();
+        starts_word && rest.starts_with('=')
+    })
 }
 
 #[cfg(test)]
@@ -143,6 +185,27 @@ mod tests {
         assert_eq!(o.describe(), "u@a:1,b:2/d");
         assert_eq!(o.connect_timeout, Duration::from_secs(3));
         assert_eq!(o.config.get_application_name(), Some("postpone"));
+    }
+
+    #[test]
+    fn hostaddr_without_host_is_the_host() {
+        let o = ConnectOptions::parse("hostaddr=127.0.0.1 port=5433 user=u dbname=d").unwrap();
+        assert_eq!(o.describe(), "u@127.0.0.1:5433/d");
+    }
+
+    #[test]
+    fn an_explicit_keepalives_idle_is_kept_even_at_two_hours() {
+        let two_hours = Duration::from_secs(7200);
+        let o = ConnectOptions::parse("host=a keepalives_idle=7200").unwrap();
+        assert_eq!(o.keepalive_idle, two_hours);
+        let o = ConnectOptions::parse("postgres://a/d?keepalives_idle=7200").unwrap();
+        assert_eq!(o.keepalive_idle, two_hours);
+        let o = ConnectOptions::parse("host=a keepalives_idle=45").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(45));
+        let o = ConnectOptions::parse("postgres://a/d?connect_timeout=3").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(30));
+        let o = ConnectOptions::parse("host=a").unwrap();
+        assert_eq!(o.keepalive_idle, Duration::from_secs(30));
     }
 
     #[test]

@@ -265,6 +265,12 @@ impl Watchdog {
     }
 }
 
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watchdog")
+    }
+}
+
 /// A socket's place in the watchdog; removing it closes the dup.
 pub(crate) struct Registration {
     id: u64,

@@ -301,7 +301,8 @@ impl WorkerHandle {
     /// thread stuck in task code can outlive the call; the report names it.
     pub fn shutdown(mut self, timeout: Duration) -> ShutdownReport {
         let running = self.running.take().expect("a handle is shut down once");
-        shutdown::run(running, timeout)
+        // A huge timeout means "very long", never an overflow (issue 17).
+        shutdown::run(running, timeout.min(crate::conn::client::LONGEST))
     }
 
     /// The worker's id in `postpone_workers`.

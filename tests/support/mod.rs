@@ -7,12 +7,15 @@
 
 pub mod db;
 pub mod proxy;
+pub mod standin;
 
 // A test file may use neither re-export.
 #[allow(unused_imports)]
 pub use db::*;
 #[allow(unused_imports)]
 pub use proxy::*;
+#[allow(unused_imports)]
+pub use standin::*;
 
 use std::collections::HashSet;
 use std::fs;

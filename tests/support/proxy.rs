@@ -107,6 +107,8 @@ struct Shared {
     stopping: AtomicBool,
     accepted: AtomicUsize,
     next_id: AtomicU64,
+    /// Milliseconds each forwarded chunk waits before it is passed on (see `set_delay`).
+    delay_ms: Arc<AtomicU64>,
 }
 
 /// Locks a mutex, ignoring poisoning: a panicking test thread must not turn
@@ -153,6 +155,7 @@ impl FaultProxy {
             stopping: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
+            delay_ms: Arc::new(AtomicU64::new(0)),
         });
         let accept_shared = Arc::clone(&shared);
         let accept_thread = thread::Builder::new()
@@ -254,6 +257,14 @@ impl FaultProxy {
         if listening.listener.is_none() {
             listening.listener = fresh;
         }
+    }
+
+    /// Every chunk forwarded from now on, in either direction, waits `delay` first: a slow
+    /// but healthy link (a round-trip costs at least twice `delay`). Zero turns it off.
+    pub fn set_delay(&self, delay: Duration) {
+        self.shared
+            .delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Connections currently open through the proxy (forwarding or stranded).
@@ -539,8 +550,9 @@ fn connect_and_pump(shared: &Arc<Shared>, id: u64, ctl: &Arc<ConnCtl>, client: T
     ctl.active.fetch_add(1, Ordering::SeqCst);
     let thread_shared = Arc::clone(shared);
     let thread_ctl = Arc::clone(ctl);
+    let u2c_delay = Arc::clone(&shared.delay_ms);
     let spawned = spawn_tracked(shared, move || {
-        pump(&thread_ctl, u2c_from, u2c_to);
+        pump(&thread_ctl, u2c_from, u2c_to, &u2c_delay);
         finish(&thread_shared, id, &thread_ctl);
     });
     if !spawned {
@@ -550,12 +562,12 @@ fn connect_and_pump(shared: &Arc<Shared>, id: u64, ctl: &Arc<ConnCtl>, client: T
             .compare_exchange(FORWARDING, CLOSED, Ordering::SeqCst, Ordering::SeqCst);
         return;
     }
-    pump(ctl, client, upstream);
+    pump(ctl, client, upstream, &shared.delay_ms);
 }
 
 /// Copies `from` -> `to` while the connection is forwarding. Never touches
 /// the sockets once the state has changed (stranded, reset, closed).
-fn pump(ctl: &ConnCtl, mut from: TcpStream, mut to: TcpStream) {
+fn pump(ctl: &ConnCtl, mut from: TcpStream, mut to: TcpStream, delay_ms: &AtomicU64) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         if !ctl.forwarding() {
@@ -570,6 +582,10 @@ fn pump(ctl: &ConnCtl, mut from: TcpStream, mut to: TcpStream) {
                 return;
             }
             Ok(n) => {
+                let delay = delay_ms.load(Ordering::SeqCst);
+                if delay > 0 {
+                    thread::sleep(Duration::from_millis(delay));
+                }
                 if !write_all(ctl, &mut to, &buf[..n]) {
                     break;
                 }

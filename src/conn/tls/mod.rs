@@ -9,7 +9,8 @@
 //! Modes follow libpq:
 //! - `disable`: plain text.
 //! - `prefer` (the default, like libpq; `allow` is read as `prefer`): TLS when the server
-//!   offers it, plain text when it does not; the certificate is not checked.
+//!   offers it, plain text when it does not, or when the TLS handshake fails (as libpq:
+//!   logged as a warning); the certificate is not checked. With an `sslrootcert`, see below.
 //! - `require`: TLS or fail; the certificate is not checked. As in libpq, `require` (and
 //!   `prefer`) with an `sslrootcert` file check the chain as `verify-ca` does.
 //! - `verify-ca`: the chain must lead to a root of `sslrootcert`, or of the system's store
@@ -27,8 +28,11 @@
 //! channel binding, so `channel_binding=require` works.
 //!
 //! Departures from libpq, all on the side of failing loudly: no `PGSSL*` environment
-//! variables and no `~/.postgresql/` defaults; `prefer` does not retry in plain text after a
-//! failed TLS handshake (it falls back only when the server declines TLS); `sslpassword`,
+//! variables and no `~/.postgresql/` defaults; `prefer` with an `sslrootcert` does not retry
+//! in plain text after a failed TLS handshake (libpq does, even after the certificate check
+//! failed: giving a root asks for the server to be checked, and a check that fails is more
+//! likely an impostor than a reason to send the password in clear; the server declining TLS
+//! altogether still means plain text, as under libpq); `sslpassword`,
 //! `sslcrl`, `sslcrldir`, `sslkeylogfile`, `sslcertmode` other than `allow` and `gssencmode=require`
 //! are rejected rather than ignored (`sslcompression` is ignored, as libpq 14+ does). TLS 1.2
 //! and 1.3 only (the server's minimum by default since PostgreSQL 13). The ALPN name
@@ -53,9 +57,10 @@ use rustls::ClientConfig;
 use self::params::{take_tls_params, Raw};
 use self::stream::RustlsConnect;
 use self::verify::client_config;
-use super::socket::Target;
+use super::target::Target;
 use crate::error::{Error, ErrorKind, Result};
 
+mod cn;
 mod params;
 mod stream;
 mod verify;
@@ -220,10 +225,10 @@ impl TlsSettings {
         TlsSettings::from_raw(raw)
     }
 
-    /// True for `prefer` (and `allow`): a failed TLS handshake is retried in plain text, as
-    /// libpq does.
+    /// True for `prefer` (and `allow`) without an `sslrootcert`: a failed TLS handshake is
+    /// retried in plain text, as libpq does. With a root the check is meant: no fallback.
     pub(crate) fn falls_back_to_plain(&self) -> bool {
-        self.mode == SslMode::Prefer
+        self.mode == SslMode::Prefer && self.trust == Trust::Any
     }
 
     /// The mode tokio-postgres must be told.

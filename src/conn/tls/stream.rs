@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, TlsConnect};
 
 use super::{SslMode, Trust};
-use crate::conn::socket::Stream;
+use crate::conn::target::Stream;
 use crate::error::{Error, ErrorKind};
 
 const NOT_STARTED: u8 = 0;
@@ -171,7 +171,7 @@ impl TlsWatch {
             ),
             C::NotValidForName => format!("it is not valid for the name {host}"),
             C::NotValidForNameContext { presented, .. } if presented.is_empty() => {
-                format!("it is not valid for the name {host} (it names no host)")
+                format!("it is not valid for the name {host} (it has neither a subjectAltName nor a CN)")
             }
             C::NotValidForNameContext { presented, .. } => format!(
                 "it is not valid for the name {host} (it names {})",

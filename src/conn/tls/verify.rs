@@ -4,7 +4,7 @@
 //! system's root store (read once per process and kept), and the certificate verifier rustls
 //! lacks, `NoNameCheck`: any certificate for `prefer`/`require` without a root, a chain to a
 //! root for `verify-ca` (and for a root file under `prefer`/`require`), never the name;
-//! `verify-full` uses webpki's own. A configuration, once built, does not change.
+//! `verify-full` uses webpki's own, with libpq's CN rule added (`NameCheck`). A configuration, once built, does not change.
 //!
 //! Fails with `Config` for a file that cannot be read, is not PEM, holds no certificate or
 //! key, or whose certificate and key do not match, naming the parameter and the path; with
@@ -19,7 +19,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use super::{config_error, Trust};
+use super::{cn, config_error, Trust};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The rustls configuration shared by every connection of one connection string.
@@ -43,9 +43,11 @@ pub(super) fn client_config(
                 _ => system_roots()?,
             };
             if check_name {
-                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                    .build()
-                    .map_err(|e| Error::with_source(ErrorKind::Tls, "tls: setting up", e))?
+                Arc::new(NameCheck {
+                    webpki: WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                        .build()
+                        .map_err(|e| Error::with_source(ErrorKind::Tls, "tls: setting up", e))?,
+                })
             } else {
                 Arc::new(NoNameCheck {
                     roots: Some(roots),
@@ -182,6 +184,75 @@ fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
         };
         config_error(format_args!("sslkey {}: {why}", path.display()))
     })
+}
+
+/// `verify-full`: webpki's verifier, and libpq's rule that webpki lacks: a certificate
+/// without a subjectAltName names its host in the subject's CN.
+#[derive(Debug)]
+struct NameCheck {
+    webpki: Arc<WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for NameCheck {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError as C;
+        // webpki checks the chain before the name: a name error means a trusted chain.
+        match self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            Err(rustls::Error::InvalidCertificate(
+                C::NotValidForName | C::NotValidForNameContext { .. },
+            )) if cn::cn_without_san(end_entity.as_ref()).is_some() => {
+                let cn = cn::cn_without_san(end_entity.as_ref()).unwrap_or_default();
+                if cn::cn_matches(&cn, server_name) {
+                    Ok(ServerCertVerified::assertion())
+                } else {
+                    Err(rustls::Error::InvalidCertificate(
+                        C::NotValidForNameContext {
+                            expected: server_name.to_owned(),
+                            presented: vec![format!(
+                                "{cn} (in its subject CN; it has no subjectAltName)"
+                            )],
+                        },
+                    ))
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
 }
 
 /// A verifier that never looks at the names in the certificate. Without roots (`prefer` and
