@@ -340,6 +340,7 @@ impl<'a> NewJob<Bound<'a>> {
                     row.queueing_lock.as_deref(),
                 )
             })?;
+        crate::metrics::deferred(&row.task);
         Ok(JobId(r.get(0)))
     }
 
@@ -382,6 +383,7 @@ impl Row {
         let rows = conn
             .query_cached("deferring a job", store::JOB_INSERT, &self.params())
             .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+        crate::metrics::deferred(&self.task);
         Ok(JobId(rows[0].get(0)))
     }
 }
@@ -396,6 +398,7 @@ pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Jo
     let rows = conn
         .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
         .map_err(|e| defer_error(e, None))?;
+    crate::metrics::deferred_tasks(&cols.task);
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }
 
@@ -412,6 +415,7 @@ pub(crate) fn insert_batch_in<C: GenericClient>(
     let rows = client
         .query(store::JOB_INSERT_BATCH, &cols.params())
         .map_err(|e| defer_error(Error::from_client("deferring jobs", e), None))?;
+    crate::metrics::deferred_tasks(&cols.task);
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }
 

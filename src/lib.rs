@@ -24,6 +24,7 @@ mod error;
 mod insert;
 mod job;
 mod limits;
+mod metrics;
 mod periodic;
 mod pooled;
 mod retention;
@@ -37,6 +38,8 @@ pub mod testing;
 mod typed;
 mod types;
 mod wait;
+#[cfg(feature = "web")]
+mod web;
 mod worker;
 
 pub use postgres;
@@ -61,6 +64,8 @@ pub use task_error::TaskError;
 pub use typed::Task;
 pub use types::{JobId, JobStatus, TaskArgs, TaskDefaults};
 pub use wait::JobResult;
+#[cfg(feature = "web")]
+pub use web::{Dashboard, DashboardAuth, DashboardHandle};
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,

@@ -511,7 +511,10 @@ pub(crate) fn defer_instant(
         Ok(rows) => Ok(match rows.first() {
             None => Deferred::AlreadyDone,
             Some(r) => match r.get::<_, Option<i64>>(0) {
-                Some(id) => Deferred::Job(JobId(id)),
+                Some(id) => {
+                    crate::metrics::deferred(&spec.task);
+                    Deferred::Job(JobId(id))
+                }
                 None => Deferred::Skipped,
             },
         }),

@@ -39,7 +39,8 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
 /// not due yet), whatever the table's statistics say.
 pub(crate) const JOB_CLAIM: &str = "
-SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at
+SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at,
+       queue_wait
   FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
@@ -334,19 +335,15 @@ UPDATE postpone_jobs
                 FOR UPDATE SKIP LOCKED)
 RETURNING id, queue, task, args, attempts, priority, lock";
 
-/// Records the outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2` (`todo` for a
-/// retry after `$3` microseconds), output `$4`, error `$5` appended to its errors.
+/// Records the final outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2`, output
+/// `$3`, error `$4` appended to its errors. (A retry goes through [`JOB_REQUEUE`].)
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_FINISH: &str = "
 UPDATE postpone_jobs j
    SET status = $2::text,
-       scheduled_at = CASE WHEN $2::text = 'todo'
-                           THEN now() + $3::bigint * interval '1 microsecond'
-                           ELSE j.scheduled_at END,
-       started_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE j.started_at END,
-       finished_at = CASE WHEN $2::text = 'todo' THEN NULL ELSE now() END,
-       output = $4::jsonb,
-       errors = CASE WHEN $5::text IS NULL THEN j.errors
+       finished_at = now(),
+       output = $3::jsonb,
+       errors = CASE WHEN $4::text IS NULL THEN j.errors
                      ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
-                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $5::text)) END
+                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text)) END
  WHERE j.id = $1 AND j.status = 'doing'";

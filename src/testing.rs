@@ -304,7 +304,7 @@ impl Mark {
 
     fn run_one(&self, tasks: &Tasks, job: &Job) -> Result<Ran> {
         let attempt = job.attempts();
-        let (status, delay, error) = match tasks.map.get(&job.task) {
+        let (mut status, delay, error) = match tasks.map.get(&job.task) {
             None => (
                 JobStatus::Failed,
                 Duration::ZERO,
@@ -351,13 +351,41 @@ impl Mark {
         } else {
             None
         };
-        let delay_us = delay.as_micros().min(i64::MAX as u128) as i64;
+        let error = error.map(|e| crate::limits::safe_text(&e));
         let mut conn = self.app.connection()?;
-        conn.execute_cached(
-            "recording the outcome of a deferred job",
-            store::TESTING_FINISH,
-            &[&job.id.0, &status.as_str(), &delay_us, &output, &error],
-        )?;
+        if status == JobStatus::Todo {
+            // A retry goes back to the queue the one way every other path does.
+            let (ids, delays) = (vec![job.id.0], vec![crate::limits::delay_micros(delay)]);
+            let errors = vec![error.clone()];
+            let attempts = vec![attempt as i32];
+            let none: Vec<i64> = Vec::new();
+            let rows = conn.query_cached(
+                "putting a deferred job back in the queue",
+                store::JOB_REQUEUE,
+                &[
+                    &ids,
+                    &none,
+                    &attempts,
+                    &delays,
+                    &errors,
+                    &Vec::<bool>::new(),
+                ],
+            )?;
+            if let Some(r) = rows.first() {
+                status = match r.get::<_, &str>(1) {
+                    "aborted" => JobStatus::Aborted,
+                    "superseded" => JobStatus::Cancelled,
+                    "failed" => JobStatus::Failed,
+                    _ => JobStatus::Todo,
+                };
+            }
+        } else {
+            conn.execute_cached(
+                "recording the outcome of a deferred job",
+                store::TESTING_FINISH,
+                &[&job.id.0, &status.as_str(), &output, &error],
+            )?;
+        }
         Ok(Ran {
             id: job.id,
             task: job.task.clone(),

@@ -7,23 +7,18 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use postpone::{App, ErrorKind, SslMode};
+use support::cluster::{self, run, which, write};
 use support::*;
 
 const SSL_IN_USE: &str = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
 const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
-
-/// Says why a test (or part of it) did not run, on stderr directly so that the test
-/// harness does not swallow it: a skip is never a silent pass.
-fn skip(reason: &str) {
-    let _ = writeln!(std::io::stderr(), "skipping: {reason}");
-}
 
 fn build(url: &str) -> postpone::Result<App> {
     App::builder(url)
@@ -378,59 +373,6 @@ fn unread_bytes_at(port: u16) -> bool {
 // ---------------------------------------------------------------------------------------
 // A temporary cluster of our own, with certificates made by the test.
 
-/// The newest `initdb` and `pg_ctl` under /usr/lib/postgresql/*/bin.
-fn postgres_bin() -> Option<PathBuf> {
-    let mut dirs: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            (bin.join("initdb").exists() && bin.join("pg_ctl").exists()).then_some((version, bin))
-        })
-        .collect();
-    dirs.sort();
-    dirs.pop().map(|(_, bin)| bin)
-}
-
-fn which(program: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {program}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// Runs a program (as the postgres user when we are root: initdb refuses to run as root);
-/// panics with its output if it fails.
-fn run(as_postgres: bool, program: &Path, args: &[&str]) {
-    let mut cmd = if as_postgres && is_root() {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(program);
-        c
-    } else {
-        Command::new(program)
-    };
-    cmd.args(args);
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", program.display()));
-    assert!(
-        out.status.success(),
-        "{} {args:?} failed: {}\n{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .current_dir(dir)
@@ -442,10 +384,6 @@ fn openssl(dir: &Path, args: &[&str]) {
         "openssl {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
 
 /// A CA (`<name>.crt`, `<name>.key`) with an EC P-256 key.
@@ -536,190 +474,78 @@ fn make_leaf(dir: &Path, name: &str, cn: &str, ca: &str, extensions: &str) {
     );
 }
 
-/// A cluster in a temporary directory, stopped and removed on drop (also when the test
-/// fails).
-struct Cluster {
-    dir: PathBuf,
-    bin: PathBuf,
-    port: u16,
-    started: bool,
-}
-
-impl Cluster {
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    fn start(bin: PathBuf) -> Cluster {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("postpone-tls-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&dir).expect("creating the cluster directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let mut cluster = Cluster {
-            dir,
-            bin,
-            port,
-            started: false,
-        };
-        let dir = cluster.dir.clone();
-
-        make_ca(&dir, "ca", "postpone test CA");
-        make_ca(&dir, "other-ca", "postpone other CA");
-        make_leaf(
-            &dir,
-            "server",
-            "localhost",
-            "ca",
-            "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n",
-        );
-        make_leaf(
-            &dir,
-            "client",
-            "certuser",
-            "ca",
-            "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth\n",
-        );
-        if is_root() {
-            run(
-                false,
-                Path::new("chown"),
-                &["-R", "postgres:", &dir.display().to_string()],
-            );
-        }
-        run(
-            false,
-            Path::new("chmod"),
-            &["700", &dir.display().to_string()],
-        );
-        run(
-            false,
-            Path::new("chmod"),
-            &["600", &cluster.path("server.key")],
-        );
-
-        let data = cluster.data().display().to_string();
-        run(
-            true,
-            &cluster.bin.join("initdb"),
-            &[
-                "-D",
-                &data,
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
-        let conf = format!(
-            "\nport = {port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{d}'\n\
-             ssl = on\nssl_cert_file = '{d}/server.crt'\nssl_key_file = '{d}/server.key'\n\
-             ssl_ca_file = '{d}/ca.crt'\nfsync = off\nmax_connections = 30\n\
-             shared_buffers = 16MB\n",
+/// Our own TLS cluster: a CA, a server certificate for localhost, a client certificate for
+/// `certuser`, a `scramuser` with a password; stopped and removed on drop.
+fn tls_cluster() -> Cluster {
+    let mut cluster = Cluster::prepare("tls");
+    let dir = cluster.dir().to_path_buf();
+    make_ca(&dir, "ca", "postpone test CA");
+    make_ca(&dir, "other-ca", "postpone other CA");
+    make_leaf(
+        &dir,
+        "server",
+        "localhost",
+        "ca",
+        "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\nsubjectAltName = DNS:localhost, IP:127.0.0.1\n",
+    );
+    make_leaf(
+        &dir,
+        "client",
+        "certuser",
+        "ca",
+        "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = clientAuth\n",
+    );
+    run(
+        false,
+        Path::new("chmod"),
+        &["600", &cluster.path("server.key")],
+    );
+    cluster.init(
+        &format!(
+            "ssl = on\nssl_cert_file = '{d}/server.crt'\nssl_key_file = '{d}/server.key'\n\
+             ssl_ca_file = '{d}/ca.crt'\n",
             d = dir.display()
-        );
-        let conf_path = cluster.data().join("postgresql.conf");
-        let mut text = std::fs::read_to_string(&conf_path).expect("postgresql.conf");
-        text.push_str(&conf);
-        write(&conf_path, &text);
-        write(
-            &cluster.data().join("pg_hba.conf"),
-            "local all all trust\n\
-             hostssl all certuser 127.0.0.1/32 cert\n\
-             hostssl all scramuser 127.0.0.1/32 scram-sha-256\n\
-             host all postgres 127.0.0.1/32 trust\n",
-        );
-        cluster.started = true;
-        run(
-            true,
-            &cluster.bin.join("pg_ctl"),
-            &[
-                "-D",
-                &data,
-                "-l",
-                &cluster.path("log"),
-                "-w",
-                "-t",
-                "30",
-                "start",
-            ],
-        );
-        let mut admin = postgres::Client::connect(
-            &format!(
-                "host={} port={port} user=postgres dbname=postgres",
-                dir.display()
-            ),
-            postgres::NoTls,
+        ),
+        "local all all trust\n\
+         hostssl all certuser 127.0.0.1/32 cert\n\
+         hostssl all scramuser 127.0.0.1/32 scram-sha-256\n\
+         host all postgres 127.0.0.1/32 trust\n",
+    );
+    cluster.start();
+    cluster
+        .client("postgres")
+        .batch_execute(
+            "CREATE ROLE scramuser LOGIN SUPERUSER PASSWORD 'scram secret';
+             CREATE ROLE certuser LOGIN SUPERUSER;",
         )
-        .expect("connecting to the test cluster over its socket");
-        admin
-            .batch_execute(
-                "CREATE ROLE scramuser LOGIN SUPERUSER PASSWORD 'scram secret';
-                 CREATE ROLE certuser LOGIN SUPERUSER;",
-            )
-            .expect("creating roles");
-        cluster
-    }
-
-    /// key=value string for `user` at host `localhost` (address 127.0.0.1), port `port`.
-    fn url(&self, port: u16, user: &str, extra: &str) -> String {
-        format!("host=localhost hostaddr=127.0.0.1 port={port} user={user} dbname=postgres {extra}")
-    }
+        .expect("creating roles");
+    cluster
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if self.started {
-            let data = self.data().display().to_string();
-            let mut cmd = if is_root() {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"])
-                    .arg(self.bin.join("pg_ctl"));
-                c
-            } else {
-                Command::new(self.bin.join("pg_ctl"))
-            };
-            let _ = cmd
-                .args(["-D", &data, "-m", "immediate", "-w", "stop"])
-                .output();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// key=value string for `user` at host `localhost` (address 127.0.0.1), port `port`.
+fn tls_url(port: u16, user: &str, extra: &str) -> String {
+    format!("host=localhost hostaddr=127.0.0.1 port={port} user={user} dbname=postgres {extra}")
 }
 
 #[test]
 fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_connection() {
-    let Some(bin) = postgres_bin() else {
-        skip("initdb not installed (no /usr/lib/postgresql/*/bin/initdb)");
+    if let Some(reason) = cluster::skip_reason() {
+        skip(&reason);
         return;
-    };
+    }
     if !which("openssl") {
         skip("the openssl command is not installed (it makes the test certificates)");
         return;
     }
-    if is_root() && !which("runuser") {
-        skip("running as root without runuser (initdb refuses to run as root)");
-        return;
-    }
     init_logging();
-    let cluster = Cluster::start(bin);
-    let port = cluster.port;
+    let cluster = tls_cluster();
+    let port = cluster.port();
     let ca = cluster.path("ca.crt");
     let other_ca = cluster.path("other-ca.crt");
 
     // verify-full with our CA, by name; measure it against a plain connection.
-    let plain = cluster.url(port, "postgres", "sslmode=disable");
-    let full = cluster.url(
+    let plain = tls_url(port, "postgres", "sslmode=disable");
+    let full = tls_url(
         port,
         "postgres",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -766,7 +592,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
             format!("sslrootcert {other_ca}"),
         ),
     ] {
-        let e = build_error(&cluster.url(port, "postgres", &extra));
+        let e = build_error(&tls_url(port, "postgres", &extra));
         assert_eq!(e.kind(), ErrorKind::Tls, "{extra}: {e}");
         let msg = e.to_string();
         assert!(
@@ -795,7 +621,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
 
     // SCRAM with channel binding required: only passes if our tls-server-end-point hash
     // (SHA-384 here, from the certificate's signature) equals the server's.
-    let scram = cluster.url(
+    let scram = tls_url(
         port,
         "scramuser",
         &format!(
@@ -805,7 +631,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
     assert!(connects_encrypted(&scram), "channel binding");
 
     // Client certificates.
-    let with_cert = cluster.url(
+    let with_cert = tls_url(
         port,
         "certuser",
         &format!(
@@ -815,7 +641,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
         ),
     );
     assert!(connects_encrypted(&with_cert), "client certificate");
-    let e = build_error(&cluster.url(
+    let e = build_error(&tls_url(
         port,
         "certuser",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -825,7 +651,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
 
     // A stranded TLS connection: the io_timeout ends the query, the watchdog severs it.
     let proxy = FaultProxy::start(&format!("127.0.0.1:{port}"));
-    let via_proxy = cluster.url(
+    let via_proxy = tls_url(
         proxy.port(),
         "postgres",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -855,7 +681,7 @@ fn own_cluster_verify_full_channel_binding_client_certs_and_a_stranded_tls_conne
     drop(app);
     drop(proxy);
     let proxy = FaultProxy::start(&format!("127.0.0.1:{port}"));
-    let via_proxy = cluster.url(
+    let via_proxy = tls_url(
         proxy.port(),
         "postgres",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -945,26 +771,22 @@ fn builder_settings_win_over_the_url() {
 
 #[test]
 fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
-    let Some(bin) = postgres_bin() else {
-        skip("initdb not installed (no /usr/lib/postgresql/*/bin/initdb)");
+    if let Some(reason) = cluster::skip_reason() {
+        skip(&reason);
         return;
-    };
+    }
     if !which("openssl") {
         skip("the openssl command is not installed (it makes the test certificates)");
         return;
     }
-    if is_root() && !which("runuser") {
-        skip("running as root without runuser (initdb refuses to run as root)");
-        return;
-    }
     init_logging();
-    let cluster = Cluster::start(bin);
-    let port = cluster.port;
+    let cluster = tls_cluster();
+    let port = cluster.port();
     let ca = cluster.path("ca.crt");
     let other_ca = cluster.path("other-ca.crt");
 
     // A server certificate that names its host in the CN only, without a subjectAltName.
-    let dir = PathBuf::from(cluster.path(""));
+    let dir = cluster.dir().to_path_buf();
     make_leaf(
         &dir,
         "cnonly",
@@ -973,7 +795,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
         "basicConstraints = CA:FALSE\nkeyUsage = critical, digitalSignature\nextendedKeyUsage = serverAuth\n",
     );
     let key = cluster.path("cnonly.key");
-    if is_root() {
+    if cluster::is_root() {
         run(
             false,
             Path::new("chown"),
@@ -1002,7 +824,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
             .unwrap_or_else(|e| panic!("switching the server certificate: {sql}: {e}"));
     }
     // verify-full by name: libpq accepts the CN when there is no subjectAltName.
-    let full = cluster.url(
+    let full = tls_url(
         port,
         "postgres",
         &format!("sslmode=verify-full sslrootcert={ca}"),
@@ -1033,7 +855,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
     );
     // prefer with a root that does not sign the server's certificate: the check is meant,
     // so no retry in plain text (the server would accept plain text from postgres).
-    let e = build_error(&cluster.url(
+    let e = build_error(&tls_url(
         port,
         "postgres",
         &format!("sslmode=prefer sslrootcert={other_ca}"),
@@ -1041,7 +863,7 @@ fn own_cluster_cn_only_certificate_and_prefer_with_a_root() {
     assert_eq!(e.kind(), ErrorKind::Tls, "{e}");
     assert!(e.to_string().contains("not trusted"), "{e}");
     // Without a root, prefer still takes TLS here (no check).
-    assert!(connects_encrypted(&cluster.url(
+    assert!(connects_encrypted(&tls_url(
         port,
         "postgres",
         "sslmode=prefer"

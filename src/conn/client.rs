@@ -29,10 +29,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
+use super::session_attrs;
 use super::socket;
 use super::target::{Stream, Target};
+pub(crate) use super::time::{deadline_after, LONGEST};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
+
+mod routing;
 
 /// What [`Connection::check_within`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +87,8 @@ pub struct Connection {
     // Field order is drop order: statements and client before the runtime that drives them,
     // the runtime (which closes the socket) before the watchdog registration (the dup).
     statements: HashMap<&'static str, Statement>,
+    /// Through a transaction pooler: the parameter types of each SQL text sent unnamed.
+    unnamed: Option<HashMap<String, Vec<tokio_postgres::types::Type>>>,
     client: Client,
     inner: Inner,
 }
@@ -179,13 +185,23 @@ impl Connection {
         let mut rt = Some(rt);
         let mut last = None;
         // Host by host, as libpq: each name resolved when its turn comes, under a deadline
-        // of its own, then each of its addresses tried under its own.
-        for i in 0..socket::host_count(opts) {
+        // of its own, then each of its addresses tried under its own. One pass over the hosts
+        // per kind of server target_session_attrs wants (two for prefer-standby), in random
+        // order for load_balance_hosts=random.
+        let mut hosts: Vec<usize> = (0..socket::host_count(opts)).collect();
+        if opts.routing.random {
+            session_attrs::shuffle(&mut hosts);
+        }
+        let passes = opts.routing.attrs.passes();
+        for (i, want) in passes
+            .iter()
+            .flat_map(|want| hosts.iter().map(move |i| (*i, *want)))
+        {
             let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
             if Instant::now() >= deadline.at {
                 break;
             }
-            let targets = match socket::resolve_host(opts, i, &deadline, &severed) {
+            let mut targets = match socket::resolve_host(opts, i, &deadline, &severed) {
                 Ok(t) => t,
                 Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                 Err(e) => {
@@ -194,6 +210,9 @@ impl Connection {
                     continue;
                 }
             };
+            if opts.routing.random {
+                session_attrs::shuffle(&mut targets);
+            }
             for target in &targets {
                 let deadline = socket::attempt_deadline(opts.connect_timeout, overall);
                 if Instant::now() >= deadline.at {
@@ -209,7 +228,9 @@ impl Connection {
                             Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
                         })?,
                 };
-                match Self::open_target(runtime, opts, target, watchdog, group, &deadline) {
+                match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
+                    .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
+                {
                     Ok(conn) => return Ok(conn),
                     Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),
                     Err(e) => {
@@ -296,6 +317,7 @@ impl Connection {
                     };
                     return Ok(Connection {
                         statements: HashMap::new(),
+                        unnamed: opts.routing.transaction_pooler.then(HashMap::new),
                         client,
                         inner: Inner {
                             notifications,
@@ -416,8 +438,12 @@ impl Connection {
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
-        self.inner
-            .run("running a query", t, self.client.query(statement, params))
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
+            self.client.query(statement, params),
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement that returns exactly one row.
@@ -427,11 +453,12 @@ impl Connection {
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
-        self.inner.run(
-            "running a query",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.query_one(statement, params),
-        )
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement that returns at most one row.
@@ -445,11 +472,12 @@ impl Connection {
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
-        self.inner.run(
-            "running a query",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.query_opt(statement, params),
-        )
+        );
+        self.inner.run("running a query", t, fut)
     }
 
     /// Runs a statement and returns the number of rows it changed.
@@ -459,11 +487,12 @@ impl Connection {
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
-        self.inner.run(
-            "running a statement",
-            t,
+        let fut = Self::pinned(
+            &self.client,
+            self.needs_pinning(),
             self.client.execute(statement, params),
-        )
+        );
+        self.inner.run("running a statement", t, fut)
     }
 
     /// Runs one or more statements separated by semicolons, without parameters.
@@ -475,8 +504,11 @@ impl Connection {
             .run("running statements", t, self.client.batch_execute(sql))
     }
 
-    /// Prepares a statement.
+    /// Prepares a statement. Refused through a transaction-pooling PgBouncer
+    /// (`pooler_mode=transaction`), where a named statement does not outlive the
+    /// transaction: pass the SQL text to [`query`](Self::query) instead.
     pub fn prepare(&mut self, sql: &str) -> Result<Statement> {
+        self.refuse_without_session("a prepared statement (Connection::prepare)")?;
         let t = self.inner.io_timeout;
         self.inner.touched = true;
         self.inner.listening |= mentions_listen(sql);
@@ -585,7 +617,11 @@ impl Connection {
     /// [`rollback`](Self::rollback). A connection dropped or returned to the pool inside a
     /// transaction is discarded, never reused.
     pub fn begin(&mut self) -> Result<()> {
-        self.batch_execute("BEGIN")?;
+        if self.through_transaction_pooler() {
+            self.batch_execute(routing::BEGIN_CLEAN)?;
+        } else {
+            self.batch_execute("BEGIN")?;
+        }
         self.inner.in_tx = true;
         Ok(())
     }
@@ -610,8 +646,11 @@ impl Connection {
         self.inner.in_tx
     }
 
-    /// Starts listening on `channel` (quoted as an identifier).
+    /// Starts listening on `channel` (quoted as an identifier). Refused through a
+    /// transaction-pooling PgBouncer (`pooler_mode=transaction`), which does not keep the
+    /// session that would hear the notifications.
     pub fn listen(&mut self, channel: &str) -> Result<()> {
+        self.refuse_without_session("LISTEN")?;
         let sql = format!("LISTEN \"{}\"", channel.replace('"', "\"\""));
         self.batch_execute(&sql)
     }
@@ -669,6 +708,9 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>> {
+        if self.through_transaction_pooler() {
+            return self.query_unnamed(what, sql, params);
+        }
         self.with_cached(what, sql, |conn, stmt| {
             let t = conn.inner.io_timeout;
             conn.inner.run(what, t, conn.client.query(stmt, params))
@@ -682,6 +724,9 @@ impl Connection {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
+        if self.through_transaction_pooler() {
+            return self.execute_unnamed(what, sql, params);
+        }
         self.with_cached(what, sql, |conn, stmt| {
             let t = conn.inner.io_timeout;
             conn.inner.run(what, t, conn.client.execute(stmt, params))
@@ -730,19 +775,20 @@ impl Connection {
         Ok(stmt)
     }
 
-    /// Like [`query`](Self::query), naming the operation in errors and logs.
-    pub(crate) fn query_named<T>(
+    /// Like [`query`](Self::query), naming the operation in errors and logs; for SQL built
+    /// at run time, which is not kept prepared (through a transaction pooler it goes as an
+    /// unnamed statement).
+    pub(crate) fn query_named(
         &mut self,
         what: &str,
-        statement: &T,
+        sql: &str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>>
-    where
-        T: ?Sized + ToStatement,
-    {
+    ) -> Result<Vec<Row>> {
+        if self.through_transaction_pooler() {
+            return self.query_unnamed(what, sql, params);
+        }
         let t = self.inner.io_timeout;
-        self.inner
-            .run(what, t, self.client.query(statement, params))
+        self.inner.run(what, t, self.client.query(sql, params))
     }
 
     /// Severs the socket now (used when the connection is abandoned mid-transaction).
@@ -802,6 +848,7 @@ impl Inner {
             }
             Ok(Err(e)) => Err(self.classify(what, e)),
             Err(_) => {
+                crate::metrics::deadline_fired();
                 // The statement may be running on (a half-open link, or a slow one): ask the
                 // server to cancel it before the socket goes, so that its backend does not
                 // keep working and holding locks for a caller that has given up.
@@ -872,7 +919,9 @@ impl Inner {
         if let Some(db) = e.as_db_error() {
             let err = Error::from_db(what, db);
             // FATAL and PANIC end the session (terminated backend, server shutdown).
-            if matches!(db.severity(), "FATAL" | "PANIC") || db.code().code().starts_with("57P") {
+            if matches!(db.severity(), "FATAL" | "PANIC")
+                || session_attrs::ends_session(db.code().code())
+            {
                 self.broken = Some(format!("server ended the session: {}", db.message()));
                 self.reg.sever();
                 return err.set_kind(ErrorKind::Closed);
@@ -1000,18 +1049,6 @@ fn refuses_our_options(e: &Error) -> bool {
         || (text.contains("options")
             && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
 }
-
-/// `now + d`, saturating: a huge duration (`Duration::MAX`) means "very long", not a panic.
-pub(crate) fn deadline_after(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .or_else(|| now.checked_add(LONGEST))
-        .unwrap_or(now)
-}
-
-/// What "very long" becomes: a huge timeout (`Duration::MAX`) is taken as this, about 30
-/// years, so that deadlines and sums of timeouts stay representable.
-pub(crate) const LONGEST: Duration = Duration::from_secs(30 * 365 * 24 * 60 * 60);
 
 /// True when `sql` has the word LISTEN in it (any case), as a statement that starts
 /// listening would.

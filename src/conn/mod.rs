@@ -4,8 +4,10 @@
 pub(crate) mod client;
 pub(crate) mod options;
 pub(crate) mod pool;
+pub(crate) mod session_attrs;
 pub(crate) mod socket;
 pub(crate) mod target;
+pub(crate) mod time;
 pub(crate) mod tls;
 pub(crate) mod transaction;
 pub(crate) mod watchdog;

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tokio_postgres::config::Host;
 
-use super::client::LONGEST;
+use super::session_attrs::Routing;
+use super::time::LONGEST;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
 
@@ -32,8 +33,10 @@ pub(crate) struct ConnectOptions {
     pub(crate) keepalive_interval: Duration,
     pub(crate) keepalive_retries: u32,
     pub(crate) tls: TlsSettings,
+    /// `target_session_attrs`, `load_balance_hosts`, `pooler_mode`.
+    pub(crate) routing: Routing,
     /// How host names are resolved.
-    pub(crate) resolver: super::socket::Resolver,
+    pub(crate) resolver: super::target::Resolver,
     /// The targets (`host:port`, socket paths) that refused our `options` startup parameter
     /// (a server before 14, a platform without `client_connection_check_interval`, a pooler
     /// that takes no `options`): later connections to them do not send it again. Per target,
@@ -44,7 +47,8 @@ pub(crate) struct ConnectOptions {
 impl ConnectOptions {
     /// Parses a URL or key=value connection string.
     pub(crate) fn parse(url: &str) -> Result<ConnectOptions> {
-        let (url, tls) = TlsSettings::extract(url)?;
+        let (url, routing) = Routing::extract(url)?;
+        let (url, tls) = TlsSettings::extract(&url)?;
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
@@ -95,7 +99,8 @@ impl ConnectOptions {
                 .unwrap_or(Duration::from_secs(10)),
             keepalive_retries: config.get_keepalives_retries().unwrap_or(3),
             tls,
-            resolver: super::socket::system_resolver,
+            routing,
+            resolver: super::target::system_resolver,
             config,
             no_check_interval: Mutex::new(HashSet::new()),
         })
@@ -130,11 +135,13 @@ impl ConnectOptions {
 
     /// Whether connections to `target` ask for `client_connection_check_interval`.
     pub(crate) fn wants_check_interval(&self, target: &str) -> bool {
-        !self
-            .no_check_interval
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(target)
+        // Through a transaction pooler, startup options are refused (PgBouncer) or lost.
+        !self.routing.transaction_pooler
+            && !self
+                .no_check_interval
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(target)
     }
 
     /// `target` refused it: do not ask there again.

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -22,9 +22,9 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 use tokio::runtime::Runtime;
 use tokio_postgres::config::Host;
 
-use super::client::deadline_after;
 use super::options::ConnectOptions;
 use super::target::{Stream, Target};
+use super::time::deadline_after;
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 
@@ -81,12 +81,7 @@ pub(crate) fn resolve_host(
 /// many stalled names new lookups fail at once instead of piling up threads.
 pub(crate) const MAX_LOOKUPS: usize = 8;
 
-/// Turns a host name and port into addresses (getaddrinfo; tests put in one that stalls).
-pub(crate) type Resolver = fn(&str, u16) -> io::Result<Vec<SocketAddr>>;
-
-pub(crate) fn system_resolver(name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-    (name, port).to_socket_addrs().map(|a| a.collect())
-}
+pub(crate) use super::target::Resolver;
 
 /// One name lookup in flight, shared by every caller that wants that name.
 struct Lookup {
@@ -442,7 +437,7 @@ mod tests {
             5432,
             &far(),
             &|| false,
-            system_resolver,
+            crate::conn::target::system_resolver,
         )
         .unwrap();
         assert!(addrs.iter().all(|a| a.port() == 5432));

@@ -101,3 +101,12 @@ impl AsyncWrite for Stream {
         }
     }
 }
+
+/// Turns a host name and port into addresses (getaddrinfo; tests put in one that stalls).
+pub(crate) type Resolver = fn(&str, u16) -> std::io::Result<Vec<std::net::SocketAddr>>;
+
+/// The system's resolver (getaddrinfo).
+pub(crate) fn system_resolver(name: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    (name, port).to_socket_addrs().map(|a| a.collect())
+}

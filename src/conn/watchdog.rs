@@ -86,6 +86,7 @@ impl Entry {
         {
             return false;
         }
+        crate::metrics::socket_severed(reason != SeverReason::Local);
         // ENOTCONN (never connected, or already closed by the peer) is fine: the point is
         // that nothing can block on this socket any more.
         let _ = self.handle.shutdown(Shutdown::Both);

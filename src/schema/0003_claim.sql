@@ -18,7 +18,8 @@ DROP INDEX postpone_jobs_claim_queue_idx;
 
 -- Claims up to `p_limit` due jobs for worker `p_worker`, in the order above, skipping rows
 -- other claimers hold, and never a job whose lock has a running job or an older pending one.
--- `p_queues` (NULL: every queue) and `p_tasks` (NULL: every task) filter. Nothing is claimed
+-- `p_queues` (NULL: every queue) and `p_tasks` (NULL: every task) filter. `queue_wait` is
+-- how long each job waited since it was due, in seconds. Nothing is claimed
 -- if the worker's row is gone (it was presumed dead): it must register again first.
 --
 -- The planner settings make the plan the ordered index walk whatever the statistics say (a
@@ -27,7 +28,8 @@ DROP INDEX postpone_jobs_claim_queue_idx;
 -- few candidates of each are sorted together.
 CREATE FUNCTION postpone_claim(p_worker bigint, p_limit integer, p_queues text[], p_tasks text[])
 RETURNS TABLE (id bigint, queue text, task text, args jsonb, attempts integer, priority integer,
-               lock text, abort_requested boolean, scheduled_at timestamptz)
+               lock text, abort_requested boolean, scheduled_at timestamptz,
+               queue_wait float8)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -57,7 +59,8 @@ BEGIN
                   FOR UPDATE SKIP LOCKED))
            AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
         RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
-                  j.abort_requested, j.scheduled_at;
+                  j.abort_requested, j.scheduled_at,
+                  extract(epoch FROM now() - j.scheduled_at)::float8;
     ELSE
         RETURN QUERY
         UPDATE postpone_jobs j
@@ -87,7 +90,8 @@ BEGIN
                 LIMIT p_limit))
            AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
         RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
-                  j.abort_requested, j.scheduled_at;
+                  j.abort_requested, j.scheduled_at,
+                  extract(epoch FROM now() - j.scheduled_at)::float8;
     END IF;
 END
 $$;

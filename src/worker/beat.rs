@@ -100,6 +100,7 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             if due_rescue {
                 rescue(shared, c)?;
                 release_lost_claims(shared, c)?;
+                super::observe::queue_gauges(c);
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
             }
             Ok(())
@@ -240,6 +241,7 @@ fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let dead: i64 = row.get(0);
     let jobs: Vec<i64> = row.get(1);
     let outcomes: Vec<String> = row.get(2);
+    crate::metrics::rescued(jobs.len());
     if dead > 0 || !jobs.is_empty() {
         let count = |what: &str| outcomes.iter().filter(|o| *o == what).count();
         log::warn!(

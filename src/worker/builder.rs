@@ -45,6 +45,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) listen_ping_interval: Duration,
     pub(crate) drop_timeout: Duration,
     pub(crate) periodic: periodic::PeriodicSettings,
+    /// Where the listener connects, when not where the worker's App does (`listen_via`).
+    pub(crate) listen_opts: Option<std::sync::Arc<crate::conn::options::ConnectOptions>>,
 }
 
 impl Default for WorkerOptions {
@@ -65,6 +67,7 @@ impl Default for WorkerOptions {
             listen_ping_interval: Duration::from_secs(5),
             drop_timeout: Duration::from_secs(10),
             periodic: periodic::PeriodicSettings::default(),
+            listen_opts: None,
         }
     }
 }
@@ -165,6 +168,16 @@ impl WorkerBuilder {
     /// polling. Defaults to true.
     pub fn listen(mut self, listen: bool) -> Self {
         self.opts.listen = listen;
+        self
+    }
+
+    /// LISTEN through `app`'s connection settings rather than the worker's App: for a worker
+    /// whose App goes through a transaction-pooling PgBouncer (`pooler_mode=transaction`),
+    /// give an App that connects directly to the server (or through a session-mode pool), and
+    /// new jobs and abort requests wake the worker at once instead of at the next poll.
+    /// Defaults to the worker's App.
+    pub fn listen_via(mut self, app: &App) -> Self {
+        self.opts.listen_opts = Some(app.inner.opts.clone());
         self
     }
 
@@ -286,6 +299,14 @@ impl WorkerBuilder {
             opts,
             hook,
         } = self;
+        let listener = opts.listen_opts.as_ref().unwrap_or(&app.inner.opts);
+        if opts.listen && listener.routing.transaction_pooler {
+            return Err(crate::conn::session_attrs::needs_session(
+                "the worker's LISTEN for new jobs (give it a direct connection with \
+                 .listen_via(&direct_app), or turn it off with .listen(false): the fetcher then \
+                 polls every poll_interval)",
+            ));
+        }
         let margin = opts.heartbeat_interval + app.inner.opts.io_timeout;
         if opts.stalled_after <= margin {
             log::warn!(

@@ -276,7 +276,9 @@ fn run_one(
     // Pooled connections the task checks out (`job.app()`) are lent to the worker's group,
     // so the hard deadline's sever reaches a task blocked in a query.
     let result = crate::conn::watchdog::lending_to(shared.group, || {
-        catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+        super::observe::in_job_span(&job, || {
+            catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+        })
     });
     let took = started.elapsed();
     shared.job_duration.observe(took);
@@ -495,6 +497,7 @@ fn emit(
     duration: Duration,
     error: Option<&str>,
 ) {
+    super::observe::job_event(kind, &job.queue, &job.task, duration);
     if let Some(hook) = &shared.hook {
         let event = JobEvent {
             kind,

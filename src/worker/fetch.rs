@@ -9,7 +9,6 @@
 use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
-use tokio_postgres::Statement;
 
 use super::link::Link;
 use super::{sleep_or_stop, Claimed, Shared};
@@ -28,9 +27,9 @@ pub(crate) fn run(
         .opts
         .only_registered
         .then(|| shared.tasks.keys().cloned().collect());
-    let mut link = Link::with_setup(shared, "claiming jobs", |c: &mut Connection| {
-        c.prepare(store::JOB_CLAIM)
-    });
+    // The claim is prepared once per connection by query_cached (or sent unnamed through a
+    // transaction pooler, where a statement prepared here would not survive).
+    let mut link = Link::new(shared, "claiming jobs");
     let claim_latency = Ewma::new(Duration::from_millis(1));
     loop {
         if shared.stopping() {
@@ -55,9 +54,9 @@ pub(crate) fn run(
             }
         }
         let claimed = match link.get() {
-            Ok((c, stmt)) => {
+            Ok((c, ())) => {
                 let started = Instant::now();
-                let res = claim(shared, c, stmt, free, &task_names);
+                let res = claim(shared, c, free, &task_names);
                 claim_latency.observe(started.elapsed());
                 link.judge(res)
             }
@@ -156,17 +155,17 @@ impl Ewma {
 fn claim(
     shared: &Shared,
     conn: &mut Connection,
-    stmt: &Statement,
     limit: usize,
     task_names: &Option<Vec<String>>,
 ) -> Result<Vec<Claimed>> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
-    let rows = conn.query_named(
+    let rows = conn.query_cached(
         "claiming jobs",
-        stmt,
+        store::JOB_CLAIM,
         &[&id, &limit, &shared.opts.queues, task_names],
     )?;
+    crate::metrics::queue_waits(&rows);
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {

@@ -24,6 +24,8 @@ pub(crate) struct Link<'a, S = ()> {
     conn: Option<(Connection, S)>,
     setup: Setup<S>,
     backoff: Backoff,
+    /// Connects where `listen_via` says (the listener's link).
+    listener: bool,
 }
 
 impl<'a> Link<'a, ()> {
@@ -47,7 +49,14 @@ impl<'a, S> Link<'a, S> {
             conn: None,
             setup: Box::new(setup),
             backoff: Backoff::new(shared.opts.backoff_cap),
+            listener: false,
         }
+    }
+
+    /// This link connects where `WorkerBuilder::listen_via` says, when it was given.
+    pub(crate) fn for_listener(mut self) -> Self {
+        self.listener = true;
+        self
     }
 
     /// A link over a connection opened already (and set up by the caller).
@@ -59,10 +68,12 @@ impl<'a, S> Link<'a, S> {
     /// wait before the next try.
     pub(crate) fn get(&mut self) -> std::result::Result<(&mut Connection, &mut S), Duration> {
         if self.conn.is_none() {
-            let opened = self
-                .shared
-                .connect()
-                .and_then(|mut c| (self.setup)(&mut c).map(|s| (c, s)));
+            let opened = if self.listener {
+                self.shared.connect_listener()
+            } else {
+                self.shared.connect()
+            };
+            let opened = opened.and_then(|mut c| (self.setup)(&mut c).map(|s| (c, s)));
             match opened {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => {

@@ -20,7 +20,8 @@ use crate::store;
 pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, listening: &Sender<()>) {
     let mut link = Link::with_setup(shared, "listening for jobs", |c: &mut Connection| {
         c.listen(store::CHANNEL)
-    });
+    })
+    .for_listener();
     let mut fresh = true;
     loop {
         if shared.stopping() {

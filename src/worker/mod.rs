@@ -29,6 +29,7 @@ mod fetch;
 mod ledger;
 mod link;
 mod listen;
+mod observe;
 mod periodic;
 mod shutdown;
 
@@ -181,6 +182,20 @@ impl Shared {
             self.group,
             None,
         )?;
+        self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::reconnect();
+        Ok(conn)
+    }
+
+    /// Opens the listener's connection: like [`connect`](Self::connect), to where
+    /// `listen_via` says when it was given.
+    pub(crate) fn connect_listener(&self) -> Result<Connection> {
+        let opts = self
+            .opts
+            .listen_opts
+            .as_ref()
+            .unwrap_or(&self.app.inner.opts);
+        let conn = Connection::open(opts, &self.app.inner.watchdog, self.group, None)?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }

@@ -1,17 +1,31 @@
 //! Shared helpers for the integration tests: a fault-injecting TCP proxy, an
-//! isolated database per test, and a few small utilities.
+//! isolated database per test, temporary clusters of our own (primary and standby), a
+//! PgBouncer started on demand, network namespaces, child processes, and a few small
+//! utilities.
 //!
 //! Every integration test file includes this with `mod support;` and uses only
 //! part of it, hence the blanket `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod child;
+pub mod cluster;
 pub mod db;
+pub mod netns;
+pub mod pgbouncer;
 pub mod proxy;
 pub mod standin;
 
 // A test file may use neither re-export.
 #[allow(unused_imports)]
+pub use child::ChildProc;
+#[allow(unused_imports)]
+pub use cluster::{skip, Cluster};
+#[allow(unused_imports)]
 pub use db::*;
+#[allow(unused_imports)]
+pub use netns::Netns;
+#[allow(unused_imports)]
+pub use pgbouncer::{PgBouncer, PoolMode};
 #[allow(unused_imports)]
 pub use proxy::*;
 #[allow(unused_imports)]

@@ -106,6 +106,8 @@ enum Command {
     Prune(PruneArgs),
     /// Exit 0 if the database answers, its schema is current (and workers, lag are fine).
     Healthcheck(HealthArgs),
+    /// Serve the web dashboard (auth from POSTPONE_DASHBOARD_TOKEN or _USER/_PASSWORD).
+    Dashboard(commands::dashboard::DashboardArgs),
 }
 
 fn main() -> ExitCode {
@@ -159,6 +161,9 @@ where
     };
     match cli.command {
         Command::Healthcheck(a) => return commands::healthcheck::run(&ctx, &a, out),
+        Command::Dashboard(a) => {
+            return commands::dashboard::run(&ctx.database_url, ctx.timeout, &a, out)
+        }
         Command::Migrate(a) => {
             commands::migrate::run(&ctx, &a, out)?;
             return Ok(ExitCode::SUCCESS);
@@ -192,7 +197,9 @@ where
         Command::Workers(a) => commands::workers::run(&ctx, &app, &a, out)?,
         Command::Stalled(a) => commands::stalled::run(&ctx, &app, &a, out)?,
         Command::Prune(a) => commands::prune::run(&ctx, &app, &a, out)?,
-        Command::Healthcheck(_) | Command::Migrate(_) => unreachable!("handled above"),
+        Command::Healthcheck(_) | Command::Migrate(_) | Command::Dashboard(_) => {
+            unreachable!("handled above")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -61,7 +61,7 @@ use super::target::Target;
 use crate::error::{Error, ErrorKind, Result};
 
 mod cn;
-mod params;
+pub(crate) mod params;
 mod stream;
 mod verify;
 

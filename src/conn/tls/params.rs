@@ -177,7 +177,7 @@ fn is_ours(key: &str) -> bool {
     )
 }
 
-fn decode(s: &str) -> Option<String> {
+pub(crate) fn decode(s: &str) -> Option<String> {
     percent_decode_str(s)
         .decode_utf8()
         .ok()
@@ -187,7 +187,7 @@ fn decode(s: &str) -> Option<String> {
 /// For a URL, the part before its query string and the query string (empty if none), split
 /// where tokio-postgres splits them: the credentials end at the first `@`, the query starts
 /// at the first `?` after them. None for a key=value string.
-fn split_url(url: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_url(url: &str) -> Option<(&str, &str)> {
     let prefix = ["postgres://", "postgresql://"]
         .into_iter()
         .find(|p| url.starts_with(p))?;
@@ -203,16 +203,16 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
 }
 
 /// One `key=value` of a key=value string: the value unquoted, the span as written.
-struct Param<'a> {
-    key: &'a str,
-    value: String,
-    span: (usize, usize),
+pub(crate) struct Param<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) value: String,
+    pub(crate) span: (usize, usize),
 }
 
 /// Splits a key=value string by the rules tokio-postgres applies (libpq's: whitespace around
 /// `=` allowed, values quoted with `'`, a backslash escaping the next character, in or out
 /// of quotes). None where tokio-postgres would report a syntax error.
-fn parse_key_values(s: &str) -> Option<Vec<Param<'_>>> {
+pub(crate) fn parse_key_values(s: &str) -> Option<Vec<Param<'_>>> {
     let mut it = s.char_indices().peekable();
     let mut params = Vec::new();
     loop {

@@ -4,6 +4,7 @@
 pub mod abort;
 pub mod bulk;
 mod changed;
+pub mod dashboard;
 pub mod defer;
 pub mod healthcheck;
 pub mod job;

@@ -1,0 +1,65 @@
+//! `postpone dashboard`: serves the web dashboard until the process is stopped.
+//!
+//! Access control comes from the environment (`POSTPONE_DASHBOARD_TOKEN`, or
+//! `POSTPONE_DASHBOARD_USER` with `POSTPONE_DASHBOARD_PASSWORD`), never from the command
+//! line where other users of the machine could read it.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use postpone::{App, Dashboard, DashboardAuth};
+
+use crate::context::CliError;
+use crate::parse;
+
+#[derive(Debug, Args)]
+pub(crate) struct DashboardArgs {
+    /// Address to listen on (host:port; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: String,
+    /// Show the queue only: no retry, cancel or abort.
+    #[arg(long)]
+    read_only: bool,
+    /// Requests served at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
+    /// Heartbeat age past which a worker is marked stalled (the workers' stalled_after).
+    #[arg(long, default_value = "30s", value_parser = parse::duration, value_name = "DURATION")]
+    stalled_after: Duration,
+}
+
+pub(crate) fn run(
+    url: &str,
+    timeout: Duration,
+    args: &DashboardArgs,
+    out: &mut dyn Write,
+) -> Result<ExitCode, CliError> {
+    let auth = DashboardAuth::from_env()?;
+    let app = App::builder(url.to_owned())
+        .pool_size(u32::from(args.threads).min(16))
+        .connect_timeout(timeout)
+        .io_timeout(timeout)
+        .pool_timeout(timeout + Duration::from_secs(1))
+        .lazy(true)
+        .build()?;
+    let protected = auth.is_some();
+    let handle = Dashboard::new(&app)
+        .listen(args.listen.as_str())?
+        .read_only(args.read_only)
+        .auth(auth)
+        .threads(usize::from(args.threads))
+        .stalled_after(args.stalled_after)
+        .spawn()?;
+    writeln!(
+        out,
+        "postpone dashboard on {}{}{} (Ctrl-C stops it)",
+        handle.url(),
+        if args.read_only { ", read-only" } else { "" },
+        if protected { ", access protected" } else { "" }
+    )?;
+    out.flush()?;
+    handle.wait();
+    Ok(ExitCode::SUCCESS)
+}

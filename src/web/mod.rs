@@ -1,0 +1,285 @@
+//! The web dashboard (feature `web`): [`Dashboard`] serves server-rendered pages of the
+//! queue from threads of its own, next to a program's workers or from `postpone dashboard`.
+//!
+//! Pages: overview (jobs per queue and status, the last hour's throughput as an inline SVG
+//! chart), jobs (filters, keyset pages, jump to an id), one job (arguments, attempts and
+//! errors, timeline; retry, cancel and abort buttons), workers (stalled ones marked),
+//! periodic schedules. No script anywhere: the pages work with JavaScript off and reload
+//! themselves with an HTML refresh where the figures move.
+//!
+//! How it fails: every database call goes through the App's pool, so under its
+//! `pool_timeout` and `io_timeout`; a database that is down or half-open gives an error
+//! page within those deadlines, never a hung request. Changes (retry, cancel, abort) are
+//! POST forms carrying a per-process CSRF token, refused in read-only mode; cross-origin
+//! POSTs are refused. Access can require a token or basic auth ([`DashboardAuth`]).
+//! Request threads are bounded; each connection must send its request within
+//! `read_timeout`, so slow clients cannot hold the others up (see `http.rs`).
+
+mod html;
+mod http;
+mod pages;
+mod queries;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::app::App;
+use crate::error::{Error, ErrorKind, Result};
+
+use http::{Request, Response, Server, ServerOptions};
+
+/// Who may see the dashboard; from [`DashboardAuth::from_env`] or set by the program.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DashboardAuth {
+    /// A secret token: sent as `Authorization: Bearer <token>`, or once as `?token=<token>`
+    /// in a browser (the dashboard then keeps it in an HTTP-only, same-site cookie).
+    Token(String),
+    /// HTTP basic authentication with one user name and password.
+    Basic {
+        /// The user name.
+        user: String,
+        /// The password.
+        password: String,
+    },
+}
+
+impl std::fmt::Debug for DashboardAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DashboardAuth::Token(_) => f.write_str("Token(..)"),
+            DashboardAuth::Basic { user, .. } => write!(f, "Basic {{ user: {user:?}, .. }}"),
+        }
+    }
+}
+
+/// Environment variable holding a [`DashboardAuth::Token`].
+pub const TOKEN_ENV: &str = "POSTPONE_DASHBOARD_TOKEN";
+/// Environment variable holding the user of [`DashboardAuth::Basic`].
+pub const USER_ENV: &str = "POSTPONE_DASHBOARD_USER";
+/// Environment variable holding the password of [`DashboardAuth::Basic`].
+pub const PASSWORD_ENV: &str = "POSTPONE_DASHBOARD_PASSWORD";
+
+impl DashboardAuth {
+    /// Reads `POSTPONE_DASHBOARD_TOKEN`, or `POSTPONE_DASHBOARD_USER` with
+    /// `POSTPONE_DASHBOARD_PASSWORD`; `None` when none is set. Setting a token and a user,
+    /// or a user without a password, is an error of kind `Config`.
+    pub fn from_env() -> Result<Option<DashboardAuth>> {
+        let get = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        match (get(TOKEN_ENV), get(USER_ENV), get(PASSWORD_ENV)) {
+            (None, None, None) => Ok(None),
+            (Some(t), None, None) => Ok(Some(DashboardAuth::Token(t))),
+            (None, Some(user), Some(password)) => Ok(Some(DashboardAuth::Basic { user, password })),
+            (Some(_), _, _) => Err(Error::new(
+                ErrorKind::Config,
+                format!("dashboard auth: set either {TOKEN_ENV} or {USER_ENV} and {PASSWORD_ENV}, not both"),
+            )),
+            (None, _, _) => Err(Error::new(
+                ErrorKind::Config,
+                format!("dashboard auth: basic auth needs both {USER_ENV} and {PASSWORD_ENV}"),
+            )),
+        }
+    }
+}
+
+/// Builds and starts the web dashboard; from [`Dashboard::new`].
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+/// let dashboard = postpone::Dashboard::new(&app)
+///     .listen("127.0.0.1:8080")?
+///     .read_only(true)
+///     .spawn()?;
+/// println!("dashboard on {}", dashboard.url());
+/// // ... the program runs its workers; on the way out:
+/// dashboard.shutdown();
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "call .spawn() to start serving"]
+pub struct Dashboard {
+    app: App,
+    listen: SocketAddr,
+    read_only: bool,
+    auth: Option<DashboardAuth>,
+    threads: usize,
+    read_timeout: Duration,
+    stalled_after: Duration,
+    schedules: Vec<crate::periodic::PeriodicOptions>,
+}
+
+impl Dashboard {
+    /// A dashboard of `app`'s database.
+    pub fn new(app: &App) -> Dashboard {
+        Dashboard {
+            app: app.clone(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            read_only: false,
+            auth: None,
+            threads: 4,
+            read_timeout: Duration::from_secs(5),
+            stalled_after: Duration::from_secs(30),
+            schedules: Vec::new(),
+        }
+    }
+
+    /// The periodic schedules registered in `tasks`: the periodic page then shows each
+    /// one's cron expression and its exact next instant, even before its first run.
+    /// Without them (as from `postpone dashboard`), the next instant is inferred from the
+    /// spacing of the last two recorded. Defaults to none.
+    pub fn schedules(mut self, tasks: &crate::Tasks) -> Dashboard {
+        self.schedules = tasks.periodic.to_vec();
+        self
+    }
+
+    /// The address to listen on (port 0: any free port, see [`DashboardHandle::addr`]).
+    /// Defaults to `127.0.0.1:8080`. An address that does not resolve is an `InvalidInput`
+    /// error.
+    pub fn listen(mut self, addr: impl ToSocketAddrs) -> Result<Dashboard> {
+        self.listen = addr
+            .to_socket_addrs()
+            .map_err(|e| {
+                Error::with_source(ErrorKind::InvalidInput, "dashboard listen address", e)
+            })?
+            .next()
+            .ok_or_else(|| Error::invalid("dashboard listen address: it resolves to nothing"))?;
+        Ok(self)
+    }
+
+    /// Shows the queue without the retry, cancel and abort buttons, and refuses those
+    /// actions. Defaults to false.
+    pub fn read_only(mut self, read_only: bool) -> Dashboard {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Requires this token or user and password on every request. Defaults to none (keep
+    /// the dashboard on a loopback address then).
+    pub fn auth(mut self, auth: Option<DashboardAuth>) -> Dashboard {
+        self.auth = auth;
+        self
+    }
+
+    /// Request threads: at most this many requests are served at once (more wait in a
+    /// short queue, or get a 503). Defaults to 4.
+    pub fn threads(mut self, threads: usize) -> Dashboard {
+        self.threads = threads.max(1);
+        self
+    }
+
+    /// How long a client may take to send its whole request before the connection is
+    /// dropped with a 408. Defaults to 5 s.
+    pub fn read_timeout(mut self, timeout: Duration) -> Dashboard {
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// Heartbeat age past which the workers page marks a worker stalled (use the workers'
+    /// own `stalled_after`). Defaults to 30 s, the workers' default.
+    pub fn stalled_after(mut self, after: Duration) -> Dashboard {
+        self.stalled_after = after;
+        self
+    }
+
+    /// Binds the address and starts serving on threads of its own (`postpone-web-*`).
+    pub fn spawn(self) -> Result<DashboardHandle> {
+        let csrf = random_token()?;
+        let state = Arc::new(pages::State {
+            admin: self.app.admin(),
+            app: self.app.clone(),
+            read_only: self.read_only,
+            auth: self.auth.clone(),
+            csrf,
+            stalled_after: self.stalled_after,
+            overview: std::sync::Mutex::new(None),
+            schedules: self.schedules.clone(),
+        });
+        let opts = ServerOptions {
+            threads: self.threads,
+            read_timeout: self.read_timeout,
+            write_timeout: self.read_timeout.max(Duration::from_secs(5)),
+        };
+        let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
+            Arc::new(move |req: &Request| pages::handle(&state, req));
+        let server = Server::start(self.listen, opts, handler).map_err(|e| {
+            Error::with_source(
+                ErrorKind::Other,
+                format!("dashboard: listening on {}", self.listen),
+                e,
+            )
+        })?;
+        log::info!(
+            "dashboard listening on http://{}{}",
+            server.addr,
+            if self.read_only { " (read-only)" } else { "" }
+        );
+        Ok(DashboardHandle {
+            addr: server.addr,
+            server: Some(server),
+        })
+    }
+}
+
+/// A running dashboard; stops when [`shutdown`](Self::shutdown) is called or it is dropped.
+#[derive(Debug)]
+pub struct DashboardHandle {
+    addr: SocketAddr,
+    server: Option<Server>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Server({})", self.addr)
+    }
+}
+
+impl DashboardHandle {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections, lets the requests in progress finish (each bounded by
+    /// the read timeout and the App's deadlines) and joins the threads.
+    pub fn shutdown(mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop();
+        }
+    }
+
+    /// Serves until the process ends (for a program whose only job is the dashboard).
+    pub fn wait(mut self) {
+        if let Some(s) = self.server.take() {
+            s.wait();
+        }
+    }
+}
+
+impl Drop for DashboardHandle {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.stop();
+        }
+    }
+}
+
+/// 32 random bytes as hex, from the operating system's generator.
+fn random_token() -> Result<String> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    let mut bytes = [0u8; 32];
+    SystemRandom::new().fill(&mut bytes).map_err(|_| {
+        Error::new(
+            ErrorKind::Other,
+            "dashboard: no random bytes for the CSRF token",
+        )
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

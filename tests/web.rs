@@ -1,0 +1,667 @@
+//! The dashboard over plain HTTP against PostgreSQL with real jobs: escaping of hostile
+//! values, CSRF and read-only refusals, keyset pages, auth, a half-open database, slow
+//! clients. (tests/web_browser.rs drives the same pages in Chromium.)
+
+mod support;
+mod web_util;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use postpone::{App, Dashboard, DashboardAuth, JobId, NewJob};
+use serde_json::json;
+use support::*;
+use web_util::*;
+
+fn dashboard(app: &App) -> postpone::DashboardHandle {
+    Dashboard::new(app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .spawn()
+        .expect("dashboard")
+}
+
+/// Nothing hostile reached the page as markup.
+fn assert_inert(page: &str) {
+    for raw in [
+        "<script>window.pwned",
+        "<img src=x",
+        "</td><script>",
+        "<b>host</b>",
+        "<i>italic?</i>",
+    ] {
+        assert!(!page.contains(raw), "unescaped {raw:?} in:\n{page}");
+    }
+    assert!(!page.contains('\0'), "a raw NUL in the page");
+    assert!(
+        !page.to_ascii_lowercase().contains("<script"),
+        "a script element"
+    );
+}
+
+#[test]
+fn every_page_shows_real_jobs_and_escapes_hostile_values() {
+    init_logging();
+    let db = TestDb::new();
+    let fx = Fixture::new(&db);
+    let dash = dashboard(&fx.app);
+    let addr = dash.addr();
+
+    let overview = get(addr, "/");
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert_inert(&overview.body);
+    assert!(overview
+        .body
+        .contains("q&quot;&gt;&lt;img src=x onerror=&quot;window.pwned=2&quot;&gt;"));
+    assert!(overview.body.contains("<svg"), "no chart");
+    assert!(overview.body.contains("http-equiv=refresh"));
+    assert!(overview
+        .header("content-security-policy")
+        .unwrap()
+        .contains("default-src 'none'"));
+
+    let jobs = get(addr, "/jobs");
+    assert_eq!(jobs.status, 200);
+    assert_inert(&jobs.body);
+    assert!(jobs
+        .body
+        .contains("&lt;script&gt;window.pwned=1&lt;/script&gt;&quot;&#39;&amp;task"));
+    for id in [fx.flaky, fx.hostile, fx.ok, fx.later] {
+        assert!(
+            jobs.body.contains(&format!("href=\"/jobs/{id}\"")),
+            "job {id} not listed"
+        );
+    }
+
+    let job = get(addr, &format!("/jobs/{}", fx.flaky));
+    assert_eq!(job.status, 200);
+    assert_inert(&job.body);
+    // The error, its quotes and its NUL shown as text; the arguments pretty-printed.
+    assert!(
+        job.body.contains("boom &lt;script&gt;window.pwned=4&lt;/script&gt; &quot;double&quot; &#39;single&#39; NUL:"),
+        "{}",
+        job.body
+    );
+    assert!(
+        job.body.contains("NUL:\u{fffd}:end"),
+        "the NUL is not shown as U+FFFD"
+    );
+    assert!(
+        job.body.contains("&quot;nested&quot;: {\n"),
+        "arguments not pretty-printed"
+    );
+    assert!(
+        job.body.contains("&lt;/td&gt;&lt;script&gt;window.pwned=3"),
+        "lock"
+    );
+    assert!(
+        job.body.contains("id=\"retry\""),
+        "no retry button on a failed job"
+    );
+    assert!(!job.body.contains("id=\"cancel\""));
+    assert!(job.body.contains("Timeline") && job.body.contains("attempt 1 started"));
+
+    let later = get(addr, &format!("/jobs/{}", fx.later));
+    // Waiting: cancel; abort is for running jobs.
+    assert!(later.body.contains("id=\"cancel\"") && !later.body.contains("id=\"abort\""));
+
+    let workers = get(addr, "/workers");
+    assert_eq!(workers.status, 200);
+    assert_inert(&workers.body);
+    assert!(workers.body.contains("&lt;b&gt;host&lt;/b&gt;&quot;&#39;"));
+    assert_eq!(
+        workers.body.matches("class=stalled").count(),
+        1,
+        "{}",
+        workers.body
+    );
+    assert!(workers.body.contains(fx.worker.as_ref().unwrap().name()));
+
+    let periodic = get(addr, "/periodic");
+    assert_eq!(periodic.status, 200);
+    assert_inert(&periodic.body);
+    assert!(periodic.body.contains("id&lt;&amp;&gt;"));
+    assert!(periodic.body.contains(&format!("href=\"/jobs/{}\"", fx.ok)));
+    assert!(periodic.body.contains("(inferred)"), "{}", periodic.body);
+
+    assert_eq!(get(addr, "/jobs/999999").status, 404);
+    assert_eq!(get(addr, "/jobs/abc").status, 400);
+    assert_eq!(get(addr, "/nowhere").status, 404);
+    let jump = get(addr, &format!("/jobs?id={}", fx.ok));
+    assert_eq!(jump.status, 303);
+    assert_eq!(
+        jump.header("location"),
+        Some(format!("/jobs/{}", fx.ok).as_str())
+    );
+    // A status that does not exist is a clear 400, not a 500.
+    let bad = get(addr, "/jobs?status=%3Cscript%3E");
+    assert_eq!(bad.status, 400);
+    assert_inert(&bad.body);
+    dash.shutdown();
+}
+
+#[test]
+fn actions_are_posts_with_a_csrf_token_and_refused_read_only() {
+    init_logging();
+    let db = TestDb::new();
+    let fx = Fixture::new(&db);
+    let dash = dashboard(&fx.app);
+    let addr = dash.addr();
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let retry = format!("/jobs/{}/retry", fx.flaky);
+
+    assert_eq!(
+        get(addr, &retry).status,
+        405,
+        "a GET must not change anything"
+    );
+    let r = request(addr, "POST", &retry, &form, "csrf=wrong");
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = request(addr, "POST", &retry, &form, "");
+    assert_eq!(r.status, 403);
+    assert_eq!(status_of(&fx.app, fx.flaky), "failed");
+
+    let page = get(addr, &format!("/jobs/{}", fx.flaky)).body;
+    let token = csrf_of(&page);
+    let cross = [
+        ("Content-Type", "application/x-www-form-urlencoded"),
+        ("Origin", "http://evil.example"),
+    ];
+    let r = request(addr, "POST", &retry, &cross, &format!("csrf={token}"));
+    assert_eq!(r.status, 403, "cross-origin POST accepted");
+    assert_eq!(status_of(&fx.app, fx.flaky), "failed");
+
+    let r = request(addr, "POST", &retry, &form, &format!("csrf={token}"));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/jobs/{}?done=retried", fx.flaky).as_str())
+    );
+    assert!(wait_until(Duration::from_secs(20), || status_of(
+        &fx.app, fx.flaky
+    ) == "succeeded"));
+
+    // A retry the status does not allow: a 409 page naming the status, escaped.
+    let r = request(addr, "POST", &retry, &form, &format!("csrf={token}"));
+    assert_eq!(r.status, 409);
+    assert!(r.body.contains("it is succeeded"), "{}", r.body);
+    assert_inert(&r.body);
+
+    let cancel = format!("/jobs/{}/cancel", fx.later);
+    let r = request(addr, "POST", &cancel, &form, &format!("csrf={token}"));
+    assert_eq!(r.status, 303);
+    assert_eq!(status_of(&fx.app, fx.later), "cancelled");
+    let shown = get(addr, r.header("location").unwrap());
+    assert!(shown.body.contains("Cancelled: the job will not run."));
+
+    // The `done` flash is a fixed text: a crafted link cannot put words on the page.
+    let crafted = get(addr, &format!("/jobs/{}?done=%3Cb%3Ehi", fx.ok));
+    assert!(!crafted.body.contains("hi") || !crafted.body.contains("<b>hi"));
+    assert!(!crafted.body.contains("class=flash>"));
+    dash.shutdown();
+
+    let ro = Dashboard::new(&fx.app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .read_only(true)
+        .spawn()
+        .unwrap();
+    let page = get(ro.addr(), &format!("/jobs/{}", fx.hostile)).body;
+    assert!(page.contains("read-only"));
+    assert!(
+        !page.contains("<form class=inline"),
+        "buttons in read-only mode"
+    );
+    let r = request(
+        ro.addr(),
+        "POST",
+        &format!("/jobs/{}/retry", fx.hostile),
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(status_of(&fx.app, fx.hostile), "failed");
+    ro.shutdown();
+}
+
+#[test]
+fn jobs_pages_walk_by_keyset_with_filters() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let jobs: Vec<NewJob> = (0..120)
+        .map(|n| {
+            NewJob::new(if n % 2 == 0 { "even" } else { "odd" }, &json!({ "n": n }))
+                .unwrap()
+                .queue("walk")
+        })
+        .collect();
+    let ids: Vec<JobId> = app.defer_batch(&jobs).unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+
+    let ids_on = |body: &str| -> Vec<i64> {
+        body.split("<tr><td><a href=\"/jobs/")
+            .skip(1)
+            .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+            .collect()
+    };
+    let next = |body: &str, label: &str| -> Option<String> {
+        let end = body.find(label)?;
+        let start = body[..end].rfind("href=\"")? + 6;
+        Some(body[start..end - 2].replace("&amp;", "&"))
+    };
+    let mut seen = Vec::new();
+    let mut path = "/jobs?task=even".to_owned();
+    loop {
+        let page = get(addr, &path);
+        assert_eq!(page.status, 200);
+        let on = ids_on(&page.body);
+        assert!(on.len() <= 50);
+        seen.extend(on);
+        match next(&page.body, "older ›") {
+            Some(p) => path = p,
+            None => break,
+        }
+    }
+    let mut want: Vec<i64> = ids.iter().step_by(2).map(|i| i.get()).collect();
+    want.reverse();
+    assert_eq!(seen, want, "every even job once, newest first");
+
+    // Back from the second page to the first.
+    let second = get(addr, "/jobs?queue=walk&before=9999999");
+    let older = next(&second.body, "older ›").unwrap();
+    let page2 = get(addr, &older);
+    let newer = next(&page2.body, "‹ newer").unwrap();
+    assert_eq!(ids_on(&get(addr, &newer).body), ids_on(&second.body));
+    dash.shutdown();
+}
+
+#[test]
+fn token_and_basic_auth_guard_every_page() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .auth(Some(DashboardAuth::Token("s3cret token".into())))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    assert_eq!(get(addr, "/").status, 401);
+    assert_eq!(get(addr, "/jobs?token=wrong").status, 401);
+    let ok = request(
+        addr,
+        "GET",
+        "/",
+        &[("Authorization", "Bearer s3cret token")],
+        "",
+    );
+    assert_eq!(ok.status, 200);
+    let login = get(addr, "/jobs?token=s3cret%20token&task=x");
+    assert_eq!(login.status, 303);
+    assert_eq!(login.header("location"), Some("/jobs?task=x"));
+    let cookie = login.header("set-cookie").unwrap();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+    let pair = cookie.split(';').next().unwrap();
+    assert_eq!(
+        request(addr, "GET", "/jobs", &[("Cookie", pair)], "").status,
+        200
+    );
+    dash.shutdown();
+
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .auth(Some(DashboardAuth::Basic {
+            user: "ops".into(),
+            password: "pw".into(),
+        }))
+        .spawn()
+        .unwrap();
+    let r = get(dash.addr(), "/");
+    assert_eq!(r.status, 401);
+    assert!(r.header("www-authenticate").unwrap().starts_with("Basic"));
+    // "ops:pw" and "ops:px"
+    let good = request(
+        dash.addr(),
+        "GET",
+        "/",
+        &[("Authorization", "Basic b3BzOnB3")],
+        "",
+    );
+    assert_eq!(good.status, 200);
+    let bad = request(
+        dash.addr(),
+        "GET",
+        "/",
+        &[("Authorization", "Basic b3BzOnB4")],
+        "",
+    );
+    assert_eq!(bad.status, 401);
+    dash.shutdown();
+}
+
+#[test]
+fn a_half_open_database_gives_an_error_page_within_io_timeout() {
+    init_logging();
+    let db = TestDb::new();
+    app(&db); // migrate directly
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(2)
+        .io_timeout(Duration::from_secs(1))
+        .connect_timeout(Duration::from_secs(1))
+        .pool_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let dash = dashboard(&app);
+    // (Not the overview: it would share these figures for 5 s.)
+    assert_eq!(get(dash.addr(), "/workers").status, 200);
+    proxy.strand_all();
+    proxy.set_new_conns(NewConns::Strand);
+    for path in ["/", "/jobs", "/jobs/1", "/workers", "/periodic"] {
+        let started = Instant::now();
+        let r = get(dash.addr(), path);
+        let took = started.elapsed();
+        eprintln!(
+            "measured: {path} with a half-open database -> {} in {took:?}",
+            r.status
+        );
+        assert!(
+            matches!(r.status, 503 | 504),
+            "{path}: {} {}",
+            r.status,
+            r.body
+        );
+        assert!(r.body.contains("did not answer in time"), "{}", r.body);
+        assert!(took < Duration::from_secs(5), "{path} took {took:?}");
+    }
+    let started = Instant::now();
+    dash.shutdown();
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn slow_clients_neither_stall_others_nor_hold_a_thread_forever() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(2)
+        .read_timeout(Duration::from_secs(2))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // One client sends half a head and goes silent.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    for _ in 0..5 {
+        assert_eq!(get(addr, "/workers").status, 200);
+    }
+    let took = started.elapsed();
+    eprintln!("measured: 5 requests beside a stalled client in {took:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "stalled by a slow client: {took:?}"
+    );
+    // The slow one is answered 408 and closed after the read timeout.
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = slow.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+
+    // Oversized heads are refused, not buffered.
+    let mut big = TcpStream::connect(addr).unwrap();
+    let _ = big.write_all(format!("GET /{} HTTP/1.1\r\n", "a".repeat(40_000)).as_bytes());
+    big.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut answer = String::new();
+    let _ = big.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    dash.shutdown();
+}
+
+#[test]
+fn a_flood_of_silent_connections_gets_quick_answers_not_a_hang() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(2)
+        .read_timeout(Duration::from_secs(3))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // More silent clients than threads and queue together.
+    let silent: Vec<TcpStream> = (0..60).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let r = get(addr, "/workers");
+    let took = started.elapsed();
+    eprintln!(
+        "measured: a request behind 60 silent connections -> {} in {took:?}",
+        r.status
+    );
+    // Refused at once when the queue is full; served, or refused, within about the read
+    // timeout (3 s) when the flood was slow to arrive and it got a place in the queue.
+    assert!(matches!(r.status, 200 | 503), "{}", r.body);
+    if r.status == 503 {
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    drop(silent);
+    // Once they are gone the dashboard serves again.
+    assert!(wait_until(Duration::from_secs(10), || get(
+        addr, "/workers"
+    )
+    .status
+        == 200));
+    dash.shutdown();
+}
+
+#[cfg(feature = "cli")]
+#[test]
+fn the_dashboard_command_serves_until_killed_and_checks_its_auth_settings() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    app.defer("from_cli", &json!({"a": 1})).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .args(["dashboard", "--listen", "127.0.0.1:0", "--read-only"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("POSTPONE_DASHBOARD_TOKEN")
+        .env_remove("POSTPONE_DASHBOARD_USER")
+        .env_remove("POSTPONE_DASHBOARD_PASSWORD")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches(',');
+    assert!(line.contains("read-only"), "{line}");
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let page = get(addr, "/jobs");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("from_cli") && page.body.contains("read-only"));
+
+    let out = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env("POSTPONE_DASHBOARD_TOKEN", "t")
+        .env("POSTPONE_DASHBOARD_USER", "u")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("set either POSTPONE_DASHBOARD_TOKEN"), "{err}");
+}
+
+#[test]
+fn a_request_queued_behind_slow_clients_is_answered_within_about_the_read_timeout() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(1)
+        .read_timeout(Duration::from_secs(1))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // Four silent clients: served one at a time, each would hold the thread for 1 s.
+    let silent: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let started = Instant::now();
+    let r = get(addr, "/workers");
+    let took = started.elapsed();
+    eprintln!(
+        "measured: a request queued behind 4 silent clients -> {} in {took:?}",
+        r.status
+    );
+    // Served in turn it would wait 4 s. Connections that waited past the read timeout are
+    // answered 503 at once instead, so this one is served (or refused) within about 1 s.
+    assert!(matches!(r.status, 200 | 503), "{}", r.body);
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    drop(silent);
+    dash.shutdown();
+}
+
+#[test]
+fn without_auth_only_requests_to_an_address_or_localhost_are_answered() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = dashboard(&app);
+    let raw = |host: &str| -> Resp {
+        let mut s = TcpStream::connect(dash.addr()).unwrap();
+        s.write_all(format!("GET /jobs HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        read_response(&mut s)
+    };
+    // A rebinding page would send its own host name.
+    let r = raw("evil.example:8080");
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("POSTPONE_DASHBOARD_TOKEN"), "{}", r.body);
+    assert_eq!(
+        raw(&format!("localhost:{}", dash.addr().port())).status,
+        200
+    );
+    assert_eq!(raw(&dash.addr().to_string()).status, 200);
+    dash.shutdown();
+
+    let guarded = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .auth(Some(DashboardAuth::Token("t".into())))
+        .spawn()
+        .unwrap();
+    let mut s = TcpStream::connect(guarded.addr()).unwrap();
+    s.write_all(b"GET /jobs HTTP/1.1\r\nHost: dash.example\r\nAuthorization: Bearer t\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut s).status,
+        200,
+        "a host name is fine with auth"
+    );
+    guarded.shutdown();
+}
+
+#[test]
+fn the_abort_button_stops_a_running_job() {
+    use postpone::{Job, TaskError, Tasks, Worker};
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut tasks = Tasks::new();
+    tasks.register("spin", |job: &Job| -> Result<(), TaskError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !job.should_abort() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    });
+    let id = app.defer("spin", &json!({})).unwrap();
+    let worker = Worker::builder(&app, tasks).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(20), || status_of(&app, id) == "doing"));
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), &format!("/jobs/{id}"));
+    assert!(page.body.contains("id=\"abort\"") && !page.body.contains("id=\"cancel\""));
+    let r = request(
+        dash.addr(),
+        "POST",
+        &format!("/jobs/{id}/abort"),
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &format!("csrf={}&go=1", csrf_of(&page.body)),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/jobs/{id}?done=abort-requested").as_str())
+    );
+    assert!(wait_until(Duration::from_secs(10), || status_of(&app, id) == "aborted"));
+    let after = get(dash.addr(), &format!("/jobs/{id}"));
+    assert!(after.body.contains("s-aborted") && !after.body.contains("id=\"abort\""));
+    dash.shutdown();
+    assert!(worker.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
+fn schedules_given_by_the_program_show_their_exact_next_instant() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut tasks = postpone::Tasks::new();
+    tasks.register(
+        "report",
+        |_: &postpone::Job| -> Result<(), postpone::TaskError> { Ok(()) },
+    );
+    tasks.periodic("report", "0 0 1 1 *").id("<yearly>");
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .schedules(&tasks)
+        .spawn()
+        .unwrap();
+    let page = get(dash.addr(), "/periodic");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("<code>0 0 1 1 *</code>"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("&lt;yearly&gt;") && page.body.contains("none yet"));
+    // The next 1 January, 00:00 UTC.
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let year = 1970 + secs / 31_556_952;
+    // (The year is approximate within hours of New Year: accept either neighbour.)
+    let found = [year, year + 1, year + 2]
+        .iter()
+        .any(|y| page.body.contains(&format!("{y}-01-01 00:00:00 UTC")));
+    assert!(found, "no next 1 January near {year} in {}", page.body);
+    dash.shutdown();
+}
