@@ -665,3 +665,26 @@ fn schedules_given_by_the_program_show_their_exact_next_instant() {
     assert!(found, "no next 1 January near {year} in {}", page.body);
     dash.shutdown();
 }
+
+/// A job's output and its latest progress (issue 14) are shown on its page, escaped.
+#[test]
+fn a_jobs_output_and_progress_are_shown_on_its_page() {
+    init_logging();
+    let db = TestDb::new();
+    let fx = Fixture::new(&db);
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET output = '{\"size\": [640, 480], \"note\": \"<b>x</b>\"}',
+                    progress = '{\"done\": 3, \"of\": 7}', progress_at = now()
+              WHERE id = $1",
+            &[&fx.ok.0],
+        )
+        .unwrap();
+    let dash = dashboard(&fx.app);
+    let page = get(dash.addr(), &format!("/jobs/{}", fx.ok));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_inert(&page.body);
+    assert!(page.body.contains("<h2>Output</h2>"), "{}", page.body);
+    assert!(page.body.contains("&lt;b&gt;x&lt;/b&gt;"), "{}", page.body);
+    assert!(page.body.contains("&quot;done&quot;: 3"), "{}", page.body);
+}
