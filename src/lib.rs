@@ -19,6 +19,7 @@
 
 mod admin;
 mod app;
+mod client_trait;
 mod conn;
 mod error;
 mod insert;
@@ -50,6 +51,7 @@ pub use admin::{
     JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
 pub use app::{App, AppBuilder, PooledConnection};
+pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};
