@@ -195,7 +195,10 @@ impl WorkerBuilder {
 
     /// A worker whose heartbeat is older than this is presumed dead: any other worker
     /// removes it and puts its running jobs back in the queue. Must be longer than
-    /// `heartbeat_interval` plus the App's `io_timeout`. Defaults to 30 s.
+    /// `heartbeat_interval` plus the App's `io_timeout`, and `heartbeat_interval` below three
+    /// quarters of it: a worker starts jobs only while its last accepted heartbeat is younger
+    /// than three quarters of `stalled_after` (its lease), so that no other worker can have
+    /// presumed it dead. Defaults to 30 s.
     pub fn stalled_after(mut self, after: Duration) -> Self {
         self.opts.stalled_after = after;
         self
@@ -313,6 +316,14 @@ impl WorkerBuilder {
                 "stalled_after ({}) is not longer than heartbeat_interval + io_timeout ({}): a live worker whose heartbeat round-trip runs to its deadline could be presumed dead and its jobs run twice",
                 crate::error::fmt_duration(opts.stalled_after),
                 crate::error::fmt_duration(margin)
+            );
+        }
+        let lease = beat::lease_span(opts.stalled_after);
+        if opts.heartbeat_interval >= lease {
+            log::warn!(
+                "heartbeat_interval ({}) is not below three quarters of stalled_after ({}): the worker's lease on its jobs would lapse between heartbeats, and it starts no job while its lease has lapsed; lower heartbeat_interval or raise stalled_after",
+                crate::error::fmt_duration(opts.heartbeat_interval),
+                crate::error::fmt_duration(lease)
             );
         }
         let group = app.inner.watchdog.new_group();
