@@ -49,6 +49,7 @@ pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
     JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
+pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};

@@ -347,3 +347,26 @@ UPDATE postpone_jobs j
                      ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                          jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text)) END
  WHERE j.id = $1 AND j.status = 'doing'";
+
+/// Pauses queue `$1` (NULL: every queue), schema version 5. Returns the pause time, or no
+/// row when it was already paused (the first pause keeps its time).
+pub(crate) const QUEUE_PAUSE: &str = "
+INSERT INTO postpone_paused_queues (queue) VALUES ($1::text)
+ON CONFLICT DO NOTHING
+RETURNING paused_at";
+
+/// Lifts the pause of queue `$1` and wakes its workers (the table is the truth; the wake
+/// only makes them look at once). Returns how many pauses were lifted (0 or 1).
+pub(crate) const QUEUE_RESUME: &str = "
+WITH d AS (DELETE FROM postpone_paused_queues WHERE queue = $1::text RETURNING 1)
+SELECT (SELECT count(*) FROM d), postpone_wake($1::text)::text";
+
+/// Lifts every pause (of all queues and of each queue) and wakes every worker. Returns how
+/// many pauses were lifted.
+pub(crate) const QUEUE_RESUME_ALL: &str = "
+WITH d AS (DELETE FROM postpone_paused_queues RETURNING 1)
+SELECT (SELECT count(*) FROM d), pg_notify('postpone', 'job:*')::text";
+
+/// The pauses: queue (NULL: every queue) and since when, the pause of all queues first.
+pub(crate) const QUEUE_PAUSED: &str = "
+SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
