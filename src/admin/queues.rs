@@ -46,7 +46,11 @@ pub struct Pauses {
 impl Pauses {
     /// Whether no job of `queue` is claimed now (its own pause, or the pause of all).
     pub fn is_paused(&self, queue: &str) -> bool {
-        self.all.is_some() || self.queues.iter().any(|p| p.queue.as_deref() == Some(queue))
+        self.all.is_some()
+            || self
+                .queues
+                .iter()
+                .any(|p| p.queue.as_deref() == Some(queue))
     }
 
     /// Whether nothing is paused.
@@ -63,8 +67,7 @@ impl Admin {
     /// [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES) is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error.
     pub fn pause(&self, queue: &str) -> Result<bool> {
-        limits::check_name("queue", queue)
-            .map_err(|e| e.context("pausing a queue"))?;
+        limits::check_name("queue", queue).map_err(|e| e.context("pausing a queue"))?;
         let mut conn = self.conn()?;
         let rows = conn.query_named("pausing a queue", store::QUEUE_PAUSE, &[&Some(queue)])?;
         if !rows.is_empty() {
@@ -77,11 +80,7 @@ impl Admin {
     /// `false` if every queue was already paused.
     pub fn pause_all(&self) -> Result<bool> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named(
-            "pausing every queue",
-            store::QUEUE_PAUSE,
-            &[&None::<&str>],
-        )?;
+        let rows = conn.query_named("pausing every queue", store::QUEUE_PAUSE, &[&None::<&str>])?;
         if !rows.is_empty() {
             log::info!("every queue paused by the admin API");
         }
@@ -92,8 +91,7 @@ impl Admin {
     /// paused on its own. While every queue is paused ([`pause_all`](Self::pause_all)) the
     /// queue stays paused until [`resume_all`](Self::resume_all).
     pub fn resume(&self, queue: &str) -> Result<bool> {
-        limits::check_name("queue", queue)
-            .map_err(|e| e.context("resuming a queue"))?;
+        limits::check_name("queue", queue).map_err(|e| e.context("resuming a queue"))?;
         let mut conn = self.conn()?;
         let rows = conn.query_named("resuming a queue", store::QUEUE_RESUME, &[&queue])?;
         let lifted = rows.first().is_some_and(|r| r.get::<_, i64>(0) > 0);

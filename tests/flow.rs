@@ -1,0 +1,277 @@
+//! Flow control against the real PostgreSQL with several workers: a paused queue is never
+//! started (the tasks record their starts), resuming wakes the workers at once (their poll is
+//! too slow to explain it), running jobs finish, pausing all queues, pauses survive a worker
+//! restart, and bad queue names are clear errors.
+
+mod support;
+mod worker_util;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::unbounded;
+use postpone::{ErrorKind, Job, Tasks, WorkerHandle};
+use support::wait_until;
+use worker_util::*;
+
+const SHUTDOWN: Duration = Duration::from_secs(5);
+/// Longer than any test waits: a job that runs after a resume was woken by the notification.
+const SLOW_POLL: Duration = Duration::from_secs(60);
+
+fn stop(handle: WorkerHandle) {
+    let report = handle.shutdown(SHUTDOWN);
+    assert!(report.is_clean(), "unclean shutdown: {report}");
+}
+
+type Starts = Arc<Mutex<Vec<(String, i64)>>>;
+
+/// Tasks whose `record` task notes (queue, job id) in `starts` when it starts.
+fn recording_into(starts: &Starts) -> Tasks {
+    let seen = starts.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("record", move |job: &Job| {
+        seen.lock()
+            .unwrap()
+            .push((job.queue().to_owned(), job.id().get()));
+        Ok(())
+    });
+    tasks
+}
+
+/// Tasks that record their starts, and the record.
+fn recording() -> (Tasks, Starts) {
+    let starts: Starts = Arc::default();
+    (recording_into(&starts), starts)
+}
+
+fn started_in(starts: &Starts, queue: &str) -> usize {
+    starts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.0 == queue)
+        .count()
+}
+
+fn count(db: &support::TestDb, queue: &str, status: &str) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE queue = $1 AND status = $2",
+            &[&queue, &status],
+        )
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_paused_queue_is_never_started_and_resume_wakes_every_worker() {
+    let (db, app) = setup();
+    let admin = app.admin();
+    assert!(admin.paused().unwrap().is_empty());
+    assert!(admin.pause("slow").unwrap(), "a new pause");
+    assert!(
+        !admin.pause("slow").unwrap(),
+        "already paused: nothing changes"
+    );
+    let p = admin.paused().unwrap();
+    assert!(p.is_paused("slow") && !p.is_paused("fast") && p.all.is_none());
+    assert_eq!(p.queues.len(), 1);
+
+    let starts: Starts = Arc::default();
+    let mut handles = Vec::new();
+    // Workers of every queue (the claim finds the queues itself) and of named queues.
+    for i in 0..3 {
+        let b = fast_worker(&app, recording_into(&starts))
+            .poll_interval(SLOW_POLL)
+            .concurrency(2);
+        let b = if i == 2 {
+            b.queues(["slow", "fast"])
+        } else {
+            b
+        };
+        handles.push(b.spawn().unwrap());
+    }
+    // Higher priority in the paused queue: a claim that ignored the pause would take them
+    // first.
+    for i in 0..20 {
+        app.job("record")
+            .queue("slow")
+            .priority(10)
+            .defer(&i)
+            .unwrap();
+        app.job("record").queue("fast").defer(&i).unwrap();
+        app.job("record").queue("other").defer(&i).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || count(&db, "fast", "succeeded")
+            == 20
+            && count(&db, "other", "succeeded") == 20),
+        "the queues not paused ran"
+    );
+    // More claims go by (every deferred job woke the workers); nothing of "slow" started.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(started_in(&starts, "slow"), 0);
+    assert_eq!(count(&db, "slow", "todo"), 20);
+
+    assert!(admin.resume("slow").unwrap());
+    assert!(!admin.resume("slow").unwrap(), "not paused any more");
+    assert!(admin.paused().unwrap().is_empty());
+    // Woken by the notification: the workers' poll (60 s) is far longer than this wait.
+    assert!(
+        wait_until(Duration::from_secs(20), || count(&db, "slow", "succeeded")
+            == 20),
+        "resume starts the queue again: {} started",
+        started_in(&starts, "slow")
+    );
+    for h in handles {
+        stop(h);
+    }
+    assert_eq!(started_in(&starts, "slow"), 20, "each job ran once");
+}
+
+#[test]
+fn pausing_lets_running_jobs_finish_and_pause_all_holds_every_queue() {
+    let (db, app) = setup();
+    let admin = app.admin();
+    let (started_tx, started_rx) = unbounded::<i64>();
+    let (release_tx, release_rx) = unbounded::<()>();
+    let starts: Starts = Arc::default();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let (started_tx, release_rx, seen) =
+            (started_tx.clone(), release_rx.clone(), starts.clone());
+        let mut tasks = Tasks::new();
+        tasks.register("block", move |job: &Job| {
+            seen.lock()
+                .unwrap()
+                .push((job.queue().to_owned(), job.id().get()));
+            started_tx.send(job.id().get()).unwrap();
+            release_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            Ok(())
+        });
+        handles.push(
+            fast_worker(&app, tasks)
+                .poll_interval(Duration::from_millis(100))
+                .concurrency(2)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    for i in 0..2 {
+        app.job("block").queue("q").defer(&i).unwrap();
+    }
+    for _ in 0..2 {
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    }
+    assert!(admin.pause("q").unwrap());
+    for i in 2..5 {
+        app.job("block").queue("q").defer(&i).unwrap();
+    }
+    for _ in 0..2 {
+        release_tx.send(()).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || count(&db, "q", "succeeded")
+            == 2),
+        "the running jobs finish after the pause"
+    );
+    // Several polls (100 ms) go by: nothing more starts.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(started_in(&starts, "q"), 2);
+    assert_eq!(count(&db, "q", "todo"), 3);
+
+    // Pausing all queues holds queues with no pause of their own, and those with one even
+    // after their own is lifted.
+    assert!(admin.pause_all().unwrap());
+    assert!(!admin.pause_all().unwrap());
+    app.job("block").queue("r").defer(&9).unwrap();
+    assert!(admin.resume("q").unwrap());
+    let p = admin.paused().unwrap();
+    assert!(p.all.is_some() && p.is_paused("q") && p.is_paused("r") && p.queues.is_empty());
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(started_in(&starts, "q") + started_in(&starts, "r"), 2);
+
+    assert!(admin.pause("r").unwrap());
+    assert_eq!(
+        admin.resume_all().unwrap(),
+        2,
+        "the pause of all and that of r"
+    );
+    for _ in 0..4 {
+        release_tx.send(()).unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(10), || count(&db, "q", "succeeded")
+            == 5
+            && count(&db, "r", "succeeded") == 1),
+        "everything runs after resume_all"
+    );
+    for h in handles {
+        stop(h);
+    }
+}
+
+#[test]
+fn a_pause_survives_a_worker_restart() {
+    let (db, app) = setup();
+    assert!(app.admin().pause("kept").unwrap());
+    let (tasks, starts) = recording();
+    let h = fast_worker(&app, tasks).spawn().unwrap();
+    let ids: Vec<i64> = (0..5)
+        .map(|i| app.job("record").queue("kept").defer(&i).unwrap().get())
+        .collect();
+    app.job("record").queue("free").defer(&0).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || count(
+        &db,
+        "free",
+        "succeeded"
+    ) == 1));
+    stop(h);
+
+    // A new App and a new worker (another process, as far as the database can tell).
+    let app2 = app_at(&db.url(), Duration::from_secs(5));
+    assert!(app2.admin().paused().unwrap().is_paused("kept"));
+    let (tasks, starts2) = recording();
+    let h = fast_worker(&app2, tasks).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        started_in(&starts, "kept") + started_in(&starts2, "kept"),
+        0
+    );
+    assert!(app2.admin().resume("kept").unwrap());
+    assert!(wait_until(Duration::from_secs(10), || count(
+        &db,
+        "kept",
+        "succeeded"
+    ) == 5));
+    stop(h);
+    let mut ran: Vec<i64> = starts2.lock().unwrap().iter().map(|s| s.1).collect();
+    ran.sort();
+    assert_eq!(ran, ids);
+}
+
+#[test]
+fn bad_queue_names_are_clear_errors() {
+    let (_db, app) = setup();
+    let admin = app.admin();
+    let long = "q".repeat(256);
+    for (what, res) in [
+        ("pause empty", admin.pause("")),
+        ("pause long", admin.pause(&long)),
+        ("pause nul", admin.pause("a\0b")),
+        ("resume empty", admin.resume("")),
+        ("resume long", admin.resume(&long)),
+    ] {
+        let e = res.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains("queue"), "{what}: {msg}");
+        assert!(
+            msg.len() < 200,
+            "{what}: the message does not echo the name: {msg}"
+        );
+    }
+    // 255 bytes is allowed; nothing was stored by the refused calls.
+    assert!(admin.pause(&"q".repeat(255)).unwrap());
+    assert_eq!(admin.paused().unwrap().queues.len(), 1);
+}
