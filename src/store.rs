@@ -243,7 +243,7 @@ pub(crate) const JOB_GET: &str = concat!(
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       j.output, j.progress, j.progress_at
+       j.output, j.progress, j.progress_at, j.snoozes
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -370,3 +370,11 @@ SELECT (SELECT count(*) FROM d), pg_notify('postpone', 'job:*')::text";
 /// The pauses: queue (NULL: every queue) and since when, the pause of all queues first.
 pub(crate) const QUEUE_PAUSED: &str = "
 SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
+
+/// Snoozes attempts through `postpone_snooze` (schema version 5): back to `todo` through
+/// `postpone_requeue`, due after `$4` microseconds, the attempt given back, one more snooze
+/// counted. Arrays `$1` ids, `$2` workers and `$3` attempts (the fences). Returns what
+/// [`JOB_REQUEUE`] returns.
+pub(crate) const JOB_SNOOZE: &str = "
+SELECT job_id, outcome
+  FROM postpone_snooze($1::bigint[], $2::bigint[], $3::int[], $4::bigint[])";

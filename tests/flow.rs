@@ -275,3 +275,87 @@ fn bad_queue_names_are_clear_errors() {
     assert!(admin.pause(&"q".repeat(255)).unwrap());
     assert_eq!(admin.paused().unwrap().queues.len(), 1);
 }
+
+#[test]
+fn a_snoozed_job_runs_again_later_without_using_an_attempt() {
+    use postpone::TaskError;
+    use std::time::Instant;
+    let (db, app) = setup();
+    // (job id, attempt seen by the task, when), per run.
+    let runs: Arc<Mutex<Vec<(i64, u32, Instant)>>> = Arc::default();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let seen = runs.clone();
+        let mut tasks = Tasks::new();
+        // The default strategy allows one attempt: a snooze that used one would fail the job.
+        tasks.register("nap", move |job: &Job| {
+            let mut runs = seen.lock().unwrap();
+            let before = runs.iter().filter(|r| r.0 == job.id().get()).count();
+            runs.push((job.id().get(), job.attempts(), Instant::now()));
+            if before < 3 {
+                return Err(TaskError::snooze(Duration::from_millis(300)));
+            }
+            Ok(())
+        });
+        tasks.register("forever", |_job: &Job| {
+            Err(TaskError::snooze(Duration::MAX))
+        });
+        handles.push(fast_worker(&app, tasks).spawn().unwrap());
+    }
+    let ids: Vec<i64> = (0..3)
+        .map(|i| app.job("nap").defer(&i).unwrap().get())
+        .collect();
+    let forever = app.job("forever").defer(&0).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || count(
+            &db,
+            "default",
+            "succeeded"
+        ) == 3),
+        "the snoozed jobs ran again and succeeded"
+    );
+    for h in handles {
+        stop(h);
+    }
+    let runs = runs.lock().unwrap().clone();
+    let admin = app.admin();
+    for id in ids {
+        let mine: Vec<&(i64, u32, Instant)> = runs.iter().filter(|r| r.0 == id).collect();
+        assert_eq!(
+            mine.len(),
+            4,
+            "job {id}: three snoozes, then the run that succeeded"
+        );
+        assert!(
+            mine.iter().all(|r| r.1 == 1),
+            "job {id}: always attempt 1: {mine:?}"
+        );
+        for w in mine.windows(2) {
+            let gap = w[1].2 - w[0].2;
+            assert!(
+                gap >= Duration::from_millis(250),
+                "job {id}: ran again after {gap:?}, before its snooze ended"
+            );
+        }
+        let d = admin.job(postpone::JobId(id)).unwrap();
+        assert_eq!(d.snoozes, 3, "job {id}");
+        assert_eq!(d.job.attempts, 1, "job {id}");
+        assert!(
+            d.errors.is_empty(),
+            "a snooze is not an error: {:?}",
+            d.errors
+        );
+    }
+    // A delay past what the database stores is clamped (about 100 years), not an error.
+    let d = admin.job(forever).unwrap();
+    assert_eq!(d.job.status, postpone::JobStatus::Todo);
+    assert_eq!((d.snoozes, d.job.attempts), (1, 0));
+    let years = d
+        .job
+        .scheduled_at
+        .duration_since(std::time::SystemTime::now())
+        .unwrap()
+        .as_secs()
+        / (365 * 24 * 3600);
+    assert!((99..=101).contains(&years), "{years} years");
+}

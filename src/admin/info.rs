@@ -124,6 +124,9 @@ pub struct JobDetail {
     /// When that progress was recorded.
     #[serde(serialize_with = "ser_opt_time")]
     pub progress_at: Option<SystemTime>,
+    /// How many times its task snoozed it ([`TaskError::snooze`](crate::TaskError::snooze)):
+    /// runs that gave their attempt back.
+    pub snoozes: i32,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.

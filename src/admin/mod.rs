@@ -142,6 +142,7 @@ impl Admin {
             output: json_column(row, 19),
             progress: json_column(row, 20),
             progress_at: row.get(21),
+            snoozes: row.get(22),
         })
     }
 

@@ -129,3 +129,40 @@ BEGIN
     END IF;
 END
 $$;
+
+-- How many times a job asked to run again later without using an attempt (a snooze); shown
+-- with the job. A constant default: no table rewrite.
+ALTER TABLE postpone_jobs ADD COLUMN snoozes integer NOT NULL DEFAULT 0;
+
+-- A snooze: the attempts `p_ids`/`p_workers`/`p_attempts` (the fences, as for
+-- postpone_requeue) go back to `todo`, due after `p_delays_us`, their attempt given back and
+-- no error recorded, through postpone_requeue (the one way back to `todo`: an abort request
+-- still ends the job `aborted`, a queueing-lock collision still ends it `superseded`). The
+-- jobs that went back to `todo` count one more snooze; that count is a record only: if
+-- something refuses it (a trigger of the user's), the jobs are requeued all the same.
+-- Returns what postpone_requeue returns.
+CREATE FUNCTION postpone_snooze(p_ids bigint[], p_workers bigint[], p_attempts integer[],
+                                p_delays_us bigint[])
+RETURNS TABLE (job_id bigint, outcome text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids bigint[];
+    v_outcomes text[];
+BEGIN
+    SELECT coalesce(array_agg(r.job_id), '{}'), coalesce(array_agg(r.outcome), '{}')
+      INTO v_ids, v_outcomes
+      FROM postpone_requeue(p_ids, p_workers, p_attempts, p_delays_us,
+                            NULL::text[],
+                            array_fill(true, ARRAY[coalesce(cardinality(p_ids), 0)])) r;
+    BEGIN
+        UPDATE postpone_jobs j
+           SET snoozes = j.snoozes + 1
+          FROM unnest(v_ids, v_outcomes) AS r(id, outcome)
+         WHERE j.id = r.id AND r.outcome = 'todo';
+    EXCEPTION WHEN OTHERS THEN
+        NULL;
+    END;
+    RETURN QUERY SELECT * FROM unnest(v_ids, v_outcomes);
+END
+$$;

@@ -23,6 +23,7 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         (Some(pid), Some(at)) => format!("id {pid:?}, instant {} UTC", output::time(at)),
         _ => "-".to_owned(),
     };
+    let snoozes = (d.snoozes > 0).then(|| ("snoozes", d.snoozes.to_string()));
     let fields = [
         ("id", j.id.to_string()),
         ("task", j.task.clone()),
@@ -45,8 +46,10 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ),
         ("periodic", periodic),
     ];
-    for (k, v) in fields {
-        writeln!(out, "{:<17}{}", format!("{k}:"), output::clean(&v))?;
+    // Snoozes only when there were some (runs that gave their attempt back).
+    let (head, tail) = fields.split_at(5);
+    for (k, v) in head.iter().chain(snoozes.iter()).chain(tail) {
+        writeln!(out, "{:<17}{}", format!("{k}:"), output::clean(v))?;
     }
     if d.errors.is_empty() {
         writeln!(out, "{:<17}none", "errors:")?;
