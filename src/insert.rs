@@ -100,6 +100,7 @@ pub struct NewJob<S = Detached> {
     queueing_lock: Option<String>,
     schedule: Schedule,
     args: RawJson,
+    max_attempts: Option<u32>,
 }
 
 impl<S> fmt::Debug for NewJob<S> {
@@ -112,6 +113,7 @@ impl<S> fmt::Debug for NewJob<S> {
             .field("queueing_lock", &self.queueing_lock)
             .field("schedule", &self.schedule)
             .field("args", &self.args.0)
+            .field("max_attempts", &self.max_attempts)
             .finish()
     }
 }
@@ -141,6 +143,7 @@ impl<S> NewJob<S> {
             queueing_lock: None,
             schedule: Schedule::Now,
             args: RawJson("null".into()),
+            max_attempts: None,
         }
     }
 
@@ -184,6 +187,17 @@ impl<S> NewJob<S> {
     /// Not before `delay` from now (by the database's clock). Defaults to now.
     pub fn schedule_in(mut self, delay: Duration) -> Self {
         self.schedule = Schedule::In(delay);
+        self
+    }
+
+    /// At most this many attempts for this job, whatever its task's
+    /// [`RetryStrategy`](crate::RetryStrategy) allows (its delays still apply between
+    /// attempts): 1 runs it once. Snoozes ([`TaskError::snooze`](crate::TaskError::snooze))
+    /// do not count. Zero, or more than `i32::MAX`, is an
+    /// [`InvalidInput`](ErrorKind::InvalidInput) error when the job is deferred. Defaults to
+    /// the task's strategy.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
         self
     }
 
@@ -238,6 +252,14 @@ impl<S> NewJob<S> {
             }
             Schedule::Now => {}
         }
+        if let Some(n) = self.max_attempts {
+            if n == 0 || n > i32::MAX as u32 {
+                return Err(Error::invalid(format!(
+                    "invalid max_attempts {n}: it must be at least 1 and at most {}",
+                    i32::MAX
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -262,6 +284,7 @@ impl<S> NewJob<S> {
             queueing_lock: self.queueing_lock.clone(),
             at,
             delay_us,
+            max_attempts: self.max_attempts.map(|n| n.min(i32::MAX as u32) as i32),
         }
     }
 }
@@ -362,11 +385,12 @@ struct Row {
     queueing_lock: Option<String>,
     at: Option<SystemTime>,
     delay_us: i64,
+    max_attempts: Option<i32>,
 }
 
 impl Row {
     /// The parameters of `store::JOB_INSERT`.
-    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 9] {
         [
             &self.queue,
             &self.task,
@@ -376,6 +400,7 @@ impl Row {
             &self.queueing_lock,
             &self.at,
             &self.delay_us,
+            &self.max_attempts,
         ]
     }
 
@@ -443,6 +468,7 @@ struct BatchColumns {
     queueing_lock: Vec<Option<String>>,
     at: Vec<Option<SystemTime>>,
     delay: Vec<i64>,
+    max_attempts: Vec<Option<i32>>,
 }
 
 impl BatchColumns {
@@ -457,6 +483,7 @@ impl BatchColumns {
             queueing_lock: Vec::with_capacity(n),
             at: Vec::with_capacity(n),
             delay: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
         };
         for (i, j) in jobs.iter().enumerate() {
             j.validate()
@@ -470,11 +497,12 @@ impl BatchColumns {
             c.queueing_lock.push(r.queueing_lock);
             c.at.push(r.at);
             c.delay.push(r.delay_us);
+            c.max_attempts.push(r.max_attempts);
         }
         Ok(c)
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 9] {
         [
             &self.queue,
             &self.task,
@@ -484,6 +512,7 @@ impl BatchColumns {
             &self.queueing_lock,
             &self.at,
             &self.delay,
+            &self.max_attempts,
         ]
     }
 }

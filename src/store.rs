@@ -10,21 +10,25 @@
 /// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`.
 pub(crate) const CHANNEL: &str = "postpone";
 
-/// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now.
+/// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
+/// its own attempt limit (schema version 5) or NULL.
 pub(crate) const JOB_INSERT: &str = "
-INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
+INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                           max_attempts)
 VALUES ($1, $2, $3, $4, $5, $6,
-        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'))
+        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int)
 RETURNING id";
 
 /// Inserts many jobs in one statement; ids come back in input order.
 pub(crate) const JOB_INSERT_BATCH: &str = "
-INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
+INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                           max_attempts)
 SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
-       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond')
+       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond'), u.max_attempts
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
-              $7::timestamptz[], $8::bigint[])
-       WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us, n)
+              $7::timestamptz[], $8::bigint[], $9::int[])
+       WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us,
+                            max_attempts, n)
  ORDER BY u.n
 RETURNING id";
 
@@ -38,10 +42,15 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// the worker's row is gone (it was presumed dead): it must register again first. The
 /// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
 /// not due yet), whatever the table's statistics say.
+///
+/// Each job's own attempt limit (schema version 5) comes with it, read by primary key: as
+/// `{n}` (or `{NULL}`: none); NULL when this statement's snapshot, older than the claim's, did
+/// not see the job yet (inserted during the claim): [`JOB_MAX_ATTEMPTS`] reads those.
 pub(crate) const JOB_CLAIM: &str = "
-SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at,
-       queue_wait
-  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
+       c.scheduled_at, c.queue_wait,
+       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts
+  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[]) c";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the
@@ -243,7 +252,7 @@ pub(crate) const JOB_GET: &str = concat!(
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       j.output, j.progress, j.progress_at, j.snoozes
+       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -333,7 +342,7 @@ UPDATE postpone_jobs
               ORDER BY priority DESC, id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED)
-RETURNING id, queue, task, args, attempts, priority, lock";
+RETURNING id, queue, task, args, attempts, priority, lock, max_attempts";
 
 /// Records the final outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2`, output
 /// `$3`, error `$4` appended to its errors. (A retry goes through [`JOB_REQUEUE`].)
@@ -378,3 +387,8 @@ SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
 pub(crate) const JOB_SNOOZE: &str = "
 SELECT job_id, outcome
   FROM postpone_snooze($1::bigint[], $2::bigint[], $3::int[], $4::bigint[])";
+
+/// The attempt limits of jobs `$1` (schema version 5), for claimed jobs that
+/// [`JOB_CLAIM`]'s snapshot did not see.
+pub(crate) const JOB_MAX_ATTEMPTS: &str = "
+SELECT id, max_attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";

@@ -298,11 +298,12 @@ impl Mark {
                 app: self.app.clone(),
                 extras: JobExtras::default(),
             };
-            ran.push(self.run_one(tasks, &job)?);
+            let max_attempts: Option<i32> = r.get(7);
+            ran.push(self.run_one(tasks, &job, max_attempts)?);
         }
     }
 
-    fn run_one(&self, tasks: &Tasks, job: &Job) -> Result<Ran> {
+    fn run_one(&self, tasks: &Tasks, job: &Job, max_attempts: Option<i32>) -> Result<Ran> {
         let attempt = job.attempts();
         let mut snoozed = false;
         let (mut status, delay, error) = match tasks.map.get(&job.task) {
@@ -318,7 +319,11 @@ impl Mark {
             Some(task) => match catch_unwind(AssertUnwindSafe(|| (task.func)(job))) {
                 Ok(Ok(())) => (JobStatus::Succeeded, Duration::ZERO, None),
                 Ok(Err(e)) => {
-                    let strategy = &task.options.retry;
+                    // The job's own attempt limit overrides the strategy's, as in a worker.
+                    let strategy = &match max_attempts {
+                        Some(n) => task.options.retry.clone().max_attempts(n.max(1) as u32),
+                        None => task.options.retry.clone(),
+                    };
                     let msg = e.message().to_owned();
                     match e.action {
                         TaskAction::Fail => (JobStatus::Failed, Duration::ZERO, Some(msg)),

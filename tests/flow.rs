@@ -359,3 +359,85 @@ fn a_snoozed_job_runs_again_later_without_using_an_attempt() {
         / (365 * 24 * 3600);
     assert!((99..=101).contains(&years), "{years} years");
 }
+
+#[test]
+fn max_attempts_at_defer_time_overrides_the_tasks_strategy() {
+    use postpone::{NewJob, RetryStrategy};
+    let (db, app) = setup();
+    let runs: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let (a, b) = (runs.clone(), runs.clone());
+        let mut tasks = Tasks::new();
+        tasks
+            .register("five", move |job: &Job| {
+                a.lock().unwrap().push(job.id().get());
+                Err(std::io::Error::other("always").into())
+            })
+            .retry(RetryStrategy::fixed(Duration::ZERO, 5));
+        // The default strategy: one attempt.
+        tasks.register("once", move |job: &Job| {
+            b.lock().unwrap().push(job.id().get());
+            Err(std::io::Error::other("always").into())
+        });
+        handles.push(fast_worker(&app, tasks).spawn().unwrap());
+    }
+    let fewer = app.job("five").max_attempts(2).defer(&0).unwrap();
+    let one = app.job("five").max_attempts(1).defer(&1).unwrap();
+    let strategy = app.job("five").defer(&2).unwrap();
+    let more = app.job("once").max_attempts(3).defer(&3).unwrap();
+    let ids = app
+        .defer_batch(&[NewJob::new("once", &4).unwrap().max_attempts(2)])
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || count(&db, "default", "failed")
+            == 5),
+        "every job fails in the end"
+    );
+    for h in handles {
+        stop(h);
+    }
+    let runs = runs.lock().unwrap().clone();
+    let admin = app.admin();
+    for (id, want, limit) in [
+        (fewer, 2, Some(2)),
+        (one, 1, Some(1)),
+        (strategy, 5, None),
+        (more, 3, Some(3)),
+        (ids[0], 2, Some(2)),
+    ] {
+        assert_eq!(
+            runs.iter().filter(|r| **r == id.get()).count(),
+            want,
+            "job {id}: its runs"
+        );
+        let d = admin.job(id).unwrap();
+        assert_eq!(d.job.attempts, want as u32, "job {id}");
+        assert_eq!(d.max_attempts, limit, "job {id}");
+    }
+}
+
+#[test]
+fn max_attempts_below_one_is_refused_before_anything_is_inserted() {
+    use postpone::NewJob;
+    let (db, app) = setup();
+    let e = app.job("t").max_attempts(0).defer(&0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("max_attempts"), "{e}");
+    let e = app.job("t").max_attempts(u32::MAX).defer(&0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let e = app
+        .defer_batch(&[
+            NewJob::new("t", &1).unwrap(),
+            NewJob::new("t", &2).unwrap().max_attempts(0),
+        ])
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("job 1 of the batch"), "{e}");
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}

@@ -127,6 +127,9 @@ pub struct JobDetail {
     /// How many times its task snoozed it ([`TaskError::snooze`](crate::TaskError::snooze)):
     /// runs that gave their attempt back.
     pub snoozes: i32,
+    /// The attempt limit it was deferred with
+    /// ([`NewJob::max_attempts`](crate::NewJob::max_attempts)); `None`: its task's strategy.
+    pub max_attempts: Option<i32>,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.

@@ -143,6 +143,7 @@ impl Admin {
             progress: json_column(row, 20),
             progress_at: row.get(21),
             snoozes: row.get(22),
+            max_attempts: row.get(23),
         })
     }
 

@@ -166,3 +166,7 @@ BEGIN
     RETURN QUERY SELECT * FROM unnest(v_ids, v_outcomes);
 END
 $$;
+
+-- The attempt limit a job was deferred with (at least 1, checked by the library), overriding
+-- its task's retry strategy; NULL: the strategy decides.
+ALTER TABLE postpone_jobs ADD COLUMN max_attempts integer;

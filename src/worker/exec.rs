@@ -193,6 +193,7 @@ fn run_one(
             other => break other,
         }
     };
+    let max_attempts = claimed.max_attempts;
     let job = Job {
         id: claimed.id,
         task: claimed.task,
@@ -245,7 +246,14 @@ fn run_one(
             Decision::Failed(msg),
         ));
     };
-    let allowed = task.options.retry.attempts_allowed();
+    // The job's own attempt limit, given when it was deferred, overrides the strategy's.
+    let strategy = match max_attempts {
+        Some(n) => {
+            std::borrow::Cow::Owned(task.options.retry.clone().max_attempts(n.max(1) as u32))
+        }
+        None => std::borrow::Cow::Borrowed(&task.options.retry),
+    };
+    let allowed = strategy.attempts_allowed();
     if attempt > allowed + MAX_RESCUES {
         // Earlier attempts ended with their worker (rescued after a crash, each time): a
         // job that kills its worker must not loop forever.
@@ -311,13 +319,13 @@ fn run_one(
                 shared.name
             ))
         }
-        Ok(Err(e)) => decide(&e, attempt, &task.options.retry),
+        Ok(Err(e)) => decide(&e, attempt, &strategy),
         Err(p) => {
             let e = TaskError::with_action(
                 TaskAction::Error,
                 format!("task panicked: {}", panic_text(&p)),
             );
-            decide(&e, attempt, &task.options.retry)
+            decide(&e, attempt, &strategy)
         }
     };
     Some(finish(shared, key, &job, took, decision))

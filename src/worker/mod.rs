@@ -91,6 +91,8 @@ pub(crate) struct Claimed {
     pub(crate) abort_requested: bool,
     /// The worker identity that claimed it: with `id` and `attempts`, the attempt's fence.
     pub(crate) worker: i64,
+    /// Its own attempt limit, given when it was deferred (overrides the task's strategy).
+    pub(crate) max_attempts: Option<i32>,
 }
 
 impl Claimed {
