@@ -11,24 +11,28 @@
 pub(crate) const CHANNEL: &str = "postpone";
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
-/// its own attempt limit (schema version 5) or NULL.
+/// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs.
 pub(crate) const JOB_INSERT: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                           max_attempts)
+                           max_attempts, tags, meta)
 VALUES ($1, $2, $3, $4, $5, $6,
-        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int)
+        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
+        $10::text[], $11::jsonb)
 RETURNING id";
 
 /// Inserts many jobs in one statement; ids come back in input order.
 pub(crate) const JOB_INSERT_BATCH: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                           max_attempts)
+                           max_attempts, tags, meta)
 SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
-       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond'), u.max_attempts
+       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond'), u.max_attempts,
+       CASE WHEN u.tags IS NOT NULL
+            THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
+       u.meta
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
-              $7::timestamptz[], $8::bigint[], $9::int[])
+              $7::timestamptz[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[])
        WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us,
-                            max_attempts, n)
+                            max_attempts, tags, meta, n)
  ORDER BY u.n
 RETURNING id";
 
@@ -252,7 +256,7 @@ pub(crate) const JOB_GET: &str = concat!(
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts
+       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts, j.tags, j.meta
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"

@@ -1840,3 +1840,65 @@ fn pause_and_resume_queues_and_stats_shows_them() {
     fails(Some(url), &["resume", &"q".repeat(256)], "queue");
     assert!(!ok(url, &["stats"]).contains("paused"));
 }
+
+#[test]
+fn defer_with_tags_and_meta_then_list_by_tag() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    let id = ok(
+        url,
+        &[
+            "defer",
+            "t",
+            "1",
+            "--tag",
+            "billing",
+            "--tag",
+            "eu",
+            "--meta",
+            r#"{"request": "r-1", "n": 18446744073709551616}"#,
+        ],
+    );
+    assert_eq!(id, "deferred job 1 (t)\n");
+    ok(url, &["defer", "t", "2", "--tag", "billing"]);
+    ok(url, &["defer", "t", "3"]);
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["jobs"];
+        a.extend_from_slice(args);
+        table(&ok(url, &a))
+            .iter()
+            .skip(1)
+            .filter(|r| !r[0].starts_with("--"))
+            .map(|r| r[0].clone())
+            .collect()
+    };
+    assert_eq!(ids(&["--tag", "billing"]), ["2", "1"]);
+    assert_eq!(ids(&["--tag", "billing", "--tag", "eu"]), ["1"]);
+    assert_eq!(ids(&["--tag", "nothing"]), Vec::<String>::new());
+    let v = json(url, &["job", "1"]);
+    assert_eq!(v["tags"], serde_json::json!(["billing", "eu"]));
+    assert_eq!(v["meta"]["request"], "r-1");
+    let text = ok(url, &["job", "1"]);
+    assert!(text.contains("\ntags:            billing, eu\n"), "{text}");
+    assert!(text.contains("\nmeta:            {"), "{text}");
+    // The bulk commands take the same selection.
+    assert_eq!(
+        ok(url, &["cancel", "--tag", "eu"]),
+        "1 job(s) matched; 1 cancelled, 0 skipped\n"
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--meta", "[1]"],
+        "must be a JSON object",
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--meta", "{"],
+        "invalid JSON metadata",
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--tag", ""],
+        "tag must not be empty",
+    );
+}

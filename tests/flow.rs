@@ -441,3 +441,135 @@ fn max_attempts_below_one_is_refused_before_anything_is_inserted() {
         .get(0);
     assert_eq!(n, 0);
 }
+
+#[test]
+fn tags_and_meta_are_stored_shown_and_filtered_on() {
+    use postpone::{JobFilter, NewJob};
+    use serde_json::json;
+    let (db, app) = setup();
+    let a = app
+        .job("t")
+        .tags(["billing", "eu"])
+        .meta(&json!({"request": "r-1", "n": 7}))
+        .defer(&1)
+        .unwrap();
+    let ids = app
+        .defer_batch(&[
+            NewJob::new("t", &2).unwrap().tags(["billing"]),
+            NewJob::new("t", &3).unwrap(),
+            NewJob::new("t", &4)
+                .unwrap()
+                .tags(Vec::<String>::new())
+                .meta(&json!({})),
+        ])
+        .unwrap();
+    let mut client = db.client();
+    let mut tx = client.transaction().unwrap();
+    let c = app
+        .job("t")
+        .tags(["eu"])
+        .meta(&json!({"k": [1, 2]}))
+        .defer_in(&mut tx, &5)
+        .unwrap();
+    tx.commit().unwrap();
+
+    let admin = app.admin();
+    let d = admin.job(a).unwrap();
+    assert_eq!(d.tags, ["billing", "eu"]);
+    assert_eq!(d.meta, Some(json!({"request": "r-1", "n": 7})));
+    let d = admin.job(ids[1]).unwrap();
+    assert!(d.tags.is_empty() && d.meta.is_none());
+    let d = admin.job(ids[2]).unwrap();
+    assert!(d.tags.is_empty());
+    assert_eq!(d.meta, Some(json!({})));
+    let d = admin.job(c).unwrap();
+    assert_eq!(
+        (d.tags.clone(), d.meta.clone()),
+        (vec!["eu".to_owned()], Some(json!({"k": [1, 2]})))
+    );
+
+    let listed = |f: JobFilter| -> Vec<i64> {
+        let mut v: Vec<i64> = admin.jobs(&f).unwrap().iter().map(|j| j.id.get()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        listed(JobFilter::new().tag("billing")),
+        [a.get(), ids[0].get()]
+    );
+    assert_eq!(listed(JobFilter::new().tag("eu")), [a.get(), c.get()]);
+    assert_eq!(listed(JobFilter::new().tag("eu").tag("billing")), [a.get()]);
+    assert_eq!(listed(JobFilter::new().tag("none")), Vec::<i64>::new());
+    assert!(!JobFilter::new().tag("x").is_unfiltered());
+    // The same filter drives bulk operations.
+    let r = admin
+        .bulk(
+            postpone::BulkAction::Cancel,
+            &JobFilter::new().tag("eu"),
+            false,
+        )
+        .unwrap();
+    assert_eq!(r.changed, 2);
+    assert_eq!(count(&db, "default", "cancelled"), 2);
+}
+
+#[test]
+fn bad_tags_and_meta_are_refused_before_anything_is_inserted() {
+    use postpone::NewJob;
+    use serde_json::json;
+    let (db, app) = setup();
+    let long = "t".repeat(256);
+    let many: Vec<String> = (0..=postpone::MAX_TAGS).map(|i| i.to_string()).collect();
+    let big = "x".repeat(postpone::MAX_META_BYTES);
+    for (what, res, says) in [
+        (
+            "empty tag",
+            app.job("t").tags([""]).defer(&0),
+            "tag must not be empty",
+        ),
+        ("long tag", app.job("t").tags([long]).defer(&0), "tag"),
+        ("nul tag", app.job("t").tags(["a\0b"]).defer(&0), "tag"),
+        (
+            "many tags",
+            app.job("t").tags(many).defer(&0),
+            "over the 64 allowed",
+        ),
+        (
+            "array meta",
+            app.job("t").meta(&json!([1])).defer(&0),
+            "not an array",
+        ),
+        (
+            "null meta",
+            app.job("t").meta(&json!(null)).defer(&0),
+            "not null",
+        ),
+        (
+            "nul meta",
+            app.job("t").meta(&json!({"a": "\u{0}"})).defer(&0),
+            "NUL",
+        ),
+        (
+            "big meta",
+            app.job("t").meta(&json!({ "a": big })).defer(&0),
+            "bytes of JSON",
+        ),
+        (
+            "batch",
+            app.defer_batch(&[NewJob::new("t", &0).unwrap().meta(&json!("s"))])
+                .map(|v| v[0]),
+            "job 0 of the batch",
+        ),
+    ] {
+        let e = res.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{what}: {e}");
+        assert!(e.to_string().contains(says), "{what}: {e}");
+        assert!(e.to_string().len() < 300, "{what}: {e}");
+    }
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}

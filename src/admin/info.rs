@@ -130,6 +130,10 @@ pub struct JobDetail {
     /// The attempt limit it was deferred with
     /// ([`NewJob::max_attempts`](crate::NewJob::max_attempts)); `None`: its task's strategy.
     pub max_attempts: Option<i32>,
+    /// The tags it was deferred with ([`NewJob::tags`](crate::NewJob::tags)).
+    pub tags: Vec<String>,
+    /// The metadata it was deferred with ([`NewJob::meta`](crate::NewJob::meta)).
+    pub meta: Option<serde_json::Value>,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.

@@ -144,6 +144,8 @@ impl Admin {
             progress_at: row.get(21),
             snoozes: row.get(22),
             max_attempts: row.get(23),
+            tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
+            meta: json_column(row, 25),
         })
     }
 

@@ -170,3 +170,10 @@ $$;
 -- The attempt limit a job was deferred with (at least 1, checked by the library), overriding
 -- its task's retry strategy; NULL: the strategy decides.
 ALTER TABLE postpone_jobs ADD COLUMN max_attempts integer;
+
+-- Tags and metadata given when a job was deferred: a text array and a JSON object, for the
+-- operators (filtering, context); workers do not read them. No index: the admin filters that
+-- use them scan the jobs as the other admin filters do.
+ALTER TABLE postpone_jobs
+    ADD COLUMN tags text[],
+    ADD COLUMN meta jsonb;
