@@ -573,3 +573,32 @@ fn bad_tags_and_meta_are_refused_before_anything_is_inserted() {
         .get(0);
     assert_eq!(n, 0);
 }
+
+#[test]
+fn a_snooze_after_an_abort_request_ends_the_job_aborted() {
+    use postpone::{AbortOutcome, JobStatus, TaskError};
+    let (_db, app) = setup();
+    let (started_tx, started_rx) = unbounded::<()>();
+    let mut tasks = Tasks::new();
+    tasks.register("nap", move |job: &Job| {
+        started_tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !job.should_abort() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(TaskError::snooze(Duration::ZERO))
+    });
+    let h = fast_worker(&app, tasks).spawn().unwrap();
+    let id = app.job("nap").defer(&0).unwrap();
+    started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(app.admin().abort(id).unwrap(), AbortOutcome::Requested);
+    assert!(wait_until(Duration::from_secs(10), || app
+        .admin()
+        .job(id)
+        .unwrap()
+        .job
+        .status
+        == JobStatus::Aborted));
+    stop(h);
+    assert_eq!(app.admin().job(id).unwrap().snoozes, 0, "not run again");
+}
