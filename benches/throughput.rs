@@ -22,6 +22,13 @@
 //! - `rss`: peak RSS (VmHWM) of a child process running a 16-thread worker through
 //!   `--n-work` jobs.
 //!
+//! - `steady` (only when named in `--only`): the steady state a real system lives in. A
+//!   producer keeps `--pending N` (20,000) jobs waiting, deferring batches of 1,000, while a
+//!   worker of the first `--concurrency` consumes, for `--seconds S` (120); every
+//!   `--interval S` (10) it prints the jobs/s of the interval, the time of the claim's index
+//!   walk (64 due jobs, no locks taken), the table's dead tuples and the claim index's size.
+//!   `--delete` makes the worker delete finished jobs (`DeleteJobs::Always`).
+//!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
 
 use std::collections::BTreeMap;
@@ -41,6 +48,10 @@ struct Args {
     prefetch: Option<usize>,
     finished: usize,
     future: usize,
+    pending: usize,
+    seconds: u64,
+    interval: u64,
+    delete: bool,
 }
 
 fn parse_args() -> Args {
@@ -54,6 +65,10 @@ fn parse_args() -> Args {
         prefetch: None,
         finished: 0,
         future: 0,
+        pending: 20_000,
+        seconds: 120,
+        interval: 10,
+        delete: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -67,6 +82,14 @@ fn parse_args() -> Args {
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--finished" => a.finished = val().parse().expect("--finished N"),
             "--future" => a.future = val().parse().expect("--future N"),
+            "--pending" => a.pending = val().parse().expect("--pending N"),
+            "--seconds" => a.seconds = val().parse().expect("--seconds S"),
+            "--interval" => a.interval = val().parse().expect("--interval S"),
+            "--delete" => {
+                a.delete = true;
+                i += 1;
+                continue;
+            }
             "--concurrency" => {
                 a.concurrency = val()
                     .split(',')
@@ -380,6 +403,105 @@ fn child(url: &str) {
     println!("VmHWM_kB={hwm}");
 }
 
+/// The steady state: a producer keeps `--pending` jobs waiting while a worker consumes.
+fn bench_steady(app: &App, a: &Args, r: &mut Results) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    clear(app, (a.finished, a.future));
+    let c = a.concurrency.first().copied().unwrap_or(8);
+    let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
+    if a.delete {
+        b = b.delete_finished(postpone::DeleteJobs::Always);
+    }
+    if let Some(p) = a.prefetch {
+        b = b.prefetch(p);
+    }
+    let deferred = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let h = b.spawn().unwrap();
+    let recorded = |h: &postpone::WorkerHandle| h.stats().recorded;
+    let producer = {
+        let (app, deferred, stop) = (app.clone(), deferred.clone(), stop.clone());
+        let pending = a.pending as u64;
+        let done = Arc::new(AtomicU64::new(0));
+        (
+            std::thread::spawn({
+                let done = done.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let waiting = deferred
+                            .load(Ordering::Relaxed)
+                            .saturating_sub(done.load(Ordering::Relaxed));
+                        if waiting + 1000 <= pending {
+                            defer_n(&app, 1000);
+                            deferred.fetch_add(1000, Ordering::Relaxed);
+                        } else {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                }
+            }),
+            done,
+        )
+    };
+    let mut probe = app.connection().unwrap();
+    probe
+        .batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off; SET jit = off")
+        .unwrap();
+    let t0 = Instant::now();
+    let mut last = (t0, 0u64);
+    let mut rates = Vec::new();
+    while t0.elapsed() < Duration::from_secs(a.seconds) {
+        let next = last.0 + Duration::from_secs(a.interval);
+        while Instant::now() < next {
+            producer.1.store(recorded(&h), Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let now = Instant::now();
+        let n = recorded(&h);
+        let rate = (n - last.1) as f64 / (now - last.0).as_secs_f64();
+        let walk = Instant::now();
+        probe
+            .query(
+                "SELECT id FROM postpone_jobs WHERE status = 'todo' AND scheduled_at <= now()
+                  ORDER BY priority DESC, scheduled_at, id LIMIT 64",
+                &[],
+            )
+            .unwrap();
+        let walk = walk.elapsed();
+        let row = probe
+            .query_one(
+                "SELECT n_dead_tup, n_live_tup, pg_relation_size('postpone_jobs_due_idx'),
+                        coalesce(autovacuum_count, 0)
+                   FROM pg_stat_user_tables WHERE relname = 'postpone_jobs'",
+                &[],
+            )
+            .unwrap();
+        println!(
+            "{{\"what\": \"steady_c{c}{}\", \"t_s\": {:.0}, \"jobs_per_s\": {rate:.1}, \"claim_walk_ms\": {:.2}, \"dead_tuples\": {}, \"live_tuples\": {}, \"due_idx_kb\": {}, \"autovacuums\": {}}}",
+            if a.delete { "_delete" } else { "" },
+            (now - t0).as_secs_f64(),
+            walk.as_secs_f64() * 1000.0,
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2) / 1024,
+            row.get::<_, i64>(3),
+        );
+        rates.push(rate);
+        last = (now, n);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = producer.0.join();
+    let report = h.shutdown(Duration::from_secs(10));
+    assert!(report.is_clean(), "{report}");
+    r.0.entry(format!(
+        "steady_c{c}{}",
+        if a.delete { "_delete" } else { "" }
+    ))
+    .or_default()
+    .extend(rates);
+}
+
 fn main() {
     if let Ok(url) = std::env::var("POSTPONE_BENCH_CHILD") {
         child(&url);
@@ -405,6 +527,9 @@ fn main() {
     }
     if want("rss") {
         bench_rss(&db, &app, &a, &mut r);
+    }
+    if a.only.iter().any(|o| o == "steady") {
+        bench_steady(&app, &a, &mut r);
     }
     drop(app);
     println!("SUMMARY (median of runs):");

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::GenericClient;
 use serde::Serialize;
 
 use crate::conn::options::ConnectOptions;
@@ -463,7 +462,7 @@ impl App {
     }
 
     /// Like [`defer_batch`](Self::defer_batch), inside the caller's transaction or client.
-    pub fn defer_batch_in<C: GenericClient>(
+    pub fn defer_batch_in<C: crate::Executor + ?Sized>(
         &self,
         client: &mut C,
         jobs: &[NewJob],

@@ -18,8 +18,8 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use crate::client_trait::Executor;
 use postgres::types::ToSql;
-use postgres::GenericClient;
 use serde::Serialize;
 
 use crate::conn::Connection;
@@ -411,8 +411,10 @@ impl<'a> NewJob<Bound<'a>> {
     }
 
     /// Inserts the job with the caller's client, typically inside its transaction: the job
-    /// exists if and only if that transaction commits. (The caller's client has no deadline
-    /// of ours.)
+    /// exists if and only if that transaction commits. The client is any
+    /// `postgres::GenericClient` (which has no deadline of ours), or a postpone
+    /// [`Connection`], [`Transaction`](crate::Transaction) or
+    /// [`PooledConnection`](crate::PooledConnection) (see [`Executor`]).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -425,26 +427,28 @@ impl<'a> NewJob<Bound<'a>> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn defer_in<C: GenericClient, A: Serialize + ?Sized>(
+    pub fn defer_in<C: Executor + ?Sized, A: Serialize + ?Sized>(
         self,
         client: &mut C,
         args: &A,
     ) -> Result<JobId> {
         let (_, row) = self.prepare(args)?;
-        let r = client
-            .query_one(store::JOB_INSERT, &row.params())
-            .map_err(|e| {
-                defer_error(
-                    Error::from_client("deferring a job", e),
-                    row.queueing_lock.as_deref(),
-                )
-            })?;
+        let rows = client
+            .run_query("deferring a job", store::JOB_INSERT, &row.params())
+            .map_err(|e| defer_error(e, row.queueing_lock.as_deref()))?;
         crate::metrics::deferred(&row.task);
+        let r = rows.first().ok_or_else(|| {
+            Error::new(
+                crate::error::ErrorKind::Other,
+                "deferring a job: the insert returned no row",
+            )
+        })?;
         Ok(JobId(r.get(0)))
     }
 
     /// Inserts the job on a connection of ours, e.g. inside a transaction started with
-    /// [`Connection::begin`] in task code.
+    /// [`Connection::begin`] in task code. The same as [`defer_in`](Self::defer_in), which
+    /// takes a [`Connection`] too.
     pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
         let (_, row) = self.prepare(args)?;
         row.insert_on(conn)
@@ -508,7 +512,7 @@ pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Jo
 }
 
 /// Inserts `jobs` in one statement with the caller's client; ids in input order.
-pub(crate) fn insert_batch_in<C: GenericClient>(
+pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
     app: &dyn Inserter,
     client: &mut C,
     jobs: &[NewJob],
@@ -518,8 +522,8 @@ pub(crate) fn insert_batch_in<C: GenericClient>(
     }
     let cols = BatchColumns::new(jobs, app.defaults())?;
     let rows = client
-        .query(store::JOB_INSERT_BATCH, &cols.params())
-        .map_err(|e| defer_error(Error::from_client("deferring jobs", e), None))?;
+        .run_query("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+        .map_err(|e| defer_error(e, None))?;
     crate::metrics::deferred_tasks(&cols.task);
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }

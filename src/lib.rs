@@ -19,6 +19,7 @@
 
 mod admin;
 mod app;
+mod client_trait;
 mod conn;
 mod error;
 mod insert;
@@ -51,6 +52,7 @@ pub use admin::{
 };
 pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
+pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};

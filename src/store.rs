@@ -75,6 +75,10 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
 ///
 /// Nothing here can collide with a unique index (final statuses are in none), and the error
 /// texts are made safe by the caller (no NUL, bounded length).
+///
+/// The table is the truth about aborts: a job whose abort was recorded while it ran ends
+/// `aborted` whatever its task returned, even if the worker never saw the request (its links
+/// were down), with a note in its errors; it is never deleted then.
 pub(crate) const JOB_FINISH_BATCH: &str = "
 WITH o AS (
     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
@@ -82,15 +86,27 @@ WITH o AS (
         AS o(id, worker, attempt, outcome, error, output)
 ), updated AS (
     UPDATE postpone_jobs j
-       SET status = o.outcome,
+       SET status = CASE WHEN j.abort_requested THEN 'aborted' ELSE o.outcome END,
            finished_at = now(),
-           output = CASE WHEN o.outcome = 'succeeded' THEN o.output ELSE j.output END,
-           errors = CASE WHEN o.error IS NULL THEN j.errors
-                         ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
-                             jsonb_build_object('attempt', j.attempts, 'at', now(),
-                                                'error', o.error)) END
+           output = CASE WHEN o.outcome = 'succeeded' AND NOT j.abort_requested
+                         THEN o.output ELSE j.output END,
+           errors = CASE
+               WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                   THEN j.errors
+               ELSE coalesce(j.errors, '[]'::jsonb)
+                    || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                            ELSE jsonb_build_array(jsonb_build_object(
+                                'attempt', j.attempts, 'at', now(), 'error', o.error)) END
+                    || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                            THEN jsonb_build_array(jsonb_build_object(
+                                'attempt', j.attempts, 'at', now(),
+                                'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
+                                                CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                     ELSE o.outcome END)))
+                            ELSE '[]'::jsonb END END
       FROM o
-     WHERE j.id = o.id AND o.outcome <> 'delete'
+     WHERE j.id = o.id
+       AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
        AND j.status IS NOT DISTINCT FROM 'doing'
        AND j.worker_id IS NOT DISTINCT FROM o.worker
        AND j.attempts IS NOT DISTINCT FROM o.attempt
@@ -99,6 +115,7 @@ WITH o AS (
     DELETE FROM postpone_jobs j
      USING o
      WHERE j.id = o.id AND o.outcome = 'delete'
+       AND j.abort_requested IS NOT DISTINCT FROM false
        AND j.status IS NOT DISTINCT FROM 'doing'
        AND j.worker_id IS NOT DISTINCT FROM o.worker
        AND j.attempts IS NOT DISTINCT FROM o.attempt

@@ -1901,4 +1901,23 @@ fn defer_with_tags_and_meta_then_list_by_tag() {
         &["defer", "t", "--tag", ""],
         "tag must not be empty",
     );
+/// `postpone job` shows the output and the latest progress a task recorded (issue 14).
+#[test]
+fn job_shows_output_and_progress() {
+    let db = TestDb::new();
+    let url = db.url();
+    ok(&url, &["migrate"]);
+    ok(&url, &["defer", "thumb", "{}"]);
+    db.client()
+        .batch_execute(
+            "UPDATE postpone_jobs SET output = '{\"size\": 7}', progress = '{\"done\": 3}',
+                    progress_at = now()",
+        )
+        .unwrap();
+    let text = ok(&url, &["job", "1"]);
+    assert!(text.contains("output:          {\"size\":7}"), "{text}");
+    assert!(
+        text.contains("progress:        {\"done\":3} (at "),
+        "{text}"
+    );
 }

@@ -680,3 +680,34 @@ fn task_defaults_apply_the_same_way_through_every_entry_point() {
     let shown = format!("{:?}", App::builder("postgres://u:hunter2@h/db"));
     assert!(!shown.contains("hunter2"), "{shown}");
 }
+
+/// `defer_in` takes postpone's own connection types too (`GenericClient` is sealed upstream):
+/// a job deferred in a postpone `Transaction` commits or rolls back with it.
+#[test]
+fn defer_in_takes_postpones_own_transaction_and_connections() {
+    let db = TestDb::new();
+    let app = App::connect(&db.url()).unwrap();
+    app.migrate().unwrap();
+    let mut conn = app.connection().unwrap();
+    {
+        let mut tx = conn.transaction().unwrap();
+        app.job("rolled_back").defer_in(&mut tx, &1).unwrap();
+        // Dropped without commit: rolled back.
+    }
+    let mut tx = conn.transaction().unwrap();
+    let kept = app.job("kept").defer_in(&mut tx, &2).unwrap();
+    app.defer_batch_in(&mut tx, &[postpone::NewJob::new("kept_batch", &3).unwrap()])
+        .unwrap();
+    tx.commit().unwrap();
+    let pooled_id = app.job("pooled").defer_in(&mut conn, &4).unwrap();
+    drop(conn);
+    let tasks: Vec<String> = db
+        .client()
+        .query("SELECT task FROM postpone_jobs ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(tasks, ["kept", "kept_batch", "pooled"]);
+    assert!(pooled_id.get() > kept.get());
+}

@@ -712,3 +712,36 @@ fn a_requeue_the_database_refuses_fails_that_job_alone() {
     );
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// An abort recorded while a job runs wins over the task's success even when the worker
+/// never saw the request (here the task returns at once, before any poll): the table is the
+/// truth. Found by the chaos checker (seed 9001), with the worker's links refused.
+#[test]
+fn an_abort_recorded_while_running_wins_over_an_unseen_success() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    tasks.register("quick", |job: &Job| {
+        let mut conn = job.app().connection().map_err(TaskError::fail)?;
+        conn.execute(
+            "UPDATE postpone_jobs SET abort_requested = true WHERE id = $1",
+            &[&job.id().0],
+        )
+        .map_err(TaskError::fail)?;
+        Ok(())
+    });
+    let kept = app.defer("quick", &1).unwrap();
+    let w = fast_worker(&app, tasks)
+        .delete_finished(postpone::DeleteJobs::Always)
+        .spawn()
+        .unwrap();
+    // Even a worker that deletes finished jobs keeps this one, aborted.
+    let row = wait_status(&db, kept, "aborted", Duration::from_secs(10));
+    assert!(
+        row.error_texts()
+            .iter()
+            .any(|e| e.contains("aborted on request while it ran (its task ended succeeded")),
+        "{:?}",
+        row.errors
+    );
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}

@@ -771,4 +771,25 @@ fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     assert_eq!(r.status, 403);
     assert!(app.admin().paused().unwrap().is_empty());
     ro.shutdown();
+/// A job's output and its latest progress (issue 14) are shown on its page, escaped.
+#[test]
+fn a_jobs_output_and_progress_are_shown_on_its_page() {
+    init_logging();
+    let db = TestDb::new();
+    let fx = Fixture::new(&db);
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET output = '{\"size\": [640, 480], \"note\": \"<b>x</b>\"}',
+                    progress = '{\"done\": 3, \"of\": 7}', progress_at = now()
+              WHERE id = $1",
+            &[&fx.ok.0],
+        )
+        .unwrap();
+    let dash = dashboard(&fx.app);
+    let page = get(dash.addr(), &format!("/jobs/{}", fx.ok));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_inert(&page.body);
+    assert!(page.body.contains("<h2>Output</h2>"), "{}", page.body);
+    assert!(page.body.contains("&lt;b&gt;x&lt;/b&gt;"), "{}", page.body);
+    assert!(page.body.contains("&quot;done&quot;: 3"), "{}", page.body);
 }

@@ -11,6 +11,19 @@ CREATE INDEX postpone_jobs_due_idx ON postpone_jobs (priority DESC, scheduled_at
     WHERE status = 'todo';
 CREATE INDEX postpone_jobs_due_queue_idx ON postpone_jobs (queue, priority DESC, scheduled_at, id)
     WHERE status = 'todo';
+-- A queue table turns over all the time: every job is inserted, updated at least twice and
+-- maybe deleted, and each update leaves a dead row version and dead index entries that the
+-- claim's index walk must step over until a vacuum removes them. These settings make
+-- autovacuum (where the server runs it) visit this table after every thousand dead rows
+-- instead of after a fifth of the table, without its cost-based pauses.
+ALTER TABLE postpone_jobs SET (
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_cost_delay = 0,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_analyze_threshold = 1000
+);
+
 -- The claim no longer uses the version 1 order; a worker of version 1 or 2 still running
 -- during an upgrade keeps working (its claim filters the same rows), only more slowly.
 DROP INDEX postpone_jobs_claim_idx;

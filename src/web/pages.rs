@@ -829,6 +829,22 @@ fn job(
 
     let args = pretty_json(j.args.get());
     let _ = write!(b, "<h2>Arguments</h2><pre id=args>{}</pre>", esc(&args));
+    if let Some(output) = &d.output {
+        let text = pretty_json(&output.to_string());
+        let _ = write!(b, "<h2>Output</h2><pre id=output>{}</pre>", esc(&text));
+    }
+    if let Some(progress) = &d.progress {
+        let text = pretty_json(&progress.to_string());
+        let when = d
+            .progress_at
+            .map(|at| format!(" <small>(at {})</small>", esc(&time(at))))
+            .unwrap_or_default();
+        let _ = write!(
+            b,
+            "<h2>Progress{when}</h2><pre id=progress>{}</pre>",
+            esc(&text)
+        );
+    }
 
     // Timeline: every instant the row and its errors record, in order.
     let mut events: Vec<(SystemTime, String)> = vec![(j.created_at, "deferred".to_owned())];

@@ -58,6 +58,20 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
             if j.abort_requested { "yes" } else { "no" }.to_owned(),
         ),
         ("periodic", periodic),
+        (
+            "output",
+            d.output
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |v| v.to_string()),
+        ),
+        (
+            "progress",
+            match (&d.progress, d.progress_at) {
+                (Some(p), Some(at)) => format!("{p} (at {} UTC)", output::time(at)),
+                (Some(p), None) => p.to_string(),
+                _ => "-".to_owned(),
+            },
+        ),
     ];
     let (head, tail) = fields.split_at(5);
     for (k, v) in head.iter().chain(extra.iter()).chain(tail) {
