@@ -1901,6 +1901,8 @@ fn defer_with_tags_and_meta_then_list_by_tag() {
         &["defer", "t", "--tag", ""],
         "tag must not be empty",
     );
+}
+
 /// `postpone job` shows the output and the latest progress a task recorded (issue 14).
 #[test]
 fn job_shows_output_and_progress() {

@@ -771,6 +771,8 @@ fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     assert_eq!(r.status, 403);
     assert!(app.admin().paused().unwrap().is_empty());
     ro.shutdown();
+}
+
 /// A job's output and its latest progress (issue 14) are shown on its page, escaped.
 #[test]
 fn a_jobs_output_and_progress_are_shown_on_its_page() {
