@@ -61,6 +61,23 @@ impl fmt::Debug for Bound<'_> {
 /// [`defer_in`](NewJob::defer_in) or [`defer_on`](NewJob::defer_on).
 pub type JobBuilder<'a> = NewJob<Bound<'a>>;
 
+/// Most tags a job can carry ([`NewJob::tags`]).
+pub const MAX_TAGS: usize = 64;
+
+/// Largest metadata of a job, in bytes of JSON ([`NewJob::meta`]).
+pub const MAX_META_BYTES: usize = 64 * 1024;
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 enum Schedule {
     Now,
@@ -100,6 +117,10 @@ pub struct NewJob<S = Detached> {
     queueing_lock: Option<String>,
     schedule: Schedule,
     args: RawJson,
+    max_attempts: Option<u32>,
+    tags: Option<Vec<String>>,
+    /// The metadata as JSON, or why it cannot be stored (reported by `defer`).
+    meta: Option<std::result::Result<RawJson, String>>,
 }
 
 impl<S> fmt::Debug for NewJob<S> {
@@ -112,6 +133,9 @@ impl<S> fmt::Debug for NewJob<S> {
             .field("queueing_lock", &self.queueing_lock)
             .field("schedule", &self.schedule)
             .field("args", &self.args.0)
+            .field("max_attempts", &self.max_attempts)
+            .field("tags", &self.tags)
+            .field("meta", &self.meta)
             .finish()
     }
 }
@@ -141,6 +165,9 @@ impl<S> NewJob<S> {
             queueing_lock: None,
             schedule: Schedule::Now,
             args: RawJson("null".into()),
+            max_attempts: None,
+            tags: None,
+            meta: None,
         }
     }
 
@@ -184,6 +211,53 @@ impl<S> NewJob<S> {
     /// Not before `delay` from now (by the database's clock). Defaults to now.
     pub fn schedule_in(mut self, delay: Duration) -> Self {
         self.schedule = Schedule::In(delay);
+        self
+    }
+
+    /// At most this many attempts for this job, whatever its task's
+    /// [`RetryStrategy`](crate::RetryStrategy) allows (its delays still apply between
+    /// attempts): 1 runs it once. Snoozes ([`TaskError::snooze`](crate::TaskError::snooze))
+    /// do not count. Zero, or more than `i32::MAX`, is an
+    /// [`InvalidInput`](ErrorKind::InvalidInput) error when the job is deferred. Defaults to
+    /// the task's strategy.
+    pub fn max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = Some(max_attempts);
+        self
+    }
+
+    /// Tags for operators: listed with the job, and a filter of the admin API
+    /// ([`JobFilter::tag`](crate::JobFilter::tag)) and of `postpone jobs --tag`. Each is a
+    /// non-empty text of at most [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES), at most
+    /// [`MAX_TAGS`] of them (checked when the job is deferred). Defaults to none.
+    pub fn tags<I, T>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.tags = Some(tags.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Metadata for operators: a JSON object (shown with the job by the admin API; workers
+    /// do not read it). Anything that does not serialize to a JSON object, or whose JSON is
+    /// over [`MAX_META_BYTES`], is an [`InvalidInput`](ErrorKind::InvalidInput) error when
+    /// the job is deferred. Defaults to none.
+    pub fn meta<M: Serialize + ?Sized>(mut self, meta: &M) -> Self {
+        self.meta = Some(match serde_json::to_value(meta) {
+            Ok(serde_json::Value::Object(_)) => match serialize_args(meta) {
+                Ok(json) if json.0.len() <= MAX_META_BYTES => Ok(json),
+                Ok(json) => Err(format!(
+                    "invalid meta: {} bytes of JSON, over the {MAX_META_BYTES} allowed",
+                    json.0.len()
+                )),
+                Err(e) => Err(format!("invalid meta: {e}")),
+            },
+            Ok(other) => Err(format!(
+                "invalid meta: it must be a JSON object, not {}",
+                json_kind(&other)
+            )),
+            Err(e) => Err(format!("invalid meta: it does not serialize to JSON: {e}")),
+        });
         self
     }
 
@@ -238,6 +312,28 @@ impl<S> NewJob<S> {
             }
             Schedule::Now => {}
         }
+        if let Some(tags) = &self.tags {
+            if tags.len() > MAX_TAGS {
+                return Err(Error::invalid(format!(
+                    "invalid tags: {} of them, over the {MAX_TAGS} allowed",
+                    tags.len()
+                )));
+            }
+            for t in tags {
+                crate::limits::check_name("tag", t)?;
+            }
+        }
+        if let Some(Err(e)) = &self.meta {
+            return Err(Error::invalid(e.clone()));
+        }
+        if let Some(n) = self.max_attempts {
+            if n == 0 || n > i32::MAX as u32 {
+                return Err(Error::invalid(format!(
+                    "invalid max_attempts {n}: it must be at least 1 and at most {}",
+                    i32::MAX
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -262,6 +358,9 @@ impl<S> NewJob<S> {
             queueing_lock: self.queueing_lock.clone(),
             at,
             delay_us,
+            max_attempts: self.max_attempts.map(|n| n.min(i32::MAX as u32) as i32),
+            tags: self.tags.clone(),
+            meta: self.meta.clone().and_then(|m| m.ok()),
         }
     }
 }
@@ -366,11 +465,14 @@ struct Row {
     queueing_lock: Option<String>,
     at: Option<SystemTime>,
     delay_us: i64,
+    max_attempts: Option<i32>,
+    tags: Option<Vec<String>>,
+    meta: Option<RawJson>,
 }
 
 impl Row {
     /// The parameters of `store::JOB_INSERT`.
-    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 11] {
         [
             &self.queue,
             &self.task,
@@ -380,6 +482,9 @@ impl Row {
             &self.queueing_lock,
             &self.at,
             &self.delay_us,
+            &self.max_attempts,
+            &self.tags,
+            &self.meta,
         ]
     }
 
@@ -447,6 +552,10 @@ struct BatchColumns {
     queueing_lock: Vec<Option<String>>,
     at: Vec<Option<SystemTime>>,
     delay: Vec<i64>,
+    max_attempts: Vec<Option<i32>>,
+    /// Each job's tags as a JSON array (an array of arrays cannot be ragged).
+    tags: Vec<Option<RawJson>>,
+    meta: Vec<Option<RawJson>>,
 }
 
 impl BatchColumns {
@@ -461,6 +570,9 @@ impl BatchColumns {
             queueing_lock: Vec::with_capacity(n),
             at: Vec::with_capacity(n),
             delay: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            tags: Vec::with_capacity(n),
+            meta: Vec::with_capacity(n),
         };
         for (i, j) in jobs.iter().enumerate() {
             j.validate()
@@ -474,11 +586,17 @@ impl BatchColumns {
             c.queueing_lock.push(r.queueing_lock);
             c.at.push(r.at);
             c.delay.push(r.delay_us);
+            c.max_attempts.push(r.max_attempts);
+            c.tags.push(
+                r.tags
+                    .map(|t| RawJson(serde_json::to_string(&t).unwrap_or_else(|_| "[]".into()))),
+            );
+            c.meta.push(r.meta);
         }
         Ok(c)
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 8] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 11] {
         [
             &self.queue,
             &self.task,
@@ -488,6 +606,9 @@ impl BatchColumns {
             &self.queueing_lock,
             &self.at,
             &self.delay,
+            &self.max_attempts,
+            &self.tags,
+            &self.meta,
         ]
     }
 }

@@ -50,12 +50,14 @@ pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
     JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
+pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
+pub use insert::{MAX_META_BYTES, MAX_TAGS};
 pub use job::{Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};
 pub use periodic::{PeriodicOptions, Schedules};
 pub use retention::{PruneReport, Retention};

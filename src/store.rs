@@ -10,21 +10,29 @@
 /// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`.
 pub(crate) const CHANNEL: &str = "postpone";
 
-/// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now.
+/// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
+/// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs.
 pub(crate) const JOB_INSERT: &str = "
-INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
+INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                           max_attempts, tags, meta)
 VALUES ($1, $2, $3, $4, $5, $6,
-        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'))
+        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
+        $10::text[], $11::jsonb)
 RETURNING id";
 
 /// Inserts many jobs in one statement; ids come back in input order.
 pub(crate) const JOB_INSERT_BATCH: &str = "
-INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
+INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                           max_attempts, tags, meta)
 SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
-       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond')
+       COALESCE(u.at, now() + u.delay_us * interval '1 microsecond'), u.max_attempts,
+       CASE WHEN u.tags IS NOT NULL
+            THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
+       u.meta
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
-              $7::timestamptz[], $8::bigint[])
-       WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us, n)
+              $7::timestamptz[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[])
+       WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us,
+                            max_attempts, tags, meta, n)
  ORDER BY u.n
 RETURNING id";
 
@@ -38,10 +46,15 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// the worker's row is gone (it was presumed dead): it must register again first. The
 /// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
 /// not due yet), whatever the table's statistics say.
+///
+/// Each job's own attempt limit (schema version 5) comes with it, read by primary key: as
+/// `{n}` (or `{NULL}`: none); NULL when this statement's snapshot, older than the claim's, did
+/// not see the job yet (inserted during the claim): [`JOB_MAX_ATTEMPTS`] reads those.
 pub(crate) const JOB_CLAIM: &str = "
-SELECT id, queue, task, args, attempts, priority, lock, abort_requested, scheduled_at,
-       queue_wait
-  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])";
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
+       c.scheduled_at, c.queue_wait,
+       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts
+  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[]) c";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the
@@ -260,7 +273,7 @@ pub(crate) const JOB_GET: &str = concat!(
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       j.output, j.progress, j.progress_at
+       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts, j.tags, j.meta
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -350,7 +363,7 @@ UPDATE postpone_jobs
               ORDER BY priority DESC, id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED)
-RETURNING id, queue, task, args, attempts, priority, lock";
+RETURNING id, queue, task, args, attempts, priority, lock, max_attempts";
 
 /// Records the final outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2`, output
 /// `$3`, error `$4` appended to its errors. (A retry goes through [`JOB_REQUEUE`].)
@@ -364,3 +377,39 @@ UPDATE postpone_jobs j
                      ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
                          jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text)) END
  WHERE j.id = $1 AND j.status = 'doing'";
+
+/// Pauses queue `$1` (NULL: every queue), schema version 5. Returns the pause time, or no
+/// row when it was already paused (the first pause keeps its time).
+pub(crate) const QUEUE_PAUSE: &str = "
+INSERT INTO postpone_paused_queues (queue) VALUES ($1::text)
+ON CONFLICT DO NOTHING
+RETURNING paused_at";
+
+/// Lifts the pause of queue `$1` and wakes its workers (the table is the truth; the wake
+/// only makes them look at once). Returns how many pauses were lifted (0 or 1).
+pub(crate) const QUEUE_RESUME: &str = "
+WITH d AS (DELETE FROM postpone_paused_queues WHERE queue = $1::text RETURNING 1)
+SELECT (SELECT count(*) FROM d), postpone_wake($1::text)::text";
+
+/// Lifts every pause (of all queues and of each queue) and wakes every worker. Returns how
+/// many pauses were lifted.
+pub(crate) const QUEUE_RESUME_ALL: &str = "
+WITH d AS (DELETE FROM postpone_paused_queues RETURNING 1)
+SELECT (SELECT count(*) FROM d), pg_notify('postpone', 'job:*')::text";
+
+/// The pauses: queue (NULL: every queue) and since when, the pause of all queues first.
+pub(crate) const QUEUE_PAUSED: &str = "
+SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
+
+/// Snoozes attempts through `postpone_snooze` (schema version 5): back to `todo` through
+/// `postpone_requeue`, due after `$4` microseconds, the attempt given back, one more snooze
+/// counted. Arrays `$1` ids, `$2` workers and `$3` attempts (the fences). Returns what
+/// [`JOB_REQUEUE`] returns.
+pub(crate) const JOB_SNOOZE: &str = "
+SELECT job_id, outcome
+  FROM postpone_snooze($1::bigint[], $2::bigint[], $3::int[], $4::bigint[])";
+
+/// The attempt limits of jobs `$1` (schema version 5), for claimed jobs that
+/// [`JOB_CLAIM`]'s snapshot did not see.
+pub(crate) const JOB_MAX_ATTEMPTS: &str = "
+SELECT id, max_attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";

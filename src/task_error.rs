@@ -33,6 +33,8 @@ pub(crate) enum TaskAction {
     Fail,
     /// Mark the job cancelled.
     Cancel,
+    /// Run again after this delay without using an attempt (a snooze).
+    Snooze(Duration),
 }
 
 impl TaskError {
@@ -63,6 +65,28 @@ impl TaskError {
         TaskError {
             action: TaskAction::Cancel,
             message: message.to_string(),
+        }
+    }
+
+    /// Runs the job again after `delay` without using an attempt: its attempt count is
+    /// given back, no error is recorded, and the job counts one more snooze (shown as
+    /// `snoozes` by the admin API). For work that is not ready yet (a resource busy, a
+    /// result not available), not for failures. The delay is clamped to
+    /// [`MAX_DELAY`](crate::limits::MAX_DELAY). A job whose abort was requested ends
+    /// aborted instead; a job whose queueing lock another waiting job holds ends
+    /// cancelled (that job does the work).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use postpone::TaskError;
+    ///
+    /// let e = TaskError::snooze(Duration::from_secs(60));
+    /// assert_eq!(e.to_string(), "snoozed for 60s");
+    /// ```
+    pub fn snooze(delay: Duration) -> TaskError {
+        TaskError {
+            action: TaskAction::Snooze(delay),
+            message: format!("snoozed for {}", crate::error::fmt_duration(delay)),
         }
     }
 

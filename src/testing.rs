@@ -298,12 +298,14 @@ impl Mark {
                 app: self.app.clone(),
                 extras: JobExtras::default(),
             };
-            ran.push(self.run_one(tasks, &job)?);
+            let max_attempts: Option<i32> = r.get(7);
+            ran.push(self.run_one(tasks, &job, max_attempts)?);
         }
     }
 
-    fn run_one(&self, tasks: &Tasks, job: &Job) -> Result<Ran> {
+    fn run_one(&self, tasks: &Tasks, job: &Job, max_attempts: Option<i32>) -> Result<Ran> {
         let attempt = job.attempts();
+        let mut snoozed = false;
         let (mut status, delay, error) = match tasks.map.get(&job.task) {
             None => (
                 JobStatus::Failed,
@@ -317,7 +319,11 @@ impl Mark {
             Some(task) => match catch_unwind(AssertUnwindSafe(|| (task.func)(job))) {
                 Ok(Ok(())) => (JobStatus::Succeeded, Duration::ZERO, None),
                 Ok(Err(e)) => {
-                    let strategy = &task.options.retry;
+                    // The job's own attempt limit overrides the strategy's, as in a worker.
+                    let strategy = &match max_attempts {
+                        Some(n) => task.options.retry.clone().max_attempts(n.max(1) as u32),
+                        None => task.options.retry.clone(),
+                    };
                     let msg = e.message().to_owned();
                     match e.action {
                         TaskAction::Fail => (JobStatus::Failed, Duration::ZERO, Some(msg)),
@@ -330,6 +336,10 @@ impl Mark {
                             (JobStatus::Todo, d, Some(msg))
                         }
                         TaskAction::RetryIn(_) => (JobStatus::Failed, Duration::ZERO, Some(msg)),
+                        TaskAction::Snooze(d) => {
+                            snoozed = true;
+                            (JobStatus::Todo, d, None)
+                        }
                     }
                 }
                 Err(p) => {
@@ -353,7 +363,27 @@ impl Mark {
         };
         let error = error.map(|e| crate::limits::safe_text(&e));
         let mut conn = self.app.connection()?;
-        if status == JobStatus::Todo {
+        if snoozed {
+            // A snooze too: back through postpone_requeue, the attempt given back.
+            let rows = conn.query_cached(
+                "snoozing a deferred job",
+                store::JOB_SNOOZE,
+                &[
+                    &vec![job.id.0],
+                    &Vec::<i64>::new(),
+                    &vec![attempt as i32],
+                    &vec![crate::limits::delay_micros(delay)],
+                ],
+            )?;
+            if let Some(r) = rows.first() {
+                status = match r.get::<_, &str>(1) {
+                    "aborted" => JobStatus::Aborted,
+                    "superseded" => JobStatus::Cancelled,
+                    "failed" => JobStatus::Failed,
+                    _ => JobStatus::Todo,
+                };
+            }
+        } else if status == JobStatus::Todo {
             // A retry goes back to the queue the one way every other path does.
             let (ids, delays) = (vec![job.id.0], vec![crate::limits::delay_micros(delay)]);
             let errors = vec![error.clone()];

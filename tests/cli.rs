@@ -1766,6 +1766,143 @@ fn docs_match_real_output() {
     }
 }
 
+#[test]
+fn pause_and_resume_queues_and_stats_shows_them() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "t", "1", "--queue", "emails"]);
+    ok(url, &["defer", "t", "2", "--queue", "reports"]);
+    assert_eq!(
+        ok(url, &["pause", "emails"]),
+        "queue emails paused: no worker starts its jobs until resumed; running jobs finish\n"
+    );
+    assert_eq!(
+        ok(url, &["pause", "emails"]),
+        "queue emails was already paused\n"
+    );
+    // A queue without jobs can be paused too, and is listed.
+    let v = json(url, &["pause", "later"]);
+    assert_eq!(v["queue"], "later");
+    assert_eq!(v["paused"], true);
+    assert_eq!(v["changed"], true);
+    let text = ok(url, &["stats"]);
+    assert!(
+        text.ends_with("-- paused: emails, later (postpone resume QUEUE)\n"),
+        "{text}"
+    );
+    let v = json(url, &["stats"]);
+    let paused: Vec<(String, bool)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["queue"].as_str().unwrap().to_owned(), r["paused"] == true))
+        .collect();
+    assert_eq!(
+        paused,
+        [
+            ("emails".to_owned(), true),
+            ("later".to_owned(), true),
+            ("reports".to_owned(), false)
+        ]
+    );
+
+    assert_eq!(
+        ok(url, &["pause", "--all"]),
+        "every queue paused: no worker starts its jobs until resumed; running jobs finish\n"
+    );
+    assert!(ok(url, &["stats"]).ends_with("-- paused: every queue (postpone resume --all)\n"));
+    assert!(json(url, &["stats"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["paused"] == true));
+    assert_eq!(
+        ok(url, &["resume", "reports"]),
+        "queue reports is still paused: every queue is (postpone resume --all lifts that)\n"
+    );
+    assert_eq!(
+        ok(url, &["resume", "--all"]),
+        "every queue resumed; its workers were woken\n"
+    );
+    assert!(!ok(url, &["stats"]).contains("paused"));
+    assert_eq!(
+        ok(url, &["resume", "emails"]),
+        "queue emails was not paused\n"
+    );
+    let v = json(url, &["resume", "emails"]);
+    assert_eq!(v["changed"], false);
+    assert_eq!(v["paused"], false);
+
+    // Bad input: exit 2 with a message, nothing stored.
+    fails(Some(url), &["pause"], "QUEUE");
+    fails(Some(url), &["pause", "q", "--all"], "cannot be used with");
+    fails(Some(url), &["pause", ""], "queue must not be empty");
+    fails(Some(url), &["resume", &"q".repeat(256)], "queue");
+    assert!(!ok(url, &["stats"]).contains("paused"));
+}
+
+#[test]
+fn defer_with_tags_and_meta_then_list_by_tag() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    let id = ok(
+        url,
+        &[
+            "defer",
+            "t",
+            "1",
+            "--tag",
+            "billing",
+            "--tag",
+            "eu",
+            "--meta",
+            r#"{"request": "r-1", "n": 18446744073709551616}"#,
+        ],
+    );
+    assert_eq!(id, "deferred job 1 (t)\n");
+    ok(url, &["defer", "t", "2", "--tag", "billing"]);
+    ok(url, &["defer", "t", "3"]);
+    let ids = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["jobs"];
+        a.extend_from_slice(args);
+        table(&ok(url, &a))
+            .iter()
+            .skip(1)
+            .filter(|r| !r[0].starts_with("--"))
+            .map(|r| r[0].clone())
+            .collect()
+    };
+    assert_eq!(ids(&["--tag", "billing"]), ["2", "1"]);
+    assert_eq!(ids(&["--tag", "billing", "--tag", "eu"]), ["1"]);
+    assert_eq!(ids(&["--tag", "nothing"]), Vec::<String>::new());
+    let v = json(url, &["job", "1"]);
+    assert_eq!(v["tags"], serde_json::json!(["billing", "eu"]));
+    assert_eq!(v["meta"]["request"], "r-1");
+    let text = ok(url, &["job", "1"]);
+    assert!(text.contains("\ntags:            billing, eu\n"), "{text}");
+    assert!(text.contains("\nmeta:            {"), "{text}");
+    // The bulk commands take the same selection.
+    assert_eq!(
+        ok(url, &["cancel", "--tag", "eu"]),
+        "1 job(s) matched; 1 cancelled, 0 skipped\n"
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--meta", "[1]"],
+        "must be a JSON object",
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--meta", "{"],
+        "invalid JSON metadata",
+    );
+    fails(
+        Some(url),
+        &["defer", "t", "--tag", ""],
+        "tag must not be empty",
+    );
+}
+
 /// `postpone job` shows the output and the latest progress a task recorded (issue 14).
 #[test]
 fn job_shows_output_and_progress() {

@@ -434,3 +434,104 @@ fn a_version_1_database_with_jobs_in_every_status_upgrades_in_place() {
         JobStatus::Succeeded
     );
 }
+
+#[test]
+fn a_version_4_database_with_jobs_in_every_status_upgrades_to_5_while_an_old_worker_runs() {
+    init_logging();
+    let db = TestDb::new();
+    // The "old worker": a connection that speaks the version 4 statements.
+    let mut old = db.client();
+    for sql in [
+        include_str!("../src/schema/0001_init.sql"),
+        include_str!("../src/schema/0002_integrity.sql"),
+        include_str!("../src/schema/0003_claim.sql"),
+        include_str!("../src/schema/0004_results.sql"),
+    ] {
+        old.batch_execute(sql).unwrap();
+    }
+    old.batch_execute(
+        "CREATE TABLE postpone_migrations (
+             version integer PRIMARY KEY, name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO postpone_migrations (version, name)
+              VALUES (1, 'init'), (2, 'integrity'), (3, 'claim'), (4, 'results');
+         INSERT INTO postpone_workers (id, name, last_heartbeat) VALUES (900, 'old-v4', now());
+         INSERT INTO postpone_jobs (queue, task, args, status, priority) VALUES
+              ('default', 'work', '1', 'todo', 10),
+              ('default', 'work', '2', 'todo', 0),
+              ('default', 'work', '3', 'succeeded', 0),
+              ('default', 'work', '4', 'failed', 0),
+              ('default', 'work', '5', 'cancelled', 0),
+              ('default', 'work', '6', 'aborted', 0),
+              ('other', 'work', '7', 'todo', 0);
+         INSERT INTO postpone_jobs (queue, task, args, status, scheduled_at)
+              VALUES ('default', 'work', '8', 'todo', now() + interval '1 hour');",
+    )
+    .unwrap();
+    let claim = |c: &mut postgres::Client, queues: Option<&[&str]>| -> Vec<i64> {
+        let queues: Option<Vec<String>> = queues.map(|q| q.iter().map(|s| s.to_string()).collect());
+        let mut ids: Vec<i64> = c
+            .query(
+                "SELECT id FROM postpone_claim(900, 10, $1::text[], NULL)",
+                &[&queues],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        ids.sort();
+        ids
+    };
+    // The old worker is running job 1 when the upgrade happens.
+    let running: i64 = old
+        .query_one("SELECT id FROM postpone_claim(900, 1, NULL, NULL)", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(running, 1);
+
+    let app = app(&db);
+    assert_eq!(
+        app.migrate().unwrap(),
+        (5..=postpone::SCHEMA_VERSION).collect::<Vec<i32>>()
+    );
+
+    // The old worker records its outcome as version 4 did, and keeps claiming; it obeys a
+    // pause (it calls the same function), of one queue or of all.
+    let done = old
+        .execute(
+            "UPDATE postpone_jobs SET status = 'succeeded', finished_at = now()
+              WHERE id = $1 AND status = 'doing' AND worker_id = 900",
+            &[&running],
+        )
+        .unwrap();
+    assert_eq!(done, 1);
+    assert!(app.admin().pause("default").unwrap());
+    assert_eq!(claim(&mut old, Some(&["default"])), Vec::<i64>::new());
+    assert_eq!(claim(&mut old, None), vec![7], "only the queue not paused");
+    assert!(app.admin().pause_all().unwrap());
+    app.job("work").queue("other").defer(&9).unwrap();
+    assert_eq!(claim(&mut old, None), Vec::<i64>::new());
+    assert_eq!(app.admin().resume_all().unwrap(), 2);
+    assert_eq!(claim(&mut old, None), vec![2, 9]);
+
+    let statuses: Vec<String> = old
+        .query("SELECT status FROM postpone_jobs ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "succeeded", // run by the old worker across the upgrade
+            "doing",     // claimed after the resume
+            "succeeded",
+            "failed",
+            "cancelled",
+            "aborted",
+            "doing", // claimed while "default" was paused
+            "todo",  // due in an hour
+            "doing", // deferred while all was paused, claimed after
+        ]
+    );
+}

@@ -161,3 +161,29 @@ fn run_the_deferred_jobs_synchronously_with_the_real_tasks() {
         .contains("task \"unknown\" is not registered"));
     assert!(mark.run(&tasks).unwrap().is_empty(), "nothing left to run");
 }
+
+#[test]
+fn a_snooze_in_mark_run_gives_the_attempt_back_as_a_worker_does() {
+    let (_db, app, _client) = setup();
+    let mark = Mark::new(&app).unwrap();
+    let id = app.defer("nap", &0).unwrap();
+    let runs = Arc::new(AtomicU32::new(0));
+    let mut tasks = Tasks::new();
+    let n = runs.clone();
+    // The default strategy allows one attempt: had the snooze used it, the job would fail.
+    tasks.register("nap", move |_job: &Job| -> Result<(), TaskError> {
+        if n.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(TaskError::snooze(Duration::ZERO));
+        }
+        Ok(())
+    });
+    let ran = mark.run(&tasks).unwrap();
+    let summary: Vec<(u32, JobStatus)> = ran.iter().map(|r| (r.attempt, r.status)).collect();
+    assert_eq!(
+        summary,
+        vec![(1, JobStatus::Todo), (1, JobStatus::Succeeded)]
+    );
+    assert_eq!(ran[0].error, None, "a snooze is not an error");
+    let d = app.admin().job(id).unwrap();
+    assert_eq!((d.snoozes, d.job.attempts), (1, 1));
+}

@@ -666,6 +666,113 @@ fn schedules_given_by_the_program_show_their_exact_next_instant() {
     dash.shutdown();
 }
 
+#[test]
+fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    app.job("t").queue("emails").defer(&1).unwrap();
+    app.job("t").queue("reports").defer(&2).unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let page = get(addr, "/").body;
+    assert!(!page.contains("paused"), "nothing paused yet");
+    assert!(page.contains("action=\"/queues/pause\""), "pause buttons");
+    let token = csrf_of(&page);
+
+    assert_eq!(get(addr, "/queues/pause").status, 405);
+    let r = request(
+        addr,
+        "POST",
+        "/queues/pause",
+        &form,
+        "queue=emails&csrf=wrong",
+    );
+    assert_eq!(r.status, 403);
+    assert!(app.admin().paused().unwrap().is_empty());
+
+    let r = request(
+        addr,
+        "POST",
+        "/queues/pause",
+        &form,
+        &format!("queue=emails&csrf={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/"));
+    let p = app.admin().paused().unwrap();
+    assert!(p.is_paused("emails") && !p.is_paused("reports"));
+    let page = get(addr, "/").body;
+    assert_eq!(
+        page.matches("<span class=err>paused</span>").count(),
+        1,
+        "{page}"
+    );
+    assert!(page.contains(">Resume</button>"), "{page}");
+
+    // Every queue, then resume every queue.
+    let r = request(
+        addr,
+        "POST",
+        "/queues/pause",
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 303);
+    let page = get(addr, "/").body;
+    assert!(page.contains("Every queue is paused"), "{page}");
+    assert_eq!(page.matches("<span class=err>paused</span>").count(), 2);
+    let r = request(
+        addr,
+        "POST",
+        "/queues/resume",
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 303);
+    assert!(app.admin().paused().unwrap().is_empty());
+
+    // Bad input is a clear 400, and unknown actions a 404.
+    let r = request(
+        addr,
+        "POST",
+        "/queues/pause",
+        &form,
+        &format!("queue=&csrf={token}"),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("queue must not be empty"), "{}", r.body);
+    let r = request(
+        addr,
+        "POST",
+        "/queues/drain",
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 404);
+    dash.shutdown();
+
+    let ro = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .read_only(true)
+        .spawn()
+        .unwrap();
+    let page = get(ro.addr(), "/").body;
+    assert!(!page.contains("/queues/pause"), "buttons in read-only mode");
+    let r = request(
+        ro.addr(),
+        "POST",
+        "/queues/pause",
+        &form,
+        &format!("queue=emails&csrf={token}"),
+    );
+    assert_eq!(r.status, 403);
+    assert!(app.admin().paused().unwrap().is_empty());
+    ro.shutdown();
+}
+
 /// A job's output and its latest progress (issue 14) are shown on its page, escaped.
 #[test]
 fn a_jobs_output_and_progress_are_shown_on_its_page() {

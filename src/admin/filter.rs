@@ -63,6 +63,7 @@ pub struct JobFilter {
     pub(crate) finished_after: Option<SystemTime>,
     pub(crate) finished_before: Option<SystemTime>,
     pub(crate) error_contains: Option<String>,
+    pub(crate) tags: Vec<String>,
     pub(crate) sort: JobSort,
     pub(crate) descending: Option<bool>,
     pub(crate) after: Option<String>,
@@ -218,6 +219,16 @@ impl JobFilter {
         self
     }
 
+    /// Only jobs deferred with this tag ([`NewJob::tags`](crate::NewJob::tags)); call it
+    /// again to require several.
+    pub fn tag(mut self, tag: impl Into<String>) -> JobFilter {
+        let tag = tag.into();
+        if !self.tags.contains(&tag) {
+            self.tags.push(tag);
+        }
+        self
+    }
+
     /// The order of a listing, descending or not. Defaults to [`JobSort::Id`], descending
     /// (newest first); other sorts default to ascending.
     pub fn sort(mut self, sort: JobSort, descending: bool) -> JobFilter {
@@ -253,6 +264,7 @@ impl JobFilter {
             && self.finished_after.is_none()
             && self.finished_before.is_none()
             && self.error_contains.is_none()
+            && self.tags.is_empty()
     }
 
     fn descending(&self) -> bool {
@@ -305,6 +317,9 @@ impl JobFilter {
                     WHERE strpos(lower(coalesce(e ->> 'error', '')), lower({}::text)) > 0)",
                 q.bind(text.clone())
             ));
+        }
+        if !self.tags.is_empty() {
+            c.push(format!("j.tags @> {}::text[]", q.bind(self.tags.clone())));
         }
         c.join("\n   AND ")
     }

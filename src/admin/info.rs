@@ -124,6 +124,16 @@ pub struct JobDetail {
     /// When that progress was recorded.
     #[serde(serialize_with = "ser_opt_time")]
     pub progress_at: Option<SystemTime>,
+    /// How many times its task snoozed it ([`TaskError::snooze`](crate::TaskError::snooze)):
+    /// runs that gave their attempt back.
+    pub snoozes: i32,
+    /// The attempt limit it was deferred with
+    /// ([`NewJob::max_attempts`](crate::NewJob::max_attempts)); `None`: its task's strategy.
+    pub max_attempts: Option<i32>,
+    /// The tags it was deferred with ([`NewJob::tags`](crate::NewJob::tags)).
+    pub tags: Vec<String>,
+    /// The metadata it was deferred with ([`NewJob::meta`](crate::NewJob::meta)).
+    pub meta: Option<serde_json::Value>,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.

@@ -8,6 +8,7 @@
 //!   with a dry run;
 //! - [`stats`]: counts per queue or task, failure rate, run-time percentiles, lag;
 //! - [`workers`]: workers, stale heartbeats, stalled jobs and what to do about them;
+//! - [`queues`]: pausing and resuming queues across every worker;
 //! - [`schema`]: the installed version against this library's, bounded migration, its SQL.
 //!
 //! Every call checks a connection out of the App's pool (within `pool_timeout`) and makes
@@ -23,6 +24,7 @@
 pub(crate) mod bulk;
 pub(crate) mod filter;
 pub(crate) mod info;
+pub(crate) mod queues;
 pub(crate) mod schema;
 pub(crate) mod stats;
 pub(crate) mod workers;
@@ -41,6 +43,7 @@ use crate::store;
 pub use bulk::{BulkAction, BulkReport};
 pub use filter::{JobFilter, JobPage, JobSort};
 pub use info::{AttemptError, JobDetail, JobInfo};
+pub use queues::{PausedQueue, Pauses};
 pub use schema::{MigrateReport, SchemaState};
 pub use stats::{QueueCounts, StatsBy};
 pub use workers::{StalledReport, WorkerInfo};
@@ -139,6 +142,10 @@ impl Admin {
             output: json_column(row, 19),
             progress: json_column(row, 20),
             progress_at: row.get(21),
+            snoozes: row.get(22),
+            max_attempts: row.get(23),
+            tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
+            meta: json_column(row, 25),
         })
     }
 

@@ -63,6 +63,9 @@ pub struct QueueCounts {
     /// 99th percentile of the run time.
     #[serde(serialize_with = "ser_opt_secs", rename = "run_time_p99_secs")]
     pub run_time_p99: Option<Duration>,
+    /// Whether no worker starts this queue's jobs now ([`Admin::pause`], or
+    /// [`Admin::pause_all`]); always `false` per task.
+    pub paused: bool,
 }
 
 /// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
@@ -109,7 +112,8 @@ impl Admin {
         let sql = STATS_SQL.replace("{group}", group);
         let mut conn = self.conn()?;
         let rows = conn.query_named("computing job statistics", &sql, &[&ms])?;
-        Ok(rows
+        drop(conn);
+        let mut counts: Vec<QueueCounts> = rows
             .iter()
             .map(|r| {
                 let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
@@ -135,8 +139,49 @@ impl Admin {
                     run_time_p50: p(0),
                     run_time_p95: p(1),
                     run_time_p99: p(2),
+                    paused: false,
                 }
             })
-            .collect())
+            .collect();
+        if by == StatsBy::Queue {
+            // Paused queues are listed even without jobs, so that a pause is always seen.
+            let pauses = self.paused()?;
+            for p in &pauses.queues {
+                let q = p.queue.as_deref().unwrap_or_default();
+                if !counts.iter().any(|c| c.queue == q) {
+                    let at = counts
+                        .iter()
+                        .position(|c| c.queue.as_str() > q)
+                        .unwrap_or(counts.len());
+                    counts.insert(at, QueueCounts::empty(q));
+                }
+            }
+            for c in &mut counts {
+                c.paused = pauses.is_paused(&c.queue);
+            }
+        }
+        Ok(counts)
+    }
+}
+
+impl QueueCounts {
+    fn empty(queue: &str) -> QueueCounts {
+        QueueCounts {
+            queue: queue.to_owned(),
+            todo: 0,
+            scheduled: 0,
+            doing: 0,
+            succeeded: 0,
+            failed: 0,
+            cancelled: 0,
+            aborted: 0,
+            other: 0,
+            oldest_todo_age: None,
+            failure_rate: None,
+            run_time_p50: None,
+            run_time_p95: None,
+            run_time_p99: None,
+            paused: false,
+        }
     }
 }

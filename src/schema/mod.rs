@@ -43,10 +43,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "results",
         sql: include_str!("0004_results.sql"),
     },
+    Migration {
+        version: 5,
+        name: "flow",
+        sql: include_str!("0005_flow.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 4;
+pub(crate) const LATEST: i32 = 5;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

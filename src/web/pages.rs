@@ -41,6 +41,7 @@ pub(crate) struct OverviewData {
     counts: Vec<crate::admin::QueueCounts>,
     minutes: Vec<html::Minute>,
     workers: Vec<crate::admin::WorkerInfo>,
+    pauses: crate::admin::Pauses,
     took: Duration,
 }
 
@@ -62,10 +63,12 @@ impl State {
             queries::throughput(&mut conn)?
         };
         let workers = self.admin.workers()?;
+        let pauses = self.admin.paused()?;
         let data = Arc::new(OverviewData {
             counts,
             minutes,
             workers,
+            pauses,
             took: started.elapsed(),
         });
         *lock() = Some((Instant::now(), data.clone()));
@@ -128,13 +131,16 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("GET" | "HEAD", ["jobs"]) => jobs(st, req),
         ("GET" | "HEAD", ["jobs", id]) => job(st, parse_id(id)?, None, req.param("done")),
         ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
+        ("POST", ["queues", action]) => act_queue(st, req, action),
         ("GET" | "HEAD", ["workers"]) => workers(st),
         ("GET" | "HEAD", ["periodic"]) => periodic(st),
         ("GET" | "HEAD", ["health"]) => {
             let v = st.admin.check_schema()?;
             Ok(Response::text(200, format!("ok: schema version {v}\n")))
         }
-        (_, ["jobs", _, _]) => Ok(Response::text(405, "use POST\n").header("Allow", "POST")),
+        (_, ["jobs", _, _] | ["queues", _]) => {
+            Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
+        }
         ("GET" | "HEAD" | "POST", _) => Ok(Response::html(
             404,
             page(
@@ -340,17 +346,18 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 
 // --- actions -------------------------------------------------------------------------
 
-fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<Response, Error> {
+/// The refusal of a change (read-only, cross-origin, no or a stale form token), if any.
+fn refusal(st: &State, req: &Request) -> Option<Response> {
     if st.read_only {
-        return Ok(Response::text(
+        return Some(Response::text(
             403,
-            "the dashboard is read-only: retry, cancel and abort are refused\n",
+            "the dashboard is read-only: retry, cancel, abort, pause and resume are refused\n",
         ));
     }
     if let (Some(origin), Some(host)) = (req.header("origin"), req.header("host")) {
         let origin_host = origin.split_once("://").map_or(origin, |(_, h)| h);
         if origin != "null" && origin_host != host {
-            return Ok(Response::text(403, "cross-origin request refused\n"));
+            return Some(Response::text(403, "cross-origin request refused\n"));
         }
     }
     let form = req.form();
@@ -360,10 +367,45 @@ fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<Response, E
         .map(|(_, v)| v.as_str())
         .unwrap_or("");
     if !same(token, &st.csrf) {
-        return Ok(Response::text(
+        return Some(Response::text(
             403,
             "missing or stale form token: reload the page and try again\n",
         ));
+    }
+    None
+}
+
+/// Pauses or resumes the queue named by the form's `queue` field (every queue without one),
+/// then shows the overview again (its figures read afresh).
+fn act_queue(st: &State, req: &Request, action: &str) -> Result<Response, Error> {
+    if let Some(r) = refusal(st, req) {
+        return Ok(r);
+    }
+    let form = req.form();
+    let queue = form
+        .iter()
+        .find(|(k, _)| k == "queue")
+        .map(|(_, v)| v.as_str());
+    let res = match (action, queue) {
+        ("pause", Some(q)) => st.admin.pause(q).map(drop),
+        ("resume", Some(q)) => st.admin.resume(q).map(drop),
+        ("pause", None) => st.admin.pause_all().map(drop),
+        ("resume", None) => st.admin.resume_all().map(drop),
+        _ => return Ok(Response::text(404, "no such action\n")),
+    };
+    match res {
+        Ok(()) => {
+            *st.overview.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            Ok(Response::redirect("/".to_owned()))
+        }
+        Err(e) if e.kind() == ErrorKind::InvalidInput => Ok(Response::text(400, format!("{e}\n"))),
+        Err(e) => Err(e),
+    }
+}
+
+fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<Response, Error> {
+    if let Some(r) = refusal(st, req) {
+        return Ok(r);
     }
     let result = match action {
         "retry" => st.admin.retry(id).map(|()| "retried"),
@@ -396,7 +438,8 @@ fn overview(st: &State) -> Result<Response, Error> {
     let mut cost = Cost::new();
     let (data, fresh) = st.overview_data()?;
     if fresh {
-        cost.queries += 3;
+        // Counts (and the pauses they show), throughput, workers, pauses.
+        cost.queries += 5;
     }
     let (counts, minutes, workers) = (&data.counts, &data.minutes, &data.workers);
     let stalled = workers
@@ -406,13 +449,48 @@ fn overview(st: &State) -> Result<Response, Error> {
 
     let mut b = String::new();
     b.push_str("<h1>Overview</h1><h2>Queues</h2>");
+    // A pause button (or resume) for a queue, or for every queue with `None`.
+    let flow_button = |queue: Option<&str>, paused: bool| -> String {
+        if st.read_only {
+            return String::new();
+        }
+        let (action, label) = if paused {
+            ("resume", "Resume")
+        } else {
+            ("pause", "Pause")
+        };
+        let (field, id) = match queue {
+            Some(q) => (
+                format!("<input type=hidden name=queue value=\"{}\">", esc(q)),
+                String::new(),
+            ),
+            None => (String::new(), format!(" id=\"{action}-all\"")),
+        };
+        format!(
+            "<form class=inline method=post action=\"/queues/{action}\">{field}\
+             <input type=hidden name=csrf value=\"{}\">\
+             <button name=go value=1{id}>{label}{}</button></form>",
+            esc(&st.csrf),
+            if queue.is_none() { " every queue" } else { "" }
+        )
+    };
+    if let Some(at) = data.pauses.all {
+        let _ = write!(
+            b,
+            "<p class=err>Every queue is paused (since {} UTC): no job starts. {}</p>",
+            esc(&crate::admin::rfc3339(at)),
+            flow_button(None, true)
+        );
+    } else {
+        let _ = write!(b, "<p>{}</p>", flow_button(None, false));
+    }
     if counts.is_empty() {
         b.push_str("<p class=dim>No jobs yet.</p>");
     } else {
         b.push_str(
             "<table><tr><th>Queue</th><th>Due</th><th>Scheduled</th><th>Running</th>\
              <th>Succeeded</th><th>Failed</th><th>Cancelled</th><th>Aborted</th>\
-             <th>Oldest due job waits</th></tr>",
+             <th>Oldest due job waits</th><th>Flow</th></tr>",
         );
         let link = |q: &str, s: &str, n: u64| -> String {
             if n == 0 {
@@ -427,7 +505,7 @@ fn overview(st: &State) -> Result<Response, Error> {
         for c in counts {
             let _ = write!(
                 b,
-                "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td></tr>",
+                "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td><td>{}</td></tr>",
                 url_enc(&c.queue),
                 esc(&c.queue),
                 link(&c.queue, "todo", c.todo),
@@ -438,6 +516,17 @@ fn overview(st: &State) -> Result<Response, Error> {
                 link(&c.queue, "cancelled", c.cancelled),
                 link(&c.queue, "aborted", c.aborted),
                 c.oldest_todo_age.map(age).unwrap_or_else(|| "–".to_owned()),
+                {
+                    // Its own pause can be lifted here; the pause of all, above.
+                    let own = data.pauses.queues.iter().any(|p| p.queue.as_deref() == Some(c.queue.as_str()));
+                    let mark = if c.paused { "<span class=err>paused</span> " } else { "" };
+                    let button = if data.pauses.all.is_some() && !own {
+                        String::new()
+                    } else {
+                        flow_button(Some(&c.queue), own)
+                    };
+                    format!("{mark}{button}")
+                },
             );
         }
         b.push_str("</table>");

@@ -128,7 +128,9 @@ pub(crate) fn is_transient(e: &Error, conn: &Connection) -> bool {
 pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) -> Result<()> {
     let (requeues, finals): (Vec<&Outcome>, Vec<&Outcome>) =
         batch.iter().partition(|o| o.requeues());
-    for group in [finals, requeues] {
+    let (snoozes, requeues): (Vec<&Outcome>, Vec<&Outcome>) =
+        requeues.into_iter().partition(|o| o.word == "snooze");
+    for group in [finals, requeues, snoozes] {
         if !group.is_empty() {
             record_isolating(shared, conn, &group)?;
         }
@@ -136,7 +138,7 @@ pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) 
     Ok(())
 }
 
-/// Records `group` (all final, or all requeues); on a refusal, splits it until the refused
+/// Records `group` (all final, all requeues, or all snoozes); on a refusal, splits it until the refused
 /// outcome is alone.
 fn record_isolating(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Result<()> {
     match record_once(shared, conn, group) {
@@ -160,7 +162,20 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
         .iter()
         .map(|o| o.error.as_deref().map(limits::safe_text))
         .collect();
-    let done: HashMap<i64, String> = if group[0].requeues() {
+    let done: HashMap<i64, String> = if group[0].word == "snooze" {
+        let delays: Vec<i64> = group
+            .iter()
+            .map(|o| limits::delay_micros(o.delay))
+            .collect();
+        conn.query_cached(
+            "recording job outcomes (snooze)",
+            store::JOB_SNOOZE,
+            &[&ids, &workers, &attempts, &delays],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    } else if group[0].requeues() {
         // A released attempt keeps its job's schedule; a retry is due after its delay.
         let delays: Vec<Option<i64>> = group
             .iter()
@@ -295,7 +310,7 @@ fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcom
         let same_attempt = |st: &State| st.1 == Some(o.key.worker) && st.2 == o.key.attempt;
         let already = match (o.word, state) {
             ("delete", None) => true,
-            ("retry" | "release", Some(st)) => st.0 != "doing" && st.1.is_none(),
+            ("retry" | "release" | "snooze", Some(st)) => st.0 != "doing" && st.1.is_none(),
             (word, Some(st)) => st.0 == word && same_attempt(st),
             _ => false,
         };

@@ -41,6 +41,9 @@ pub enum JobEventKind {
     Aborted,
     /// The worker stopped before the job finished; it goes back to the queue.
     Interrupted,
+    /// The task snoozed the job ([`TaskError::snooze`]): it runs again later, without
+    /// using an attempt.
+    Snoozed,
 }
 
 /// One event of a job's run, given to a [`JobHook`].
@@ -190,6 +193,7 @@ fn run_one(
             other => break other,
         }
     };
+    let max_attempts = claimed.max_attempts;
     let job = Job {
         id: claimed.id,
         task: claimed.task,
@@ -242,7 +246,14 @@ fn run_one(
             Decision::Failed(msg),
         ));
     };
-    let allowed = task.options.retry.attempts_allowed();
+    // The job's own attempt limit, given when it was deferred, overrides the strategy's.
+    let strategy = match max_attempts {
+        Some(n) => {
+            std::borrow::Cow::Owned(task.options.retry.clone().max_attempts(n.max(1) as u32))
+        }
+        None => std::borrow::Cow::Borrowed(&task.options.retry),
+    };
+    let allowed = strategy.attempts_allowed();
     if attempt > allowed + MAX_RESCUES {
         // Earlier attempts ended with their worker (rescued after a crash, each time): a
         // job that kills its worker must not loop forever.
@@ -308,13 +319,13 @@ fn run_one(
                 shared.name
             ))
         }
-        Ok(Err(e)) => decide(&e, attempt, &task.options.retry),
+        Ok(Err(e)) => decide(&e, attempt, &strategy),
         Err(p) => {
             let e = TaskError::with_action(
                 TaskAction::Error,
                 format!("task panicked: {}", panic_text(&p)),
             );
-            decide(&e, attempt, &task.options.retry)
+            decide(&e, attempt, &strategy)
         }
     };
     Some(finish(shared, key, &job, took, decision))
@@ -344,6 +355,7 @@ enum Decision {
     Cancelled(String),
     Aborted(String),
     Interrupted(String),
+    Snooze(Duration),
 }
 
 fn decide(e: &TaskError, attempt: u32, strategy: &crate::RetryStrategy) -> Decision {
@@ -351,6 +363,7 @@ fn decide(e: &TaskError, attempt: u32, strategy: &crate::RetryStrategy) -> Decis
     match e.action {
         TaskAction::Fail => Decision::Failed(msg),
         TaskAction::Cancel => Decision::Cancelled(msg),
+        TaskAction::Snooze(d) => Decision::Snooze(d),
         TaskAction::Error => match strategy.next_delay(attempt, jitter_rand()) {
             Some(d) => Decision::Retry(d, msg),
             None => Decision::Failed(msg),
@@ -467,6 +480,17 @@ fn finish(
             );
             ("release", K::Interrupted, Duration::ZERO, Some(msg))
         }
+        Decision::Snooze(d) => {
+            stats.snoozed.fetch_add(1, Ordering::Relaxed);
+            log::debug!(
+                "worker {}: job {} ({}) snoozed for {}",
+                shared.name,
+                job.id,
+                job.task,
+                crate::error::fmt_duration(d)
+            );
+            ("snooze", K::Snoozed, d, None)
+        }
     };
     emit(shared, job, kind, took, error.as_deref());
     Outcome {
@@ -570,6 +594,18 @@ mod tests {
             decide(&TaskError::retry("x"), 1, &never),
             Decision::Failed(_)
         ));
+    }
+
+    #[test]
+    fn a_snooze_never_depends_on_the_attempts_left() {
+        let never = RetryStrategy::never();
+        let e = TaskError::snooze(Duration::from_secs(5));
+        for attempt in [1, 2, 1000] {
+            assert_eq!(
+                decide(&e, attempt, &never),
+                Decision::Snooze(Duration::from_secs(5))
+            );
+        }
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub(crate) struct Claimed {
     pub(crate) abort_requested: bool,
     /// The worker identity that claimed it: with `id` and `attempts`, the attempt's fence.
     pub(crate) worker: i64,
+    /// Its own attempt limit, given when it was deferred (overrides the task's strategy).
+    pub(crate) max_attempts: Option<i32>,
 }
 
 impl Claimed {
@@ -119,7 +121,7 @@ pub(crate) struct Outcome {
 
 impl Outcome {
     pub(crate) fn requeues(&self) -> bool {
-        matches!(self.word, "retry" | "release")
+        matches!(self.word, "retry" | "release" | "snooze")
     }
 }
 
@@ -133,6 +135,7 @@ pub(crate) struct Stats {
     pub(crate) cancelled: AtomicU64,
     pub(crate) aborted: AtomicU64,
     pub(crate) interrupted: AtomicU64,
+    pub(crate) snoozed: AtomicU64,
     pub(crate) recorded: AtomicU64,
     pub(crate) db_errors: AtomicU64,
     pub(crate) reconnects: AtomicU64,
@@ -284,6 +287,8 @@ pub struct WorkerStats {
     pub db_errors: u64,
     /// Connections opened by the worker's threads.
     pub connections_opened: u64,
+    /// Jobs snoozed by their task ([`TaskError::snooze`](crate::TaskError::snooze)).
+    pub snoozed: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -347,6 +352,7 @@ impl WorkerHandle {
             recorded: get(&s.recorded),
             db_errors: get(&s.db_errors),
             connections_opened: get(&s.reconnects),
+            snoozed: get(&s.snoozed),
         }
     }
 

@@ -21,6 +21,7 @@ pub(crate) fn job_event(kind: JobEventKind, queue: &str, task: &str, took: Durat
             JobEventKind::Cancelled => "postpone_jobs_cancelled_total",
             JobEventKind::Aborted => "postpone_jobs_aborted_total",
             JobEventKind::Interrupted => "postpone_jobs_interrupted_total",
+            JobEventKind::Snoozed => "postpone_jobs_snoozed_total",
         };
         let labels = [("queue", queue.to_owned()), ("task", task.to_owned())];
         metrics::counter!(name, &labels).increment(1);

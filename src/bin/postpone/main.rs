@@ -27,6 +27,7 @@ use commands::defer::DeferArgs;
 use commands::healthcheck::HealthArgs;
 use commands::jobs::JobsArgs;
 use commands::migrate::MigrateArgs;
+use commands::pause::PauseArgs;
 use commands::prune::PruneArgs;
 use commands::stalled::StalledArgs;
 use commands::stats::StatsArgs;
@@ -108,6 +109,10 @@ enum Command {
     Healthcheck(HealthArgs),
     /// Serve the web dashboard (auth from POSTPONE_DASHBOARD_TOKEN or _USER/_PASSWORD).
     Dashboard(commands::dashboard::DashboardArgs),
+    /// Stop every worker from starting a queue's jobs (or every queue's); running jobs finish.
+    Pause(PauseArgs),
+    /// Let workers start a paused queue's jobs again (or every queue's), at once.
+    Resume(PauseArgs),
 }
 
 fn main() -> ExitCode {
@@ -197,6 +202,8 @@ where
         Command::Workers(a) => commands::workers::run(&ctx, &app, &a, out)?,
         Command::Stalled(a) => commands::stalled::run(&ctx, &app, &a, out)?,
         Command::Prune(a) => commands::prune::run(&ctx, &app, &a, out)?,
+        Command::Pause(a) => commands::pause::pause(&ctx, &app, &a, out)?,
+        Command::Resume(a) => commands::pause::resume(&ctx, &app, &a, out)?,
         Command::Healthcheck(_) | Command::Migrate(_) | Command::Dashboard(_) => {
             unreachable!("handled above")
         }
@@ -251,6 +258,8 @@ mod tests {
             "reschedule",
             "priority",
             "stalled",
+            "pause",
+            "resume",
         ] {
             assert!(out.contains(cmd), "{cmd} missing from help:\n{out}");
         }
@@ -278,6 +287,9 @@ mod tests {
             &["migrate", "--all"],
             &["frobnicate"],
             &["--timeout", "soon", "stats"],
+            &["pause"],
+            &["resume"],
+            &["pause", "q", "--all"],
         ] {
             let (res, _) = run_args(args);
             match res {

@@ -37,6 +37,12 @@ pub struct DeferArgs {
     /// Run no sooner than this time (RFC 3339: 2030-01-02T03:04:05Z).
     #[arg(long, value_parser = parse::time, value_name = "TIME")]
     pub at: Option<SystemTime>,
+    /// A tag for operators (repeat for several; `postpone jobs --tag` filters on them).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
+    /// Metadata for operators, a JSON object.
+    #[arg(long, value_name = "JSON")]
+    pub meta: Option<String>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -66,6 +72,18 @@ pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Resu
     }
     if let Some(t) = a.at {
         b = b.schedule_at(t);
+    }
+    if !a.tag.is_empty() {
+        b = b.tags(&a.tag);
+    }
+    if let Some(text) = &a.meta {
+        let meta: Box<RawValue> = serde_json::from_str(text).map_err(|e| {
+            CliError::usage(format!(
+                "invalid JSON metadata {}: {e}",
+                output::clean(&output::cut(text, 60))
+            ))
+        })?;
+        b = b.meta(&meta);
     }
     let id = b.defer(&args)?;
     if ctx.json {

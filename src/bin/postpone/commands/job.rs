@@ -23,6 +23,20 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         (Some(pid), Some(at)) => format!("id {pid:?}, instant {} UTC", output::time(at)),
         _ => "-".to_owned(),
     };
+    // Shown only when set: snoozes, the job's own attempt limit, tags, metadata.
+    let mut extra: Vec<(&str, String)> = Vec::new();
+    if d.snoozes > 0 {
+        extra.push(("snoozes", d.snoozes.to_string()));
+    }
+    if let Some(n) = d.max_attempts {
+        extra.push(("max attempts", n.to_string()));
+    }
+    if !d.tags.is_empty() {
+        extra.push(("tags", d.tags.join(", ")));
+    }
+    if let Some(m) = &d.meta {
+        extra.push(("meta", m.to_string()));
+    }
     let fields = [
         ("id", j.id.to_string()),
         ("task", j.task.clone()),
@@ -59,8 +73,9 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
             },
         ),
     ];
-    for (k, v) in fields {
-        writeln!(out, "{:<17}{}", format!("{k}:"), output::clean(&v))?;
+    let (head, tail) = fields.split_at(5);
+    for (k, v) in head.iter().chain(extra.iter()).chain(tail) {
+        writeln!(out, "{:<17}{}", format!("{k}:"), output::clean(v))?;
     }
     if d.errors.is_empty() {
         writeln!(out, "{:<17}none", "errors:")?;

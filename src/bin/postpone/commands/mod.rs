@@ -10,6 +10,7 @@ pub mod healthcheck;
 pub mod job;
 pub mod jobs;
 pub mod migrate;
+pub mod pause;
 pub mod prune;
 mod select;
 pub mod stalled;

@@ -41,6 +41,9 @@ pub struct Select {
     /// Only jobs with a recorded error containing TEXT (ignoring case).
     #[arg(long, value_name = "TEXT")]
     pub error: Option<String>,
+    /// Only jobs deferred with this tag (repeat to require several).
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
 }
 
 impl Select {
@@ -79,6 +82,9 @@ impl Select {
         }
         if let Some(v) = &self.error {
             f = f.error_contains(v);
+        }
+        for t in &self.tag {
+            f = f.tag(t);
         }
         f
     }

@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
     }
     if rows.is_empty() {
         writeln!(out, "no jobs")?;
-        return Ok(());
+        return paused_footer(app, a, out);
     }
     let first = if a.by == StatsBy::Task {
         "TASK"
@@ -77,11 +77,35 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
         ]);
     }
     t.write(out)?;
+    paused_footer(app, a, out)?;
     if let Some(w) = a.window {
         writeln!(
             out,
             "-- finished counts and run times: the last {}",
             output::age(w)
+        )?;
+    }
+    Ok(())
+}
+
+/// Says which queues are paused (per queue only), under the table.
+fn paused_footer(app: &App, a: &StatsArgs, out: &mut dyn Write) -> Result<(), CliError> {
+    if a.by != StatsBy::Queue {
+        return Ok(());
+    }
+    let pauses = app.admin().paused()?;
+    if pauses.all.is_some() {
+        writeln!(out, "-- paused: every queue (postpone resume --all)")?;
+    } else if !pauses.queues.is_empty() {
+        let names: Vec<&str> = pauses
+            .queues
+            .iter()
+            .filter_map(|p| p.queue.as_deref())
+            .collect();
+        writeln!(
+            out,
+            "-- paused: {} (postpone resume QUEUE)",
+            output::clean(&names.join(", "))
         )?;
     }
     Ok(())
