@@ -1,0 +1,217 @@
+//! Routing, access checks and the pages. Each handler reads what it shows, renders it
+//! with `html.rs`, and returns a response; a database error becomes an error page whose
+//! status says what kind of failure it was (503 for a database that cannot be reached in
+//! time, 404 for a missing job, 409 for an action the job's status does not allow).
+
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::html::{self, age, esc, opt_time, page, status, time, url_enc};
+use super::http::{Request, Response};
+use super::queries::{self, JobQuery};
+use super::DashboardAuth;
+use crate::admin::Admin;
+use crate::app::App;
+use crate::error::{Error, ErrorKind};
+use crate::job::{JobId, JobStatus};
+
+mod auth;
+mod job;
+mod jobs;
+mod overview;
+mod periodic;
+mod workers;
+
+use auth::*;
+use job::*;
+use jobs::*;
+use overview::*;
+use periodic::*;
+use workers::*;
+
+/// Jobs per page of the jobs list.
+const PAGE: i64 = 50;
+const TOKEN_COOKIE: &str = "postpone_token";
+
+pub(crate) struct State {
+    pub(crate) admin: Admin,
+    pub(crate) app: App,
+    pub(crate) read_only: bool,
+    pub(crate) auth: Option<DashboardAuth>,
+    pub(crate) csrf: String,
+    pub(crate) stalled_after: Duration,
+    /// The overview's figures and when they were read: every viewer within
+    /// [`OVERVIEW_FRESH`] shares one read (the counts scan the jobs table).
+    pub(crate) overview: Mutex<Option<(Instant, Arc<OverviewData>)>>,
+    /// Schedules the program registered, from `Dashboard::schedules`.
+    pub(crate) schedules: Vec<crate::periodic::PeriodicOptions>,
+}
+
+/// How long the overview's figures are shared between requests.
+const OVERVIEW_FRESH: Duration = Duration::from_secs(5);
+
+pub(crate) struct OverviewData {
+    counts: Vec<crate::admin::QueueCounts>,
+    minutes: Vec<html::Minute>,
+    workers: Vec<crate::admin::WorkerInfo>,
+    pauses: crate::admin::Pauses,
+    took: Duration,
+}
+
+impl State {
+    /// The overview's figures, read again if older than [`OVERVIEW_FRESH`]; the flag says
+    /// whether this call read them. Two requests that find them stale may both read: the
+    /// lock is never held across SQL.
+    fn overview_data(&self) -> Result<(Arc<OverviewData>, bool), Error> {
+        let lock = || self.overview.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, data)) = lock().as_ref() {
+            if at.elapsed() < OVERVIEW_FRESH {
+                return Ok((data.clone(), false));
+            }
+        }
+        let started = Instant::now();
+        let counts = self.admin.counts()?;
+        let minutes = {
+            let mut conn = self.app.connection()?;
+            queries::throughput(&mut conn)?
+        };
+        let workers = self.admin.workers()?;
+        let pauses = self.admin.paused()?;
+        let data = Arc::new(OverviewData {
+            counts,
+            minutes,
+            workers,
+            pauses,
+            took: started.elapsed(),
+        });
+        *lock() = Some((Instant::now(), data.clone()));
+        Ok((data, true))
+    }
+}
+
+/// What a page cost: its round-trips and its time, shown in its footer.
+struct Cost {
+    started: Instant,
+    queries: u32,
+}
+
+impl Cost {
+    fn new() -> Cost {
+        Cost {
+            started: Instant::now(),
+            queries: 0,
+        }
+    }
+
+    fn footer(&self) -> String {
+        format!(
+            "<p class=dim>{} quer{} in {} ms</p>",
+            self.queries,
+            if self.queries == 1 { "y" } else { "ies" },
+            self.started.elapsed().as_millis()
+        )
+    }
+}
+
+pub(crate) fn handle(st: &State, req: &Request) -> Response {
+    if st.auth.is_none() && !req.header("host").is_some_and(is_local_host) {
+        // Without auth, a page of another site could reach a loopback dashboard through a
+        // host name that it points at 127.0.0.1 (DNS rebinding), read the CSRF token and
+        // post. Such a request names that host: refuse any name but an address or localhost.
+        return Response::text(
+            403,
+            "this dashboard has no access control, so it answers only requests addressed to \
+             an IP address or localhost; set POSTPONE_DASHBOARD_TOKEN (or a user and password) \
+             to serve it under a host name\n",
+        );
+    }
+    if let Some(denied) = check_auth(st, req) {
+        return denied;
+    }
+    let resp = route(st, req).unwrap_or_else(|e| error_page(st, &e));
+    resp.header(
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+    )
+}
+
+fn route(st: &State, req: &Request) -> Result<Response, Error> {
+    let path = req.path.trim_end_matches('/');
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    match (req.method.as_str(), segments.as_slice()) {
+        ("GET" | "HEAD", [] | [""]) => overview(st),
+        ("GET" | "HEAD", ["jobs"]) => jobs(st, req),
+        ("GET" | "HEAD", ["jobs", id]) => job(st, parse_id(id)?, None, req.param("done")),
+        ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
+        ("POST", ["queues", action]) => act_queue(st, req, action),
+        ("GET" | "HEAD", ["workers"]) => workers(st),
+        ("GET" | "HEAD", ["periodic"]) => periodic(st),
+        ("GET" | "HEAD", ["health"]) => {
+            let v = st.admin.check_schema()?;
+            Ok(Response::text(200, format!("ok: schema version {v}\n")))
+        }
+        (_, ["jobs", _, _] | ["queues", _]) => {
+            Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
+        }
+        ("GET" | "HEAD" | "POST", _) => Ok(Response::html(
+            404,
+            page(
+                "Not found",
+                "",
+                None,
+                st.read_only,
+                "<h1>Not found</h1><p>No such page. <a href=\"/\">Overview</a></p>",
+            ),
+        )),
+        _ => Ok(Response::text(405, "method not allowed\n").header("Allow", "GET, POST")),
+    }
+}
+
+fn parse_id(s: &str) -> Result<JobId, Error> {
+    s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .map(JobId)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("{s:?} is not a job id: use a positive whole number"),
+            )
+        })
+}
+
+fn error_page(st: &State, e: &Error) -> Response {
+    let code = match e.kind() {
+        ErrorKind::NotFound => 404,
+        ErrorKind::InvalidInput => 400,
+        ErrorKind::InvalidState | ErrorKind::AlreadyEnqueued => 409,
+        ErrorKind::Timeout => 504,
+        ErrorKind::Connect
+        | ErrorKind::Closed
+        | ErrorKind::Shutdown
+        | ErrorKind::SchemaMissing
+        | ErrorKind::SchemaOutdated => 503,
+        _ => 500,
+    };
+    if code >= 500 {
+        log::warn!("dashboard: {e}");
+    }
+    let hint = match code {
+        503 | 504 => {
+            "<p>The database did not answer in time or cannot be reached: this page \
+                      shows the error instead of waiting. It reloads every 10 s.</p>"
+        }
+        _ => "",
+    };
+    let body = format!(
+        "<h1>Error</h1><p class=\"flash bad\">{}</p>{hint}<p><a href=\"/\">Overview</a></p>",
+        esc(&e.to_string())
+    );
+    let refresh = if code >= 500 { Some(10) } else { None };
+    Response::html(code, page("Error", "", refresh, st.read_only, &body))
+}
+
+// --- access --------------------------------------------------------------------------
