@@ -448,3 +448,35 @@ fn rescue_and_operator_retry_of_unique_jobs_never_fail() {
         assert_eq!(job_row(&mut c, id).unwrap().status, "failed");
     }
 }
+
+#[test]
+fn unique_jobs_with_a_queueing_lock_and_inside_a_transaction() {
+    let (db, app) = setup();
+    let u = Unique::by_args();
+    // A taken queueing lock is still AlreadyEnqueued, naming the waiting job.
+    let holder = app.job("q").queueing_lock("l").defer(&0).unwrap();
+    let e = app
+        .job("q")
+        .queueing_lock("l")
+        .unique(u)
+        .defer_unique(&1)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyEnqueued);
+    assert!(e.to_string().contains(&holder.to_string()), "{e}");
+    // Inside a transaction: its own uncommitted job covers the duplicate; a rollback
+    // leaves nothing, so the key is free again.
+    let mut conn = app.connection().unwrap();
+    let mut tx = conn.transaction().unwrap();
+    let a = app.job("q").unique(u).defer_unique_in(&mut tx, &2).unwrap();
+    let b = app.job("q").unique(u).defer_unique_in(&mut tx, &2).unwrap();
+    assert!(!a.is_duplicate());
+    assert_eq!(b, Deferred::Duplicate(a.id()));
+    drop(tx);
+    assert!(!app
+        .job("q")
+        .unique(u)
+        .defer_unique(&2)
+        .unwrap()
+        .is_duplicate());
+    assert_eq!(count(&db, "q"), 2);
+}
