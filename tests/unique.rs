@@ -485,3 +485,40 @@ fn unique_jobs_with_a_queueing_lock_and_inside_a_transaction() {
         .is_duplicate());
     assert_eq!(count(&db, "q"), 2);
 }
+
+/// Figures: a plain defer, a unique one inserted, and a duplicate reported (sequential, one
+/// connection), each 200 times.
+#[test]
+fn cost_of_a_unique_defer_and_of_a_duplicate() {
+    let (db, app) = setup();
+    let n = 200;
+    let t = Instant::now();
+    for i in 0..n {
+        app.job("plain").defer(&i).unwrap();
+    }
+    report_figure("200 plain defers", t.elapsed());
+    let t = Instant::now();
+    let ids: Vec<JobId> = (0..n)
+        .map(|i| {
+            let d = app
+                .job("u")
+                .unique(Unique::by_args())
+                .defer_unique(&i)
+                .unwrap();
+            assert!(!d.is_duplicate());
+            d.id()
+        })
+        .collect();
+    report_figure("200 unique defers inserted", t.elapsed());
+    let t = Instant::now();
+    for i in 0..n {
+        let d = app
+            .job("u")
+            .unique(Unique::by_args())
+            .defer_unique(&i)
+            .unwrap();
+        assert_eq!(d, Deferred::Duplicate(ids[i as usize]));
+    }
+    report_figure("200 duplicates reported", t.elapsed());
+    assert_eq!(count(&db, "u"), n as i64);
+}
