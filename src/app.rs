@@ -461,6 +461,31 @@ impl App {
         insert::insert_batch(self, jobs)
     }
 
+    /// Inserts `jobs`, unique ones included (see [`NewJob::unique`]), in one transaction:
+    /// returns, in input order, what each did: [`Deferred::Inserted`](crate::Deferred) with
+    /// its id, or [`Deferred::Duplicate`](crate::Deferred) with the id of the job that covers
+    /// it (an earlier entry of the same batch, or a job already there). Each entry is its own
+    /// statement, so this is slower than [`defer_batch`](Self::defer_batch) (which refuses
+    /// unique jobs). Two batches inserting the same keys at once in opposite orders can
+    /// deadlock: PostgreSQL then fails one of them, which inserts nothing; try it again.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use postpone::{NewJob, Unique};
+    /// let jobs = [1, 2, 1]
+    ///     .iter()
+    ///     .map(|n| Ok(NewJob::new("sync", n)?.unique(Unique::by_args())))
+    ///     .collect::<postpone::Result<Vec<_>>>()?;
+    /// let done = app.defer_batch_unique(&jobs)?;
+    /// assert!(done[2].is_duplicate() && done[2].id() == done[0].id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn defer_batch_unique(&self, jobs: &[NewJob]) -> Result<Vec<crate::Deferred>> {
+        insert::insert_batch_unique(self, jobs)
+    }
+
     /// Like [`defer_batch`](Self::defer_batch), inside the caller's transaction or client.
     pub fn defer_batch_in<C: crate::Executor + ?Sized>(
         &self,

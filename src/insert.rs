@@ -27,6 +27,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::pooled::PooledConnection;
 use crate::store;
 use crate::types::{serialize_args, JobId, RawJson, TaskArgs, TaskDefaults};
+use crate::unique::{Deferred, Unique, UniqueStates};
 use crate::wait::JobResult;
 
 /// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
@@ -121,6 +122,7 @@ pub struct NewJob<S = Detached> {
     tags: Option<Vec<String>>,
     /// The metadata as JSON, or why it cannot be stored (reported by `defer`).
     meta: Option<std::result::Result<RawJson, String>>,
+    unique: Option<Unique>,
 }
 
 impl<S> fmt::Debug for NewJob<S> {
@@ -136,6 +138,7 @@ impl<S> fmt::Debug for NewJob<S> {
             .field("max_attempts", &self.max_attempts)
             .field("tags", &self.tags)
             .field("meta", &self.meta)
+            .field("unique", &self.unique)
             .finish()
     }
 }
@@ -168,6 +171,7 @@ impl<S> NewJob<S> {
             max_attempts: None,
             tags: None,
             meta: None,
+            unique: None,
         }
     }
 
@@ -235,6 +239,18 @@ impl<S> NewJob<S> {
         T: Into<String>,
     {
         self.tags = Some(tags.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Makes the job unique: no job is inserted while another with the same key (task,
+    /// arguments, and what `unique` adds) is in the states it names; the insert reports the
+    /// job that covers it instead. [`defer_unique`](NewJob::defer_unique) and
+    /// [`App::defer_batch_unique`](crate::App::defer_batch_unique) return that as
+    /// [`Deferred::Duplicate`]; `defer` and `defer_in` as an error of kind
+    /// [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued) naming its id; `defer_batch` refuses
+    /// unique jobs. See [`Unique`] for an example. Defaults to none.
+    pub fn unique(mut self, unique: Unique) -> Self {
+        self.unique = Some(unique);
         self
     }
 
@@ -334,6 +350,14 @@ impl<S> NewJob<S> {
                 )));
             }
         }
+        if let Some(u) = &self.unique {
+            u.period_us()?;
+            if u.scope() == UniqueStates::Waiting.scope() && self.queueing_lock.is_some() {
+                return Err(Error::invalid(
+                    "invalid unique job: UniqueStates::Waiting is kept as the job's queueing lock, so it cannot be combined with queueing_lock; drop one of them",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -361,6 +385,7 @@ impl<S> NewJob<S> {
             max_attempts: self.max_attempts.map(|n| n.min(i32::MAX as u32) as i32),
             tags: self.tags.clone(),
             meta: self.meta.clone().and_then(|m| m.ok()),
+            unique: self.unique,
         }
     }
 }
@@ -381,7 +406,45 @@ impl<'a> NewJob<Bound<'a>> {
     pub fn defer<A: Serialize + ?Sized>(self, args: &A) -> Result<JobId> {
         let (app, row) = self.prepare(args)?;
         let mut conn = app.pooled()?;
+        if row.unique.is_some() {
+            return row.insert_unique(&mut conn).and_then(duplicate_error);
+        }
         row.insert_on(&mut conn)
+    }
+
+    /// Inserts the job through the App's pool unless a job that covers it exists (see
+    /// [`unique`](NewJob::unique)): returns [`Deferred::Inserted`] with the new id once
+    /// committed, or [`Deferred::Duplicate`] with the id of that job. A job without
+    /// `unique` is always inserted (a taken queueing lock is still an
+    /// [`AlreadyEnqueued`](ErrorKind::AlreadyEnqueued) error).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use postpone::Unique;
+    /// let first = app.job("sync").unique(Unique::by_args()).defer_unique(&42)?;
+    /// let second = app.job("sync").unique(Unique::by_args()).defer_unique(&42)?;
+    /// assert!(second.is_duplicate());
+    /// assert_eq!(second.id(), first.id());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn defer_unique<A: Serialize + ?Sized>(self, args: &A) -> Result<Deferred> {
+        let (app, row) = self.prepare(args)?;
+        let mut conn = app.pooled()?;
+        row.insert_unique(&mut conn)
+    }
+
+    /// Like [`defer_unique`](Self::defer_unique), with the caller's client (see
+    /// [`defer_in`](Self::defer_in)): inside its transaction, a duplicate is reported against
+    /// what that transaction sees, and waits for other transactions inserting the same key.
+    pub fn defer_unique_in<C: Executor + ?Sized, A: Serialize + ?Sized>(
+        self,
+        client: &mut C,
+        args: &A,
+    ) -> Result<Deferred> {
+        let (_, row) = self.prepare(args)?;
+        row.insert_unique(client)
     }
 
     /// Inserts the job through the App's pool, then waits until it is finished and returns
@@ -433,6 +496,9 @@ impl<'a> NewJob<Bound<'a>> {
         args: &A,
     ) -> Result<JobId> {
         let (_, row) = self.prepare(args)?;
+        if row.unique.is_some() {
+            return row.insert_unique(client).and_then(duplicate_error);
+        }
         let rows = client
             .run_query("deferring a job", store::JOB_INSERT, &row.params())
             .map_err(|e| defer_error(e, row.queueing_lock.as_deref()))?;
@@ -451,6 +517,9 @@ impl<'a> NewJob<Bound<'a>> {
     /// takes a [`Connection`] too.
     pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
         let (_, row) = self.prepare(args)?;
+        if row.unique.is_some() {
+            return row.insert_unique(conn).and_then(duplicate_error);
+        }
         row.insert_on(conn)
     }
 }
@@ -468,6 +537,7 @@ struct Row {
     max_attempts: Option<i32>,
     tags: Option<Vec<String>>,
     meta: Option<RawJson>,
+    unique: Option<Unique>,
 }
 
 impl Row {
@@ -488,6 +558,80 @@ impl Row {
         ]
     }
 
+    /// Inserts the job unless its unique key is held (any job: one without `unique` is
+    /// inserted, or refused for its queueing lock).
+    fn insert_unique<C: Executor + ?Sized>(&self, client: &mut C) -> Result<Deferred> {
+        let Some(u) = self.unique else {
+            let rows = client
+                .run_query("deferring a job", store::JOB_INSERT, &self.params())
+                .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+            crate::metrics::deferred(&self.task);
+            return rows
+                .first()
+                .map(|r| Deferred::Inserted(JobId(r.get(0))))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Other,
+                        "deferring a job: the insert returned no row",
+                    )
+                });
+        };
+        let scope = u.scope();
+        let by_queue = u.keyed_by_queue();
+        let period = u.period_us()?;
+        let holder = match u.scope() {
+            "w" => store::JOB_UNIQUE_HOLDER_W,
+            "r" => store::JOB_UNIQUE_HOLDER_R,
+            _ => store::JOB_UNIQUE_HOLDER_S,
+        };
+        let p = self.params();
+        let mut params: Vec<&(dyn ToSql + Sync)> = p.to_vec();
+        params.extend_from_slice(&[&scope, &by_queue, &period]);
+        // A conflict that vanished before we looked (the holder finished or was deleted
+        // meanwhile) is tried again: a few rounds, each of which sees newer commits.
+        for _ in 0..5 {
+            let rows = client
+                .run_query("deferring a unique job", store::JOB_INSERT_UNIQUE, &params)
+                .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+            let row = rows.first().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Other,
+                    "deferring a unique job: the insert returned no row",
+                )
+            })?;
+            let id: Option<i64> = row.get(0);
+            let key: String = row.get(1);
+            if let Some(id) = id {
+                crate::metrics::deferred(&self.task);
+                return Ok(Deferred::Inserted(JobId(id)));
+            }
+            let found =
+                client.run_query("finding the job that holds a unique key", holder, &[&key])?;
+            if let Some(r) = found.first() {
+                return Ok(Deferred::Duplicate(JobId(r.get(0))));
+            }
+            if let Some(lock) = &self.queueing_lock {
+                let found = client.run_query(
+                    "finding the job that holds a queueing lock",
+                    store::JOB_QUEUEING_LOCK_HOLDER,
+                    &[lock],
+                )?;
+                if let Some(r) = found.first() {
+                    let id: i64 = r.get(0);
+                    return Err(Error::new(
+                        ErrorKind::AlreadyEnqueued,
+                        format!("deferring a job: job {id} with queueing lock {lock:?} is already waiting (todo); nothing was inserted"),
+                    )
+                    .set_sqlstate("23505"));
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Other,
+            "deferring a unique job: its key stayed taken but no job holding it could be read after 5 tries; try again",
+        ))
+    }
+
     fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
         let rows = conn
             .query_cached("deferring a job", store::JOB_INSERT, &self.params())
@@ -495,6 +639,43 @@ impl Row {
         crate::metrics::deferred(&self.task);
         Ok(JobId(rows[0].get(0)))
     }
+}
+
+/// A duplicate reported by an entry point that returns only an id: an `AlreadyEnqueued`
+/// error naming the job that covers it.
+fn duplicate_error(d: Deferred) -> Result<JobId> {
+    match d {
+        Deferred::Inserted(id) => Ok(id),
+        Deferred::Duplicate(id) => Err(Error::new(
+            ErrorKind::AlreadyEnqueued,
+            format!("deferring a unique job: job {id} already covers it; nothing was inserted (defer_unique returns that id instead of an error)"),
+        )),
+    }
+}
+
+/// Inserts `jobs` (unique or not) in one transaction through the App's pool, each by its own
+/// statement in input order; what each did, in input order.
+pub(crate) fn insert_batch_unique(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Deferred>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        j.validate()
+            .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+        rows.push(j.row(app.defaults()));
+    }
+    let mut conn = app.pooled()?;
+    let mut tx = conn.transaction()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        out.push(
+            r.insert_unique(&mut tx)
+                .map_err(|e| e.context(format_args!("job {i} of the batch")))?,
+        );
+    }
+    tx.commit()?;
+    Ok(out)
 }
 
 /// Inserts `jobs` in one statement through the App's pool; ids in input order.
@@ -577,6 +758,11 @@ impl BatchColumns {
         for (i, j) in jobs.iter().enumerate() {
             j.validate()
                 .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+            if j.unique.is_some() {
+                return Err(Error::invalid(format!(
+                    "job {i} of the batch is unique: defer it with defer_batch_unique, which reports the duplicates"
+                )));
+            }
             let r = j.row(defaults);
             c.queue.push(r.queue);
             c.task.push(r.task);

@@ -38,6 +38,7 @@ mod task_error;
 pub mod testing;
 mod typed;
 mod types;
+mod unique;
 mod wait;
 #[cfg(feature = "web")]
 mod web;
@@ -67,6 +68,7 @@ pub use task::{TaskOptions, Tasks};
 pub use task_error::TaskError;
 pub use typed::Task;
 pub use types::{JobId, JobStatus, TaskArgs, TaskDefaults};
+pub use unique::{Deferred, Unique, UniqueStates};
 pub use wait::JobResult;
 #[cfg(feature = "web")]
 pub use web::{Dashboard, DashboardAuth, DashboardHandle};

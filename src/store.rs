@@ -413,3 +413,44 @@ SELECT job_id, outcome
 /// [`JOB_CLAIM`]'s snapshot did not see.
 pub(crate) const JOB_MAX_ATTEMPTS: &str = "
 SELECT id, max_attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";
+
+/// Inserts a unique job (schema version 6): the parameters of [`JOB_INSERT`], then `$12` the
+/// scope of its key (`w`, `r` or `s`), `$13` whether the queue is part of the key, `$14` the
+/// period in microseconds (NULL: none). A waiting-only key (`w`) goes in `queueing_lock`,
+/// the others in `unique_key`. A conflict inserts nothing: returns (NULL, key), else (id, key).
+pub(crate) const JOB_INSERT_UNIQUE: &str = "
+WITH k AS (
+    SELECT s.at, postpone_unique_key($12::text, $2::text, CASE WHEN $13::bool THEN $1::text END,
+                                     $3::jsonb, $14::bigint, s.at) AS key
+      FROM (SELECT COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at) s
+), ins AS (
+    INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                               max_attempts, tags, meta, unique_key)
+    SELECT $1, $2, $3, $4, $5,
+           CASE WHEN $12::text = 'w' THEN k.key ELSE $6::text END,
+           k.at, $9::int, $10::text[], $11::jsonb,
+           CASE WHEN $12::text = 'w' THEN NULL ELSE k.key END
+      FROM k
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT (SELECT id FROM ins), k.key FROM k";
+
+/// The job that holds unique key `$1` of scope `w` (a waiting job with it as queueing lock).
+pub(crate) const JOB_UNIQUE_HOLDER_W: &str = "
+SELECT id FROM postpone_jobs WHERE queueing_lock = $1 AND status = 'todo' LIMIT 1";
+
+/// The job that holds unique key `$1` of scope `r` (waiting or running).
+pub(crate) const JOB_UNIQUE_HOLDER_R: &str = "
+SELECT id FROM postpone_jobs
+ WHERE unique_key = $1 AND status IN ('todo', 'doing') AND unique_key IS NOT NULL LIMIT 1";
+
+/// The job that holds unique key `$1` of scope `s` (waiting, running or succeeded).
+pub(crate) const JOB_UNIQUE_HOLDER_S: &str = "
+SELECT id FROM postpone_jobs
+ WHERE unique_key = $1 AND status IN ('todo', 'doing', 'succeeded') AND unique_key LIKE 's:%'
+ LIMIT 1";
+
+/// A waiting job that holds queueing lock `$1`.
+pub(crate) const JOB_QUEUEING_LOCK_HOLDER: &str = "
+SELECT id FROM postpone_jobs WHERE queueing_lock = $1 AND status = 'todo' LIMIT 1";

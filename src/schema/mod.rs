@@ -48,10 +48,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "flow",
         sql: include_str!("0005_flow.sql"),
     },
+    Migration {
+        version: 6,
+        name: "unique",
+        sql: include_str!("0006_unique.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 5;
+pub(crate) const LATEST: i32 = 6;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
