@@ -48,10 +48,16 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "flow",
         sql: include_str!("0005_flow.sql"),
     },
+    // Version 6 is taken by the `uniq` branch; the lead renumbers at merge if needed.
+    Migration {
+        version: 7,
+        name: "limits",
+        sql: include_str!("0007_limits.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 5;
+pub(crate) const LATEST: i32 = 7;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
