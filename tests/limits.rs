@@ -308,3 +308,71 @@ fn bad_limits_are_clear_errors_and_a_queue_without_jobs_can_be_limited() {
     assert_eq!(code, Some(0));
     assert!(out.contains("had no limit"), "{out}");
 }
+
+/// Many claims at the same instant (8 connections behind a barrier, 20 rounds) on a queue
+/// limited to 2: together they never claim more than 2 jobs. Without the claim's lock, each
+/// would count 0 running jobs and take 2.
+#[test]
+fn simultaneous_claims_never_take_more_than_the_limit() {
+    let (db, app) = setup();
+    app.admin().set_queue_limit("lim", Some(2)).unwrap();
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args)
+         SELECT 'lim', 'work', '0' FROM generate_series(1, 100)",
+    )
+    .unwrap();
+    let worker: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name, last_heartbeat) VALUES ('sql', now()) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    const CLAIMERS: usize = 8;
+    let mut clients: Vec<postgres::Client> = (0..CLAIMERS).map(|_| db.client()).collect();
+    for round in 0..20 {
+        c.execute(
+            "UPDATE postpone_jobs SET status = 'todo', worker_id = NULL WHERE status = 'doing'",
+            &[],
+        )
+        .unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(CLAIMERS));
+        let claimed: usize = thread::scope(|s| {
+            let handles: Vec<_> = clients
+                .iter_mut()
+                .map(|cl| {
+                    let barrier = barrier.clone();
+                    s.spawn(move || {
+                        barrier.wait();
+                        cl.query(
+                            "SELECT id FROM postpone_claim($1, 10, ARRAY['lim'], NULL)",
+                            &[&worker],
+                        )
+                        .unwrap()
+                        .len()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(
+            claimed, 2,
+            "round {round}: {claimed} jobs claimed under a limit of 2"
+        );
+    }
+    // Every queue (NULL) finds the limited queue too.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'todo', worker_id = NULL WHERE status = 'doing'",
+        &[],
+    )
+    .unwrap();
+    let n = c
+        .query(
+            "SELECT id FROM postpone_claim($1, 10, NULL, NULL)",
+            &[&worker],
+        )
+        .unwrap()
+        .len();
+    assert_eq!(n, 2);
+}
