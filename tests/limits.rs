@@ -376,3 +376,82 @@ fn simultaneous_claims_never_take_more_than_the_limit() {
         .len();
     assert_eq!(n, 2);
 }
+
+/// `Admin::stats` and `postpone stats` say why due jobs are not running: a paused queue, a
+/// concurrency limit reached, jobs held by their lock.
+#[test]
+fn stats_say_why_due_jobs_wait() {
+    let (db, app) = setup();
+    let admin = app.admin();
+    let mut c = db.client();
+    let worker: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name, last_heartbeat) VALUES ('sql', now()) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    admin.set_queue_limit("lim", Some(1)).unwrap();
+    admin.set_queue_limit("roomy", Some(5)).unwrap();
+    for _ in 0..3 {
+        app.job("t").queue("lim").defer(&()).unwrap();
+        app.job("t").queue("roomy").defer(&()).unwrap();
+        app.job("t").queue("locked").lock("k").defer(&()).unwrap();
+    }
+    app.job("t").queue("locked").defer(&()).unwrap();
+    let claimed = c
+        .query(
+            "SELECT queue FROM postpone_claim($1, 10, ARRAY['lim', 'roomy', 'locked'], NULL)",
+            &[&worker],
+        )
+        .unwrap();
+    // lim: 1 (its limit), roomy: 3, locked: the first job of lock k and the one without.
+    assert_eq!(claimed.len(), 6, "{claimed:?}");
+    admin.pause("p").unwrap();
+
+    let stats = admin.counts().unwrap();
+    let get = |q: &str| stats.iter().find(|s| s.queue == q).unwrap().clone();
+    let lim = get("lim");
+    assert_eq!((lim.todo, lim.doing, lim.max_running), (2, 1, Some(1)));
+    assert!(
+        lim.limit_reached && !lim.paused && lim.lock_held == 0,
+        "{lim:?}"
+    );
+    let roomy = get("roomy");
+    assert_eq!((roomy.doing, roomy.max_running), (3, Some(5)));
+    assert!(!roomy.limit_reached, "{roomy:?}");
+    let locked = get("locked");
+    assert_eq!((locked.todo, locked.doing, locked.lock_held), (2, 2, 2));
+    assert!(!locked.limit_reached && locked.max_running.is_none());
+    assert!(get("p").paused);
+
+    let cli = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_postpone"))
+            .env_remove("DATABASE_URL")
+            .arg("--database-url")
+            .arg(db.url())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let out = cli(&["stats"]);
+    assert!(
+        out.contains("-- limit reached: lim (1 running of at most 1; postpone limit)"),
+        "{out}"
+    );
+    assert!(!out.contains("limit reached: roomy"), "{out}");
+    assert!(out.contains("-- lock held: locked (2 due jobs"), "{out}");
+    assert!(out.contains("-- paused: p"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&cli(&["--json", "stats"])).unwrap();
+    let lim = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["queue"] == "lim")
+        .unwrap();
+    assert_eq!(lim["limit_reached"], true);
+    assert_eq!(lim["max_running"], 1);
+    assert_eq!(lim["lock_held"], 0);
+}
