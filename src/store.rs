@@ -454,3 +454,26 @@ SELECT id FROM postpone_jobs
 /// A waiting job that holds queueing lock `$1`.
 pub(crate) const JOB_QUEUEING_LOCK_HOLDER: &str = "
 SELECT id FROM postpone_jobs WHERE queueing_lock = $1 AND status = 'todo' LIMIT 1";
+
+/// Sets the concurrency limit of queue `$1` to `$2` running jobs (schema version 7), and
+/// wakes the queue's workers (a raised limit frees slots). Returns the previous limit (NULL:
+/// none).
+pub(crate) const QUEUE_LIMIT_SET: &str = "
+WITH old AS (SELECT max_running FROM postpone_queue_limits WHERE queue = $1::text),
+     up AS (INSERT INTO postpone_queue_limits (queue, max_running) VALUES ($1::text, $2::int)
+            ON CONFLICT (queue) DO UPDATE SET max_running = EXCLUDED.max_running, set_at = now()
+            RETURNING 1)
+SELECT (SELECT max_running FROM old), (SELECT count(*) FROM up), postpone_wake($1::text)::text";
+
+/// Removes the concurrency limit of queue `$1` and wakes its workers. Returns the removed
+/// limit, or no row when there was none.
+pub(crate) const QUEUE_LIMIT_CLEAR: &str = "
+WITH d AS (DELETE FROM postpone_queue_limits WHERE queue = $1::text RETURNING max_running)
+SELECT d.max_running, postpone_wake($1::text)::text FROM d";
+
+/// The concurrency limits: queue, limit, running jobs now, since when; by queue.
+pub(crate) const QUEUE_LIMITS: &str = "
+SELECT l.queue, l.max_running,
+       (SELECT count(*) FROM postpone_jobs d WHERE d.queue = l.queue AND d.status = 'doing'),
+       l.set_at
+  FROM postpone_queue_limits l ORDER BY l.queue";

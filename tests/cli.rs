@@ -149,15 +149,12 @@ fn every_command_against_a_real_database() {
     );
 
     let v = postpone::SCHEMA_VERSION;
-    assert_eq!(
-        ok(url, &["migrate"]),
-        format!(
-            "applied migration(s) {}; schema is at version {v}\n",
-            (1..=v)
-                .map(|i| i.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
+    // Every migration from 1 to the latest (their numbers may have gaps).
+    let applied = ok(url, &["migrate"]);
+    assert!(
+        applied.starts_with("applied migration(s) 1, 2, ")
+            && applied.ends_with(&format!(", {v}; schema is at version {v}\n")),
+        "{applied}"
     );
     assert_eq!(
         ok(url, &["migrate"]),
@@ -1103,13 +1100,13 @@ fn a_newer_schema_is_refused_everywhere_with_both_versions_and_exit_8() {
     let url = url.as_str();
     db.client()
         .batch_execute(
-            "INSERT INTO postpone_migrations (version, name) VALUES (7, 'from the future');
+            "INSERT INTO postpone_migrations (version, name) VALUES (99, 'from the future');
              ALTER TABLE postpone_jobs DROP CONSTRAINT postpone_jobs_status_check;
              INSERT INTO postpone_jobs (queue, task, args, status) VALUES ('q', 't', '1', 'paused')",
         )
         .unwrap();
     let says = &format!(
-        "the database schema is at version 7, newer than this postpone (version {})",
+        "the database schema is at version 99, newer than this postpone (version {})",
         postpone::SCHEMA_VERSION
     );
     for args in [

@@ -16,14 +16,25 @@ fn app(db: &TestDb) -> App {
         .expect("build the app")
 }
 
+/// The migrations applied: from `first` to the latest, in increasing order (their numbers
+/// may have gaps).
+fn assert_applied(applied: &[i32], first: i32) {
+    assert_eq!(applied.first(), Some(&first), "{applied:?}");
+    assert_eq!(
+        applied.last(),
+        Some(&postpone::SCHEMA_VERSION),
+        "{applied:?}"
+    );
+    assert!(applied.windows(2).all(|w| w[0] < w[1]), "{applied:?}");
+}
+
 #[test]
 fn migrate_applies_once_then_nothing() {
     init_logging();
     let db = TestDb::new();
     let app = app(&db);
     assert_eq!(app.schema_version().unwrap(), None);
-    let all: Vec<i32> = (1..=postpone::SCHEMA_VERSION).collect();
-    assert_eq!(app.migrate().unwrap(), all);
+    assert_applied(&app.migrate().unwrap(), 1);
     assert_eq!(
         app.schema_version().unwrap(),
         Some(postpone::SCHEMA_VERSION)
@@ -37,7 +48,11 @@ fn migrate_applies_once_then_nothing() {
         .unwrap();
     let mut applied: Vec<(i32, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     applied.sort();
-    assert_eq!(applied.len() as i32, postpone::SCHEMA_VERSION);
+    assert_eq!(
+        applied.last().map(|a| a.0),
+        Some(postpone::SCHEMA_VERSION),
+        "{applied:?}"
+    );
     assert_eq!(applied[0], (1, "init".to_owned()));
     assert_eq!(applied[1], (2, "integrity".to_owned()));
     app.defer("after_migrate", &1).unwrap();
@@ -70,9 +85,9 @@ fn concurrent_migrations_install_the_schema_once() {
             Err(e) => panic!("a concurrent migrate failed: {e}"),
         }
     }
-    assert_eq!(
-        applied,
-        (1..=postpone::SCHEMA_VERSION).collect::<Vec<i32>>(),
+    assert_applied(&applied, 1);
+    assert!(
+        applied.windows(2).all(|w| w[0] < w[1]),
         "exactly one caller applies each migration"
     );
     let mut client = db.client();
@@ -378,10 +393,7 @@ fn a_version_1_database_with_jobs_in_every_status_upgrades_in_place() {
         )
         .unwrap();
     let app = app(&db);
-    assert_eq!(
-        app.migrate().unwrap(),
-        (2..=postpone::SCHEMA_VERSION).collect::<Vec<i32>>()
-    );
+    assert_applied(&app.migrate().unwrap(), 2);
     assert_eq!(
         app.schema_version().unwrap(),
         Some(postpone::SCHEMA_VERSION)
@@ -490,10 +502,7 @@ fn a_version_4_database_with_jobs_in_every_status_upgrades_to_5_while_an_old_wor
     assert_eq!(running, 1);
 
     let app = app(&db);
-    assert_eq!(
-        app.migrate().unwrap(),
-        (5..=postpone::SCHEMA_VERSION).collect::<Vec<i32>>()
-    );
+    assert_applied(&app.migrate().unwrap(), 5);
 
     // The old worker records its outcome as version 4 did, and keeps claiming; it obeys a
     // pause (it calls the same function), of one queue or of all.

@@ -9,6 +9,7 @@
 //! - [`stats`]: counts per queue or task, failure rate, run-time percentiles, lag;
 //! - [`workers`]: workers, stale heartbeats, stalled jobs and what to do about them;
 //! - [`queues`]: pausing and resuming queues across every worker;
+//! - [`concurrency`]: at most N running jobs per queue across every worker;
 //! - [`schema`]: the installed version against this library's, bounded migration, its SQL.
 //!
 //! Every call checks a connection out of the App's pool (within `pool_timeout`) and makes
@@ -22,6 +23,7 @@
 //! the NOTIFY in the same transaction, a retry wakes the workers of the job's queue.
 
 pub(crate) mod bulk;
+pub(crate) mod concurrency;
 pub(crate) mod filter;
 pub(crate) mod info;
 pub(crate) mod queues;
@@ -41,6 +43,7 @@ use crate::retention::{self, PruneReport, Retention};
 use crate::store;
 
 pub use bulk::{BulkAction, BulkReport};
+pub use concurrency::QueueLimit;
 pub use filter::{JobFilter, JobPage, JobSort};
 pub use info::{AttemptError, JobDetail, JobInfo};
 pub use queues::{PausedQueue, Pauses};

@@ -66,6 +66,15 @@ pub struct QueueCounts {
     /// Whether no worker starts this queue's jobs now ([`Admin::pause`], or
     /// [`Admin::pause_all`]); always `false` per task.
     pub paused: bool,
+    /// The queue's concurrency limit ([`Admin::set_queue_limit`]), if it has one; `None`
+    /// per task.
+    pub max_running: Option<i32>,
+    /// Whether the concurrency limit holds back its due jobs now: `doing` is at
+    /// `max_running` or over (no worker claims more until one finishes).
+    pub limit_reached: bool,
+    /// Due jobs held back by their `lock`: another job with the same lock is running, or
+    /// an older one with it waits.
+    pub lock_held: u64,
 }
 
 /// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
@@ -84,8 +93,13 @@ SELECT {group},
        date_part('epoch', now()) - date_part('epoch',
            min(scheduled_at) FILTER (WHERE status = 'todo' AND scheduled_at <= now())),
        percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
-           FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL)
+           FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL),
+       count(*) FILTER (WHERE held)
   FROM (SELECT j.queue, j.task, j.status, j.scheduled_at,
+               (j.status = 'todo' AND j.scheduled_at <= now() AND j.lock IS NOT NULL
+                AND EXISTS (SELECT 1 FROM postpone_jobs e
+                             WHERE e.lock = j.lock AND e.status IN ('todo', 'doing')
+                               AND (e.status = 'doing' OR e.id < j.id))) AS held,
                ($1::bigint IS NULL OR j.finished_at >= now() - $1::bigint * interval '1 millisecond') AS w,
                CASE WHEN isfinite(j.started_at) AND isfinite(j.finished_at)
                     THEN date_part('epoch', j.finished_at) - date_part('epoch', j.started_at)
@@ -140,6 +154,9 @@ impl Admin {
                     run_time_p95: p(1),
                     run_time_p99: p(2),
                     paused: false,
+                    max_running: None,
+                    limit_reached: false,
+                    lock_held: n(11),
                 }
             })
             .collect();
@@ -156,8 +173,13 @@ impl Admin {
                     counts.insert(at, QueueCounts::empty(q));
                 }
             }
+            let limits = self.queue_limits()?;
             for c in &mut counts {
                 c.paused = pauses.is_paused(&c.queue);
+                if let Some(l) = limits.iter().find(|l| l.queue == c.queue) {
+                    c.max_running = Some(l.max_running);
+                    c.limit_reached = l.is_reached();
+                }
             }
         }
         Ok(counts)
@@ -182,6 +204,9 @@ impl QueueCounts {
             run_time_p95: None,
             run_time_p99: None,
             paused: false,
+            max_running: None,
+            limit_reached: false,
+            lock_held: 0,
         }
     }
 }

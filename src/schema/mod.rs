@@ -53,10 +53,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "unique",
         sql: include_str!("0006_unique.sql"),
     },
+    Migration {
+        version: 7,
+        name: "limits",
+        sql: include_str!("0007_limits.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 6;
+pub(crate) const LATEST: i32 = 7;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -113,6 +113,8 @@ enum Command {
     Pause(PauseArgs),
     /// Let workers start a paused queue's jobs again (or every queue's), at once.
     Resume(PauseArgs),
+    /// Set, clear or list the most jobs of a queue that run at once on all workers together.
+    Limit(commands::limit::LimitArgs),
 }
 
 fn main() -> ExitCode {
@@ -204,6 +206,7 @@ where
         Command::Prune(a) => commands::prune::run(&ctx, &app, &a, out)?,
         Command::Pause(a) => commands::pause::pause(&ctx, &app, &a, out)?,
         Command::Resume(a) => commands::pause::resume(&ctx, &app, &a, out)?,
+        Command::Limit(a) => commands::limit::run(&ctx, &app, &a, out)?,
         Command::Healthcheck(_) | Command::Migrate(_) | Command::Dashboard(_) => {
             unreachable!("handled above")
         }
@@ -260,6 +263,7 @@ mod tests {
             "stalled",
             "pause",
             "resume",
+            "limit",
         ] {
             assert!(out.contains(cmd), "{cmd} missing from help:\n{out}");
         }
@@ -290,6 +294,10 @@ mod tests {
             &["pause"],
             &["resume"],
             &["pause", "q", "--all"],
+            &["limit", "q"],
+            &["limit", "q", "3", "--clear"],
+            &["limit", "--clear"],
+            &["limit", "q", "many"],
         ] {
             let (res, _) = run_args(args);
             match res {

@@ -9,6 +9,7 @@ pub mod defer;
 pub mod healthcheck;
 pub mod job;
 pub mod jobs;
+pub mod limit;
 pub mod migrate;
 pub mod pause;
 pub mod prune;

@@ -78,11 +78,35 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
     }
     t.write(out)?;
     paused_footer(app, a, out)?;
+    held_footer(&rows, out)?;
     if let Some(w) = a.window {
         writeln!(
             out,
             "-- finished counts and run times: the last {}",
             output::age(w)
+        )?;
+    }
+    Ok(())
+}
+
+/// Says which queues' due jobs are held back by a concurrency limit or by their locks.
+fn held_footer(rows: &[postpone::QueueCounts], out: &mut dyn Write) -> Result<(), CliError> {
+    for c in rows {
+        if let (true, Some(max)) = (c.limit_reached, c.max_running) {
+            writeln!(
+                out,
+                "-- limit reached: {} ({} running of at most {max}; postpone limit)",
+                output::clean(&c.queue),
+                c.doing
+            )?;
+        }
+    }
+    for c in rows.iter().filter(|c| c.lock_held > 0) {
+        writeln!(
+            out,
+            "-- lock held: {} ({} due jobs wait for a job with the same lock)",
+            output::clean(&c.queue),
+            c.lock_held
         )?;
     }
     Ok(())
