@@ -1,0 +1,279 @@
+//! Writing deferred jobs: one job's columns with its defaults applied, the batch columns,
+//! the insert statements (plain, batch, unique) and the errors they map.
+
+use super::*;
+
+/// One job as its columns, defaults applied.
+pub(super) struct Row {
+    pub(super) queue: String,
+    pub(super) task: String,
+    pub(super) args: RawJson,
+    pub(super) priority: i32,
+    pub(super) lock: Option<String>,
+    pub(super) queueing_lock: Option<String>,
+    pub(super) at: Option<SystemTime>,
+    pub(super) delay_us: i64,
+    pub(super) max_attempts: Option<i32>,
+    pub(super) tags: Option<Vec<String>>,
+    pub(super) meta: Option<RawJson>,
+    pub(super) unique: Option<Unique>,
+}
+
+impl Row {
+    /// The parameters of `store::JOB_INSERT`.
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+        [
+            &self.queue,
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            &self.at,
+            &self.delay_us,
+            &self.max_attempts,
+            &self.tags,
+            &self.meta,
+        ]
+    }
+
+    /// Inserts the job unless its unique key is held (any job: one without `unique` is
+    /// inserted, or refused for its queueing lock).
+    pub(super) fn insert_unique<C: Executor + ?Sized>(&self, client: &mut C) -> Result<Deferred> {
+        let Some(u) = self.unique else {
+            let rows = client
+                .run_query("deferring a job", store::JOB_INSERT, &self.params())
+                .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+            crate::metrics::deferred(&self.task);
+            return rows
+                .first()
+                .map(|r| Deferred::Inserted(JobId(r.get(0))))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Other,
+                        "deferring a job: the insert returned no row",
+                    )
+                });
+        };
+        let scope = u.scope();
+        let by_queue = u.keyed_by_queue();
+        let period = u.period_us()?;
+        let holder = match u.scope() {
+            "w" => store::JOB_UNIQUE_HOLDER_W,
+            "r" => store::JOB_UNIQUE_HOLDER_R,
+            _ => store::JOB_UNIQUE_HOLDER_S,
+        };
+        let p = self.params();
+        let mut params: Vec<&(dyn ToSql + Sync)> = p.to_vec();
+        params.extend_from_slice(&[&scope, &by_queue, &period]);
+        // A conflict that vanished before we looked (the holder finished or was deleted
+        // meanwhile) is tried again: a few rounds, each of which sees newer commits.
+        for _ in 0..5 {
+            let rows = client
+                .run_query("deferring a unique job", store::JOB_INSERT_UNIQUE, &params)
+                .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+            let row = rows.first().ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Other,
+                    "deferring a unique job: the insert returned no row",
+                )
+            })?;
+            let id: Option<i64> = row.get(0);
+            let key: String = row.get(1);
+            if let Some(id) = id {
+                crate::metrics::deferred(&self.task);
+                return Ok(Deferred::Inserted(JobId(id)));
+            }
+            let found =
+                client.run_query("finding the job that holds a unique key", holder, &[&key])?;
+            if let Some(r) = found.first() {
+                return Ok(Deferred::Duplicate(JobId(r.get(0))));
+            }
+            if let Some(lock) = &self.queueing_lock {
+                let found = client.run_query(
+                    "finding the job that holds a queueing lock",
+                    store::JOB_QUEUEING_LOCK_HOLDER,
+                    &[lock],
+                )?;
+                if let Some(r) = found.first() {
+                    let id: i64 = r.get(0);
+                    return Err(Error::new(
+                        ErrorKind::AlreadyEnqueued,
+                        format!("deferring a job: job {id} with queueing lock {lock:?} is already waiting (todo); nothing was inserted"),
+                    )
+                    .set_sqlstate("23505"));
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Other,
+            "deferring a unique job: its key stayed taken but no job holding it could be read after 5 tries; try again",
+        ))
+    }
+
+    pub(super) fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
+        let rows = conn
+            .query_cached("deferring a job", store::JOB_INSERT, &self.params())
+            .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+        crate::metrics::deferred(&self.task);
+        Ok(JobId(rows[0].get(0)))
+    }
+}
+
+/// A duplicate reported by an entry point that returns only an id: an `AlreadyEnqueued`
+/// error naming the job that covers it.
+pub(super) fn duplicate_error(d: Deferred) -> Result<JobId> {
+    match d {
+        Deferred::Inserted(id) => Ok(id),
+        Deferred::Duplicate(id) => Err(Error::new(
+            ErrorKind::AlreadyEnqueued,
+            format!("deferring a unique job: job {id} already covers it; nothing was inserted (defer_unique returns that id instead of an error)"),
+        )),
+    }
+}
+
+/// Inserts `jobs` (unique or not) in one transaction through the App's pool, each by its own
+/// statement in input order; what each did, in input order.
+pub(crate) fn insert_batch_unique(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Deferred>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut rows = Vec::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        j.validate()
+            .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+        rows.push(j.row(app.defaults()));
+    }
+    let mut conn = app.pooled()?;
+    let mut tx = conn.transaction()?;
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        out.push(
+            r.insert_unique(&mut tx)
+                .map_err(|e| e.context(format_args!("job {i} of the batch")))?,
+        );
+    }
+    tx.commit()?;
+    Ok(out)
+}
+
+/// Inserts `jobs` in one statement through the App's pool; ids in input order.
+pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<JobId>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cols = BatchColumns::new(jobs, app.defaults())?;
+    let mut conn = app.pooled()?;
+    let rows = conn
+        .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+        .map_err(|e| defer_error(e, None))?;
+    crate::metrics::deferred_tasks(&cols.task);
+    Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+}
+
+/// Inserts `jobs` in one statement with the caller's client; ids in input order.
+pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
+    app: &dyn Inserter,
+    client: &mut C,
+    jobs: &[NewJob],
+) -> Result<Vec<JobId>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let cols = BatchColumns::new(jobs, app.defaults())?;
+    let rows = client
+        .run_query("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+        .map_err(|e| defer_error(e, None))?;
+    crate::metrics::deferred_tasks(&cols.task);
+    Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
+}
+
+/// Turns a unique violation of the queueing-lock index into `AlreadyEnqueued`.
+pub(crate) fn defer_error(e: Error, queueing_lock: Option<&str>) -> Error {
+    if e.sqlstate() == Some("23505") && e.constraint() == Some(store::QUEUEING_LOCK_INDEX) {
+        let msg = match queueing_lock {
+            Some(l) => format!(
+                "deferring a job: a job with queueing lock {l:?} is already waiting (todo); nothing was inserted"
+            ),
+            None => "deferring jobs: a job with one of these queueing locks is already waiting (todo); nothing was inserted".to_owned(),
+        };
+        return Error::new(ErrorKind::AlreadyEnqueued, msg).set_sqlstate("23505");
+    }
+    e
+}
+
+/// Column arrays of a batch insert.
+pub(super) struct BatchColumns {
+    pub(super) queue: Vec<String>,
+    pub(super) task: Vec<String>,
+    pub(super) args: Vec<RawJson>,
+    pub(super) priority: Vec<i32>,
+    pub(super) lock: Vec<Option<String>>,
+    pub(super) queueing_lock: Vec<Option<String>>,
+    pub(super) at: Vec<Option<SystemTime>>,
+    pub(super) delay: Vec<i64>,
+    pub(super) max_attempts: Vec<Option<i32>>,
+    /// Each job's tags as a JSON array (an array of arrays cannot be ragged).
+    pub(super) tags: Vec<Option<RawJson>>,
+    pub(super) meta: Vec<Option<RawJson>>,
+}
+
+impl BatchColumns {
+    pub(super) fn new(jobs: &[NewJob], defaults: &TaskDefaults) -> Result<BatchColumns> {
+        let n = jobs.len();
+        let mut c = BatchColumns {
+            queue: Vec::with_capacity(n),
+            task: Vec::with_capacity(n),
+            args: Vec::with_capacity(n),
+            priority: Vec::with_capacity(n),
+            lock: Vec::with_capacity(n),
+            queueing_lock: Vec::with_capacity(n),
+            at: Vec::with_capacity(n),
+            delay: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            tags: Vec::with_capacity(n),
+            meta: Vec::with_capacity(n),
+        };
+        for (i, j) in jobs.iter().enumerate() {
+            j.validate()
+                .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+            if j.unique.is_some() {
+                return Err(Error::invalid(format!(
+                    "job {i} of the batch is unique: defer it with defer_batch_unique, which reports the duplicates"
+                )));
+            }
+            let r = j.row(defaults);
+            c.queue.push(r.queue);
+            c.task.push(r.task);
+            c.args.push(r.args);
+            c.priority.push(r.priority);
+            c.lock.push(r.lock);
+            c.queueing_lock.push(r.queueing_lock);
+            c.at.push(r.at);
+            c.delay.push(r.delay_us);
+            c.max_attempts.push(r.max_attempts);
+            c.tags.push(
+                r.tags
+                    .map(|t| RawJson(serde_json::to_string(&t).unwrap_or_else(|_| "[]".into()))),
+            );
+            c.meta.push(r.meta);
+        }
+        Ok(c)
+    }
+
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+        [
+            &self.queue,
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            &self.at,
+            &self.delay,
+            &self.max_attempts,
+            &self.tags,
+            &self.meta,
+        ]
+    }
+}
