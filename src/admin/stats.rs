@@ -102,6 +102,9 @@ impl QueueCounts {
     /// held`; empty when nothing holds them back (or none is due).
     pub fn waiting_reasons(&self) -> Vec<&'static str> {
         let mut why = Vec::new();
+        if self.todo == 0 {
+            return why;
+        }
         if self.paused {
             why.push("paused");
         }
