@@ -13,10 +13,11 @@
 //!
 //! A **rate limit** lets at most `max_starts` jobs of a queue start in any sliding window of
 //! `period`, across the cluster, by the database's clock. A start is a claim: each attempt
-//! counts, retries included. The claim logs each start of a rate-limited queue in a small
-//! table (pruned by the claim itself) and counts the starts of the last `period` before
-//! claiming, so the limit is exact on the logged times: in no interval of length `period`
-//! (the end excluded) do more than `max_starts` starts fall. A worker that got no job
+//! counts, retries included. The claim logs the starts of a rate-limited queue in buckets of
+//! a hundredth of the period (a small table, pruned by the claim itself) and counts the
+//! starts of the last `period` before claiming: in no interval of length `period` do more
+//! than `max_starts` starts fall, and a start's slot comes back between `period` and
+//! 1.01 x `period` after it (its bucket's end plus the period). A worker that got no job
 //! because of a rate limit does not spin: it waits for a notification or its poll interval
 //! (`Worker::builder(..).poll_interval`, 1 s by default), so a freed start is taken up to
 //! one poll interval late; [`RateLimit::next_start_in`] says when it frees.
@@ -134,20 +135,15 @@ WITH d AS (DELETE FROM postpone_rate_limits WHERE queue = $1::text RETURNING 1),
 SELECT postpone_wake($1::text)::text FROM d";
 
 const RATE_LIMITS: &str = "
-SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8, w.n,
+SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8, w.n::bigint,
        CASE WHEN w.n >= r.max_starts
-            THEN greatest(0, extract(epoch FROM o.at + r.period - clock_timestamp()))::float8
+            THEN coalesce(postpone_rate_wait(ARRAY[r.queue]), 0)
        END,
        r.set_at
   FROM postpone_rate_limits r
- CROSS JOIN LATERAL (SELECT count(*) AS n FROM postpone_rate_starts s
+ CROSS JOIN LATERAL (SELECT coalesce(sum(s.starts), 0) AS n FROM postpone_rate_starts s
                       WHERE s.queue = r.queue
-                        AND s.started_at > clock_timestamp() - r.period) w
-  LEFT JOIN LATERAL (SELECT s.started_at AS at FROM postpone_rate_starts s
-                      WHERE s.queue = r.queue
-                        AND s.started_at > clock_timestamp() - r.period
-                      ORDER BY s.started_at
-                     OFFSET greatest(0, w.n - r.max_starts) LIMIT 1) o ON true
+                        AND s.until > clock_timestamp() - r.period) w
  ORDER BY r.queue";
 
 fn positive(what: &str, queue: &str, n: i64, hint: &str) -> Result<i32> {
