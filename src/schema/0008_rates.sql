@@ -208,7 +208,7 @@ BEGIN
                                                ORDER BY c.queue, c.priority DESC, c.scheduled_at,
                                                         c.id
                                                LIMIT CASE WHEN q.klim IS NULL THEN q.cap
-                                                          ELSE q.cap * 4 END
+                                                          ELSE q.cap::bigint * 4 END
                                                  FOR UPDATE SKIP LOCKED) c) y
                                WHERE q.klim IS NULL
                                   OR y.rk + (SELECT count(*) FROM postpone_jobs d
