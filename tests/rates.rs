@@ -313,3 +313,57 @@ fn a_cut_off_workers_key_slot_comes_back_through_the_rescue() {
     release_tx.send(()).unwrap();
     drop(a.shutdown(SHUTDOWN));
 }
+
+/// A worker whose queue is rate limited does not spin on the claim: it comes back at its
+/// poll interval (the backstop, 100 ms here), as counted by PostgreSQL's function statistics.
+#[test]
+fn a_rate_limited_worker_polls_and_does_not_spin() {
+    let (db, admin_app) = setup();
+    admin_app
+        .admin()
+        .set_rate_limit("r", 1, Duration::from_secs(60))
+        .unwrap();
+    db.client()
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET track_functions = 'pl'",
+            db.name()
+        ))
+        .unwrap();
+    side_table(&db);
+    for _ in 0..5 {
+        admin_app
+            .job("work")
+            .queue("r")
+            .defer(&serde_json::json!({"ms": 0}))
+            .unwrap();
+    }
+    // A fresh App: its sessions start with track_functions on.
+    let app = app_at(&db.url(), Duration::from_secs(5));
+    let w = fast_worker(&app, recording(&db))
+        .concurrency(4)
+        .spawn()
+        .unwrap();
+    let run = Duration::from_secs(3);
+    thread::sleep(run);
+    stop(w);
+    drop(app);
+    assert_eq!(finished_runs(&db, "r"), 1, "one start per minute");
+    let mut c = db.client();
+    let mut calls = 0i64;
+    // The worker's sessions report their statistics when they end.
+    wait_until(Duration::from_secs(5), || {
+        calls = c
+            .query_one(
+                "SELECT pg_stat_clear_snapshot()::text,
+                        coalesce((SELECT sum(calls) FROM pg_stat_user_functions
+                                   WHERE funcname = 'postpone_claim'), 0)::bigint",
+                &[],
+            )
+            .unwrap()
+            .get(1);
+        calls > 0
+    });
+    println!("  {calls} claims in {run:?} while rate limited (poll interval 100 ms)");
+    assert!(calls >= 3, "the worker stopped polling: {calls} claims");
+    assert!(calls < 150, "the worker spun: {calls} claims in {run:?}");
+}
