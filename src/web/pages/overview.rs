@@ -7,8 +7,9 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
     let mut cost = Cost::new();
     let (data, fresh) = st.overview_data()?;
     if fresh {
-        // Counts (and the pauses and limits they show), throughput, workers, pauses.
-        cost.queries += 7;
+        // Counts (with the pauses and the three kinds of limits they show: 5), throughput,
+        // workers, pauses.
+        cost.queries += 8;
     }
     let (counts, minutes, workers) = (&data.counts, &data.minutes, &data.workers);
     let stalled = workers
