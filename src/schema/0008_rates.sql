@@ -40,7 +40,7 @@ CREATE TABLE postpone_rate_limits (
 -- anyway; no claim of another queue ever touches them. A start outlives its job, so deleting
 -- finished jobs (or a job retried at once) gives the queue no extra starts.
 --
--- Measured before choosing (tests/rates.rs, cost_of_a_claim_with_each_limit): a log of one
+-- Measured before choosing (tests/rates_admin.rs, cost_of_a_claim_with_each_limit): a log of one
 -- row per start costs a claim a count over every start of the window, ~10 ms more per claim
 -- with 20,000 starts in the window (loaded 2-core machine); buckets bound that count.
 CREATE TABLE postpone_rate_starts (
