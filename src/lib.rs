@@ -52,6 +52,7 @@ pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
     JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
+pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use client_trait::Executor;

@@ -284,12 +284,33 @@ fn every_page_in_chromium_with_retry_and_cancel() {
         .spawn()
         .unwrap();
     let base = dash.url();
+    // A queue with a key limit and a rate limit (no worker takes its jobs): the overview
+    // shows both.
+    fx.app
+        .admin()
+        .set_rate_limit("throttled", 5, Duration::from_secs(60))
+        .unwrap();
+    fx.app
+        .admin()
+        .set_key_limit("throttled", "user", 2)
+        .unwrap();
+    fx.app
+        .job("ok")
+        .queue("throttled")
+        .defer(&json!({"user": 1}))
+        .unwrap();
 
     browser.load(&format!("{base}/"), "Overview");
     let body = browser.text("body");
     assert!(
         body.contains(HOSTILE_QUEUE),
         "the hostile queue is not shown as text"
+    );
+    let limits = browser.find_all("td.limits").len();
+    assert!(limits >= 3, "{limits} limits cells");
+    assert!(
+        body.contains("at most 2 running per user") && body.contains("at most 5 starts per 1m 00s"),
+        "the limits of the throttled queue are not shown: {body}"
     );
     assert!(
         browser.find_all("svg rect").len() >= 2,

@@ -75,6 +75,53 @@ pub struct QueueCounts {
     /// Due jobs held back by their `lock`: another job with the same lock is running, or
     /// an older one with it waits.
     pub lock_held: u64,
+    /// The queue's key limit ([`Admin::set_key_limit`]): at most this many running jobs per
+    /// key; `None` if it has none (and per task).
+    pub max_per_key: Option<i32>,
+    /// The argument field that is the key of the key limit.
+    pub key_arg: Option<String>,
+    /// Due jobs held back by the key limit now: their key has all its slots taken.
+    pub key_held: u64,
+    /// The queue's rate limit ([`Admin::set_rate_limit`]): at most this many starts per
+    /// `rate_period`; `None` if it has none (and per task).
+    pub max_starts: Option<i32>,
+    /// The window of the rate limit.
+    #[serde(serialize_with = "ser_opt_secs", rename = "rate_period_secs")]
+    pub rate_period: Option<Duration>,
+    /// Whether the rate limit holds back its due jobs now: every start of the window is
+    /// taken.
+    pub rate_limited: bool,
+    /// When the rate limit lets the next job start, if it holds them back now.
+    #[serde(serialize_with = "ser_opt_secs", rename = "next_start_in_secs")]
+    pub next_start_in: Option<Duration>,
+}
+
+impl QueueCounts {
+    /// Why this queue's due jobs (`todo`) do not all run now, in words: `paused`,
+    /// `limit reached` (concurrency limit), `key limit reached`, `rate limited`, `lock
+    /// held`; empty when nothing holds them back (or none is due).
+    pub fn waiting_reasons(&self) -> Vec<&'static str> {
+        let mut why = Vec::new();
+        if self.todo == 0 {
+            return why;
+        }
+        if self.paused {
+            why.push("paused");
+        }
+        if self.limit_reached {
+            why.push("limit reached");
+        }
+        if self.key_held > 0 {
+            why.push("key limit reached");
+        }
+        if self.rate_limited {
+            why.push("rate limited");
+        }
+        if self.lock_held > 0 {
+            why.push("lock held");
+        }
+        why
+    }
 }
 
 /// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
@@ -157,6 +204,13 @@ impl Admin {
                     max_running: None,
                     limit_reached: false,
                     lock_held: n(11),
+                    max_per_key: None,
+                    key_arg: None,
+                    key_held: 0,
+                    max_starts: None,
+                    rate_period: None,
+                    rate_limited: false,
+                    next_start_in: None,
                 }
             })
             .collect();
@@ -174,11 +228,24 @@ impl Admin {
                 }
             }
             let limits = self.queue_limits()?;
+            let keys = self.key_limits()?;
+            let rates = self.rate_limits()?;
             for c in &mut counts {
                 c.paused = pauses.is_paused(&c.queue);
                 if let Some(l) = limits.iter().find(|l| l.queue == c.queue) {
                     c.max_running = Some(l.max_running);
                     c.limit_reached = l.is_reached();
+                }
+                if let Some(k) = keys.iter().find(|k| k.queue == c.queue) {
+                    c.max_per_key = Some(k.max_per_key);
+                    c.key_arg = Some(k.key_arg.clone());
+                    c.key_held = k.held;
+                }
+                if let Some(r) = rates.iter().find(|r| r.queue == c.queue) {
+                    c.max_starts = Some(r.max_starts);
+                    c.rate_period = Some(r.period);
+                    c.rate_limited = r.is_reached();
+                    c.next_start_in = r.next_start_in;
                 }
             }
         }
@@ -207,6 +274,13 @@ impl QueueCounts {
             max_running: None,
             limit_reached: false,
             lock_held: 0,
+            max_per_key: None,
+            key_arg: None,
+            key_held: 0,
+            max_starts: None,
+            rate_period: None,
+            rate_limited: false,
+            next_start_in: None,
         }
     }
 }

@@ -115,6 +115,10 @@ enum Command {
     Resume(PauseArgs),
     /// Set, clear or list the most jobs of a queue that run at once on all workers together.
     Limit(commands::limit::LimitArgs),
+    /// Set, clear or list the most jobs of a queue that start per period on all workers.
+    RateLimit(commands::rate_limit::RateLimitArgs),
+    /// Set, clear or list the most running jobs per key (an argument field) of a queue.
+    KeyLimit(commands::rate_limit::KeyLimitArgs),
 }
 
 fn main() -> ExitCode {
@@ -207,6 +211,8 @@ where
         Command::Pause(a) => commands::pause::pause(&ctx, &app, &a, out)?,
         Command::Resume(a) => commands::pause::resume(&ctx, &app, &a, out)?,
         Command::Limit(a) => commands::limit::run(&ctx, &app, &a, out)?,
+        Command::RateLimit(a) => commands::rate_limit::run_rate(&ctx, &app, &a, out)?,
+        Command::KeyLimit(a) => commands::rate_limit::run_key(&ctx, &app, &a, out)?,
         Command::Healthcheck(_) | Command::Migrate(_) | Command::Dashboard(_) => {
             unreachable!("handled above")
         }
@@ -264,6 +270,8 @@ mod tests {
             "pause",
             "resume",
             "limit",
+            "rate-limit",
+            "key-limit",
         ] {
             assert!(out.contains(cmd), "{cmd} missing from help:\n{out}");
         }
@@ -298,6 +306,13 @@ mod tests {
             &["limit", "q", "3", "--clear"],
             &["limit", "--clear"],
             &["limit", "q", "many"],
+            &["rate-limit", "q"],
+            &["rate-limit", "q", "5"],
+            &["rate-limit", "q", "5", "0x"],
+            &["rate-limit", "q", "5", "1s", "--clear"],
+            &["key-limit", "q", "2"],
+            &["key-limit", "q", "--by", "user"],
+            &["key-limit", "q", "2", "--by", "user", "--clear"],
         ] {
             let (res, _) = run_args(args);
             match res {

@@ -1,4 +1,5 @@
-//! The overview page: per-queue counts, pauses, and the last hour as a chart.
+//! The overview page: per-queue counts, pauses, limits (concurrency, key, rate) and why due
+//! jobs wait, and the last hour as a chart.
 
 use super::*;
 
@@ -6,8 +7,9 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
     let mut cost = Cost::new();
     let (data, fresh) = st.overview_data()?;
     if fresh {
-        // Counts (and the pauses they show), throughput, workers, pauses.
-        cost.queries += 5;
+        // Counts (with the pauses and the three kinds of limits they show: 5), throughput,
+        // workers, pauses.
+        cost.queries += 8;
     }
     let (counts, minutes, workers) = (&data.counts, &data.minutes, &data.workers);
     let stalled = workers
@@ -58,7 +60,8 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
         b.push_str(
             "<table><tr><th>Queue</th><th>Due</th><th>Scheduled</th><th>Running</th>\
              <th>Succeeded</th><th>Failed</th><th>Cancelled</th><th>Aborted</th>\
-             <th>Oldest due job waits</th><th>Flow</th></tr>",
+             <th>Oldest due job waits</th><th>Limits</th><th>Due jobs wait for</th>\
+             <th>Flow</th></tr>",
         );
         let link = |q: &str, s: &str, n: u64| -> String {
             if n == 0 {
@@ -73,7 +76,7 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
         for c in counts {
             let _ = write!(
                 b,
-                "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td><td>{}</td></tr>",
+                "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td><td class=limits>{}</td><td class=why>{}</td><td>{}</td></tr>",
                 url_enc(&c.queue),
                 esc(&c.queue),
                 link(&c.queue, "todo", c.todo),
@@ -84,6 +87,8 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
                 link(&c.queue, "cancelled", c.cancelled),
                 link(&c.queue, "aborted", c.aborted),
                 c.oldest_todo_age.map(age).unwrap_or_else(|| "–".to_owned()),
+                limits_cell(c),
+                why_cell(c),
                 {
                     // Its own pause can be lifted here; the pause of all, above.
                     let own = data.pauses.queues.iter().any(|p| p.queue.as_deref() == Some(c.queue.as_str()));
@@ -128,4 +133,47 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
         200,
         page("Overview", "Overview", Some(refresh), st.read_only, &b),
     ))
+}
+
+/// The queue's limits, one per line: concurrency, per key, rate.
+fn limits_cell(c: &crate::QueueCounts) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = c.max_running {
+        parts.push(format!("at most {n} running"));
+    }
+    if let (Some(n), Some(arg)) = (c.max_per_key, c.key_arg.as_deref()) {
+        parts.push(format!("at most {n} running per {}", esc(arg)));
+    }
+    if let (Some(n), Some(per)) = (c.max_starts, c.rate_period) {
+        let starts = if n == 1 { "start" } else { "starts" };
+        parts.push(format!("at most {n} {starts} per {}", age(per)));
+    }
+    if parts.is_empty() {
+        "<span class=dim>–</span>".to_owned()
+    } else {
+        parts.join("<br>")
+    }
+}
+
+/// Why the queue's due jobs do not all run now, with the detail of each reason.
+fn why_cell(c: &crate::QueueCounts) -> String {
+    let parts: Vec<String> = c
+        .waiting_reasons()
+        .into_iter()
+        .map(|r| match r {
+            "key limit reached" => format!("key limit reached ({} waiting)", c.key_held),
+            "lock held" => format!("lock held ({} waiting)", c.lock_held),
+            "rate limited" => match c.next_start_in {
+                Some(d) => format!("rate limited (next start in {})", age(d)),
+                None => r.to_owned(),
+            },
+            _ => r.to_owned(),
+        })
+        .map(|r| format!("<span class=\"err why\">{}</span>", esc(&r)))
+        .collect();
+    if parts.is_empty() {
+        "<span class=dim>–</span>".to_owned()
+    } else {
+        parts.join("<br>")
+    }
 }

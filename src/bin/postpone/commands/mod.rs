@@ -13,6 +13,7 @@ pub mod limit;
 pub mod migrate;
 pub mod pause;
 pub mod prune;
+pub mod rate_limit;
 mod select;
 pub mod stalled;
 pub mod stats;

@@ -89,7 +89,8 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
     Ok(())
 }
 
-/// Says which queues' due jobs are held back by a concurrency limit or by their locks.
+/// Says which queues' due jobs are held back by a concurrency limit, a key limit, a rate
+/// limit or by their locks.
 fn held_footer(rows: &[postpone::QueueCounts], out: &mut dyn Write) -> Result<(), CliError> {
     for c in rows {
         if let (true, Some(max)) = (c.limit_reached, c.max_running) {
@@ -100,6 +101,26 @@ fn held_footer(rows: &[postpone::QueueCounts], out: &mut dyn Write) -> Result<()
                 c.doing
             )?;
         }
+    }
+    for c in rows.iter().filter(|c| c.key_held > 0) {
+        writeln!(
+            out,
+            "-- key limit reached: {} ({} due jobs wait: their {} has {} running, the most per key; postpone key-limit)",
+            output::clean(&c.queue),
+            c.key_held,
+            output::clean(c.key_arg.as_deref().unwrap_or("key")),
+            c.max_per_key.unwrap_or_default()
+        )?;
+    }
+    for c in rows.iter().filter(|c| c.rate_limited) {
+        writeln!(
+            out,
+            "-- rate limited: {} (at most {} starts per {}; next start in {}; postpone rate-limit)",
+            output::clean(&c.queue),
+            c.max_starts.unwrap_or_default(),
+            output::opt_age(c.rate_period),
+            output::opt_age(c.next_start_in)
+        )?;
     }
     for c in rows.iter().filter(|c| c.lock_held > 0) {
         writeln!(
