@@ -75,6 +75,6 @@ pub use wait::JobResult;
 #[cfg(feature = "web")]
 pub use web::{Dashboard, DashboardAuth, DashboardHandle};
 pub use worker::{
-    DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Worker, WorkerBuilder,
+    DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Vacuum, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,
 };

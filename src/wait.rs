@@ -2,7 +2,8 @@
 //! [`JobResult`] it returns.
 //!
 //! A waiter owns one connection of its own (a LISTEN would leak into the pool), listens on
-//! the `postpone_done` channel (migration 4 sends the ids of jobs that reach a final status),
+//! the `postpone_done` channel (migration 4 sends the ids of jobs that reach a final status;
+//! since migration 10, only of the jobs registered in `postpone_waiters`, as a waiter does),
 //! then reads the job's row. While the job is not finished it waits for a notification
 //! naming its id (or `*`, for a statement that finished too many jobs to list), at most a
 //! poll interval, and reads the row again: the row is the truth, a notification only makes
@@ -151,6 +152,39 @@ pub(crate) fn wait(
     let poll = poll.min(half);
     let ctx = |e: Error| e.context(format_args!("waiting for job {id}"));
     conn.listen(store::DONE_CHANNEL).map_err(ctx)?;
+    // Completions notify only the jobs in postpone_waiters (migration 10). The row goes in
+    // after the LISTEN and before the first read: a completion committed before the
+    // registration is seen by that read, one that starts after it sees the row. One whose
+    // trigger ran just before the registration but which commits just after the read sends
+    // nothing: that rare wait ends at the poll. Rows of waiters whose session ended without
+    // removing them are cleared here too.
+    conn.execute(
+        "WITH gone AS (
+             DELETE FROM postpone_waiters w
+              WHERE w.since < now() - interval '1 minute'
+                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend))
+         INSERT INTO postpone_waiters (job_id) VALUES ($1)",
+        &[&id.get()],
+    )
+    .map_err(ctx)?;
+    let res = wait_registered(conn, id, deadline, timeout, poll);
+    if !conn.is_broken() {
+        let _ = conn.execute(
+            "DELETE FROM postpone_waiters WHERE job_id = $1 AND backend = pg_backend_pid()",
+            &[&id.get()],
+        );
+    }
+    res
+}
+
+fn wait_registered(
+    conn: &mut Connection,
+    id: JobId,
+    deadline: Instant,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<JobResult> {
+    let ctx = |e: Error| e.context(format_args!("waiting for job {id}"));
     loop {
         let now_state = read(conn, id).map_err(ctx)?.ok_or_else(|| not_found(id))?;
         if now_state.status.is_finished() {

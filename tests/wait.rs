@@ -291,3 +291,56 @@ fn a_half_open_link_during_a_wait_is_an_error_within_io_timeout() {
         "the wait noticed the half-open link after {took:?} (io_timeout {io_timeout:?})"
     );
 }
+
+/// The notifications of `postpone_done` that arrive within `within` on a listening client.
+fn done_payloads(listener: &mut postgres::Client, within: Duration) -> Vec<String> {
+    use postgres::fallible_iterator::FallibleIterator;
+    listener
+        .notifications()
+        .timeout_iter(within)
+        .iterator()
+        .map(|n| n.unwrap().payload().to_owned())
+        .collect()
+}
+
+#[test]
+fn completions_notify_only_the_jobs_someone_waits_for() {
+    let (db, app) = setup();
+    let mut listener = db.client();
+    listener.batch_execute("LISTEN postpone_done").unwrap();
+    // Nobody waits: finishing a job sends nothing (such a notification would serialise the
+    // commits of every completer on the server).
+    let alone = app.defer("later", &()).unwrap();
+    finish_by_hand(&db, alone);
+    assert_eq!(
+        done_payloads(&mut listener, Duration::from_millis(500)),
+        Vec::<String>::new()
+    );
+
+    // One job waited for, one not, finished by one statement: only the first is named.
+    let waited = app.defer("later", &()).unwrap();
+    let other = app.defer("later", &()).unwrap();
+    let waiter_app = app_polling_every(&db, Duration::from_secs(300));
+    let waiter = thread::spawn(move || waiter_app.wait(waited, Duration::from_secs(120)));
+    assert!(wait_until(Duration::from_secs(10), || waiter_is_waiting(
+        &db
+    )));
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET status = 'succeeded', finished_at = now() WHERE id = ANY($1)",
+            &[&vec![waited.get(), other.get()]],
+        )
+        .unwrap();
+    assert_eq!(waiter.join().unwrap().unwrap().status, JobStatus::Succeeded);
+    assert_eq!(
+        done_payloads(&mut listener, Duration::from_millis(500)),
+        vec![waited.get().to_string()]
+    );
+    // The waiter removed its registration when it returned.
+    let left: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_waiters", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}

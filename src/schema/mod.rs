@@ -63,10 +63,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "rates",
         sql: include_str!("0008_rates.sql"),
     },
+    Migration {
+        version: 10,
+        name: "quiet",
+        sql: include_str!("0010_quiet.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 8;
+pub(crate) const LATEST: i32 = 10;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

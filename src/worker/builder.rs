@@ -47,6 +47,7 @@ pub(crate) struct WorkerOptions {
     pub(crate) periodic: periodic::PeriodicSettings,
     /// Where the listener connects, when not where the worker's App does (`listen_via`).
     pub(crate) listen_opts: Option<std::sync::Arc<crate::conn::options::ConnectOptions>>,
+    pub(crate) vacuum: super::Vacuum,
 }
 
 impl Default for WorkerOptions {
@@ -68,6 +69,7 @@ impl Default for WorkerOptions {
             drop_timeout: Duration::from_secs(10),
             periodic: periodic::PeriodicSettings::default(),
             listen_opts: None,
+            vacuum: super::Vacuum::default(),
         }
     }
 }
@@ -178,6 +180,15 @@ impl WorkerBuilder {
     /// Defaults to the worker's App.
     pub fn listen_via(mut self, app: &App) -> Self {
         self.opts.listen_opts = Some(app.inner.opts.clone());
+        self
+    }
+
+    /// When the worker vacuums `postpone_jobs`, so that claims do not slow down as the dead
+    /// entries of claimed jobs pile up in the pending index. Defaults to
+    /// [`Vacuum::default()`](super::Vacuum) (past 20,000 dead rows and 2% of the live ones,
+    /// checked every 5 s); [`Vacuum::off()`](super::Vacuum::off) leaves it to autovacuum.
+    pub fn vacuum(mut self, vacuum: super::Vacuum) -> Self {
+        self.opts.vacuum = vacuum;
         self
     }
 
@@ -378,6 +389,7 @@ impl WorkerBuilder {
             listen_wake: Arc::new(tokio::sync::Notify::new()),
             hook,
             stats: Stats::default(),
+            vacuum: super::vacuum::VacuumState::new(),
         });
 
         let mut threads = Vec::new();
@@ -463,6 +475,14 @@ impl WorkerBuilder {
                     Role::Listen,
                     "postpone-listen".into(),
                     Box::new(move || listen::run(&s, &stop, &wake, &ready)),
+                )?;
+            }
+            if shared.opts.vacuum.enabled {
+                let (s, stop) = (shared.clone(), stop_rx.clone());
+                spawn(
+                    Role::Vacuum,
+                    "postpone-vacuum".into(),
+                    Box::new(move || super::vacuum::run(&s, &stop)),
                 )?;
             }
             if periodic::needed(&schedules, &shared.opts) {

@@ -43,6 +43,7 @@ pub(crate) fn run(
 ) {
     let mut pending: Vec<Outcome> = Vec::new();
     let mut link = Link::new(shared, "recording job outcomes");
+    let mut vacuum = super::vacuum::Check::new(&shared.opts.vacuum);
     let mut senders_gone = false;
     loop {
         if pending.is_empty() {
@@ -71,6 +72,16 @@ pub(crate) fn run(
         let res = match link.get() {
             Ok((c, ())) => {
                 let res = record(shared, c, &pending[..batch]);
+                // The counters are read once the outcomes are stored (a failure here only
+                // delays the check: the outcomes are not recorded twice).
+                let res = res.map(|()| {
+                    if let Err(e) = vacuum.after_record(shared, c) {
+                        log::debug!(
+                            "worker {}: reading postpone_jobs' counters: {e}",
+                            shared.name
+                        );
+                    }
+                });
                 link.judge(res)
             }
             Err(wait) => Err(wait),

@@ -14,7 +14,9 @@
 //!   back jobs of claims whose reply was lost, polls abort requests, and raises task
 //!   timeouts; it keeps beating through a shutdown's graceful wait;
 //! - `postpone-periodic` (when periodic tasks or retention are configured) defers each
-//!   scheduled instant once across all workers, and prunes finished jobs.
+//!   scheduled instant once across all workers, and prunes finished jobs;
+//! - `postpone-vacuum` (unless [`Vacuum::off`]) vacuums the jobs table when the completer
+//!   finds its dead rows past the threshold, on a connection it holds only meanwhile.
 //!
 //! No thread ever ends on a database error: it logs, backs off, reconnects and goes on.
 //! [`WorkerBuilder::spawn`] starts them (see `builder.rs`); [`WorkerHandle::shutdown`] stops
@@ -32,6 +34,7 @@ mod listen;
 mod observe;
 mod periodic;
 mod shutdown;
+mod vacuum;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -51,6 +54,7 @@ use crate::task::{Task, Tasks};
 pub use builder::WorkerBuilder;
 pub use exec::{JobEvent, JobEventKind, JobHook};
 pub use shutdown::ShutdownReport;
+pub use vacuum::Vacuum;
 
 use builder::{Identity, WorkerOptions};
 use ledger::{AttemptKey, Ledger};
@@ -166,6 +170,7 @@ pub(crate) struct Shared {
     pub(crate) listen_wake: Arc<tokio::sync::Notify>,
     pub(crate) hook: Option<Arc<dyn JobHook>>,
     pub(crate) stats: Stats,
+    pub(crate) vacuum: vacuum::VacuumState,
 }
 
 impl Shared {
@@ -234,6 +239,7 @@ pub(crate) enum Role {
     Listen,
     Beat,
     Periodic,
+    Vacuum,
 }
 
 /// Tells the handle, from inside the thread, that the thread is ending (even on panic).
@@ -289,6 +295,8 @@ pub struct WorkerStats {
     pub connections_opened: u64,
     /// Jobs snoozed by their task ([`TaskError::snooze`](crate::TaskError::snooze)).
     pub snoozed: u64,
+    /// Vacuums of the jobs table this worker ran ([`Vacuum`]).
+    pub vacuums: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -353,6 +361,7 @@ impl WorkerHandle {
             db_errors: get(&s.db_errors),
             connections_opened: get(&s.reconnects),
             snoozed: get(&s.snoozed),
+            vacuums: get(&r.shared.vacuum.runs),
         }
     }
 

@@ -1,0 +1,349 @@
+//! Scale figures for postpone, printed (never asserted): many worker processes on one
+//! database, and the claim's speed beside large backlogs.
+//!
+//! ```sh
+//! cargo bench --bench scale                                  # both, defaults below
+//! cargo bench --bench scale -- --only processes --processes 1,2,4,8 --concurrency 4
+//! cargo bench --bench scale -- --only backlog --backlog 1000000 --n-work 20000
+//! ```
+//!
+//! On a fresh database (`postpone_scale_<pid>`, created and dropped here) on the server of
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`):
+//! - `processes`: for each count P, `--n-work` no-op jobs deferred beforehand, then P worker
+//!   processes (this executable, re-run as a child) of `--concurrency` threads each; wall
+//!   time from the first spawn to the last job finished, read from the table.
+//! - `backlog`: `--n-work` due no-op jobs worked by one worker of `--concurrency` threads,
+//!   beside nothing (the reference), `--backlog` jobs scheduled for tomorrow, `--backlog`
+//!   due jobs of a lower priority, `--backlog` finished jobs, and `--locks` jobs waiting
+//!   for locks that running jobs hold (ahead of the due ones in the queue).
+//!
+//! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use postpone::{App, Job, NewJob, Tasks, Worker};
+
+struct Args {
+    n_work: usize,
+    concurrency: usize,
+    processes: Vec<usize>,
+    backlog: usize,
+    locks: usize,
+    repeats: usize,
+    only: Vec<String>,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        n_work: 20_000,
+        concurrency: 4,
+        processes: vec![1, 2, 4, 8],
+        backlog: 1_000_000,
+        locks: 10_000,
+        repeats: 1,
+        only: Vec::new(),
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let val = || argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--n-work" => a.n_work = val().parse().expect("--n-work N"),
+            "--concurrency" => a.concurrency = val().parse().expect("--concurrency N"),
+            "--backlog" => a.backlog = val().parse().expect("--backlog N"),
+            "--locks" => a.locks = val().parse().expect("--locks N"),
+            "--repeats" => a.repeats = val().parse().expect("--repeats N"),
+            "--processes" => {
+                a.processes = val()
+                    .split(',')
+                    .map(|p| p.trim().parse().expect("--processes 1,2,4"))
+                    .collect()
+            }
+            "--only" => a.only = val().split(',').map(str::to_owned).collect(),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+/// host/port/user of DATABASE_URL, as a key=value prefix.
+fn server() -> String {
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let cfg: postgres::Config = url.parse().expect("DATABASE_URL");
+    let host = match cfg.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        _ => "127.0.0.1".into(),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let user = cfg.get_user().unwrap_or("postgres").to_owned();
+    format!("host={host} port={port} user={user}")
+}
+
+struct BenchDb {
+    name: String,
+    admin: postgres::Client,
+}
+
+impl BenchDb {
+    fn create() -> BenchDb {
+        let name = format!("postpone_scale_{}", std::process::id());
+        let mut admin =
+            postgres::Client::connect(&format!("{} dbname=postgres", server()), postgres::NoTls)
+                .expect("connect to the postgres database");
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
+            .unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        BenchDb { name, admin }
+    }
+
+    fn url(&self) -> String {
+        format!("{} dbname={}", server(), self.name)
+    }
+}
+
+impl Drop for BenchDb {
+    fn drop(&mut self) {
+        let _ = self.admin.batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ));
+    }
+}
+
+fn noop_tasks() -> Tasks {
+    let mut t = Tasks::new();
+    t.register("noop", |_: &Job| Ok(()));
+    t
+}
+
+fn defer_n(app: &App, n: usize, priority: i32) {
+    let batch: Vec<NewJob> = (0..1000)
+        .map(|_| NewJob::new("noop", &()).unwrap().priority(priority))
+        .collect();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(1000);
+        app.defer_batch(&batch[..k]).unwrap();
+        left -= k;
+    }
+}
+
+fn sql(app: &App, statement: &str) {
+    let mut c = app.connection().unwrap();
+    c.set_io_timeout(Duration::from_secs(1800));
+    c.batch_execute(statement).unwrap();
+}
+
+fn succeeded(app: &App) -> i64 {
+    app.connection()
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded' AND task = 'noop'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+struct Results(BTreeMap<String, Vec<f64>>);
+
+impl Results {
+    fn record(&mut self, what: &str, n: usize, secs: f64) {
+        let rate = n as f64 / secs;
+        println!(
+            "{{\"what\": \"{what}\", \"n\": {n}, \"s\": {secs:.3}, \"jobs_per_s\": {rate:.1}}}"
+        );
+        self.0.entry(what.to_owned()).or_default().push(rate);
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// A child process: one worker until its parent closes our stdin.
+fn child(url: &str) {
+    let c: usize = std::env::var("POSTPONE_SCALE_C").unwrap().parse().unwrap();
+    let app = App::builder(url).pool_size(1).build().unwrap();
+    let h = Worker::builder(&app, noop_tasks())
+        .concurrency(c)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let report = h.shutdown(Duration::from_secs(10));
+    assert!(report.is_clean(), "{report}");
+}
+
+fn bench_processes(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
+    for &p in &a.processes {
+        for _ in 0..a.repeats {
+            sql(app, "TRUNCATE postpone_jobs, postpone_workers");
+            defer_n(app, a.n_work, 0);
+            sql(app, "VACUUM ANALYZE postpone_jobs");
+            let t = Instant::now();
+            let children: Vec<Child> = (0..p)
+                .map(|_| {
+                    Command::new(std::env::current_exe().unwrap())
+                        .env("POSTPONE_SCALE_CHILD", db.url())
+                        .env("POSTPONE_SCALE_C", a.concurrency.to_string())
+                        .stdin(std::process::Stdio::piped())
+                        .spawn()
+                        .expect("spawn a worker process")
+                })
+                .collect();
+            while succeeded(app) < a.n_work as i64 {
+                std::thread::sleep(Duration::from_millis(5));
+                assert!(t.elapsed() < Duration::from_secs(900), "stuck");
+            }
+            let secs = t.elapsed().as_secs_f64();
+            for mut ch in children {
+                drop(ch.stdin.take());
+                let status = ch.wait().unwrap();
+                assert!(status.success(), "a worker process failed: {status}");
+            }
+            r.record(
+                &format!("processes_{p}x_c{}", a.concurrency),
+                a.n_work,
+                secs,
+            );
+        }
+    }
+}
+
+fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
+    let n = a.backlog;
+    let cases: Vec<(String, String)> = vec![
+        ("empty".into(), String::new()),
+        (
+            format!("future_{n}"),
+            format!(
+                "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+                 SELECT 'default', 'later', 'null', now() + interval '1 day'
+                   FROM generate_series(1, {n})"
+            ),
+        ),
+        (
+            format!("lower_priority_due_{n}"),
+            format!(
+                "INSERT INTO postpone_jobs (queue, task, args, priority, scheduled_at)
+                 SELECT 'default', 'low', 'null', -1, now() - interval '1 hour'
+                   FROM generate_series(1, {n})"
+            ),
+        ),
+        (
+            format!("finished_{n}"),
+            format!(
+                "INSERT INTO postpone_jobs (queue, task, args, status, attempts, finished_at)
+                 SELECT 'default', 'old', 'null', 'succeeded', 1, now()
+                   FROM generate_series(1, {n})"
+            ),
+        ),
+        (
+            format!("locks_blocked_{}", a.locks),
+            // A worker row that stays alive (its heartbeat is refreshed below), running one
+            // job per lock, and one job waiting behind each, due before the measured jobs.
+            format!(
+                "INSERT INTO postpone_workers (id, name, last_heartbeat)
+                   OVERRIDING SYSTEM VALUE VALUES (1000000, 'holder', now() + interval '1 day');
+                 INSERT INTO postpone_jobs (queue, task, args, status, lock, worker_id, attempts,
+                                            started_at, scheduled_at)
+                 SELECT 'default', 'held', 'null', 'doing', 'lock-' || g, 1000000, 1, now(),
+                        now() - interval '2 hours'
+                   FROM generate_series(1, {0}) g;
+                 INSERT INTO postpone_jobs (queue, task, args, lock, scheduled_at)
+                 SELECT 'default', 'blocked', 'null', 'lock-' || g, now() - interval '1 hour'
+                   FROM generate_series(1, {0}) g",
+                a.locks
+            ),
+        ),
+    ];
+    let wanted = |case: &str| {
+        a.only.is_empty()
+            || a.only.iter().any(|o| o == "backlog")
+            || a.only.iter().any(|o| case.starts_with(o.as_str()))
+    };
+    for (case, setup) in cases {
+        if !wanted(&case) {
+            continue;
+        }
+        for _ in 0..a.repeats {
+            sql(app, "TRUNCATE postpone_jobs, postpone_workers");
+            if !setup.is_empty() {
+                sql(app, &setup);
+            }
+            sql(app, "VACUUM ANALYZE postpone_jobs");
+            defer_n(app, a.n_work, 0);
+            let t = Instant::now();
+            let h = Worker::builder(app, noop_tasks())
+                .concurrency(a.concurrency)
+                .spawn()
+                .unwrap();
+            loop {
+                std::thread::sleep(Duration::from_millis(2));
+                // The count reads the table: only once the worker says it may be done.
+                if h.stats().recorded >= a.n_work as u64 && succeeded(app) >= a.n_work as i64 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(900),
+                    "stuck: {:?}",
+                    h.stats()
+                );
+            }
+            let secs = t.elapsed().as_secs_f64();
+            let _ = h.shutdown(Duration::from_secs(10));
+            r.record(
+                &format!("backlog_{case}_c{}", a.concurrency),
+                a.n_work,
+                secs,
+            );
+        }
+    }
+}
+
+fn main() {
+    if let Ok(url) = std::env::var("POSTPONE_SCALE_CHILD") {
+        child(&url);
+        return;
+    }
+    let a = parse_args();
+    let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
+    let db = BenchDb::create();
+    let app = App::builder(db.url()).pool_size(4).build().unwrap();
+    app.migrate().unwrap();
+    let mut r = Results(BTreeMap::new());
+    if want("processes") {
+        bench_processes(&db, &app, &a, &mut r);
+    }
+    if want("backlog") || a.only.iter().any(|o| o != "processes") {
+        bench_backlog(&app, &a, &mut r);
+    }
+    drop(app);
+    println!("SUMMARY (median of runs, jobs/s):");
+    for (k, v) in &r.0 {
+        let runs: Vec<String> = v.iter().map(|x| format!("{x:.1}")).collect();
+        println!(
+            "  {k:<36} median={:>10.1}  runs=[{}]",
+            median(v),
+            runs.join(", ")
+        );
+    }
+}
