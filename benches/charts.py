@@ -10,7 +10,7 @@
         postpone / peer) and writes it to OUT/table.md.
 
     python3 benches/charts.py draw [--throughput CSV] [--latency CSV] [--soak CSV]
-                                   [--out DIR] [--note TEXT]
+                                   [--soak-title TEXT] [--out DIR] [--note TEXT]
         draws DIR/perf-throughput.svg (jobs/s against concurrency, drain and steady state, one
         line per system), DIR/perf-latency.svg (defer-to-start percentiles per system and
         rate) and DIR/perf-soak.svg (a steady run's timeline), each from its CSV; a chart whose
@@ -398,7 +398,7 @@ def draw_latency(rows, path, note):
     svg.save(path)
 
 
-def draw_soak(rows, path, note):
+def draw_soak(rows, path, note, title=""):
     series = [("throughput", "jobs/s", "#d62728"), ("p99_ms", "p99 latency, ms", "#3182bd"),
               ("table_mb", "table, MiB", "#2ca02c"), ("index_mb", "claim index, MiB", "#17becf"),
               ("dead_tuples", "dead tuples", "#7f7f7f")]
@@ -416,7 +416,7 @@ def draw_soak(rows, path, note):
     left, top, pw, ph, gap = 80, 50, 620, 110, 34
     n_note = len(wrap(note, int((left + pw + 6) / 5.8))) if note else 0
     svg = Svg(left + pw + 30, top + len(panels) * (ph + gap) + 30 + 14 * n_note)
-    svg.text(12, 22, "Steady-state timeline (producer keeps the queue filled)", 15, weight="bold")
+    svg.text(12, 22, title or "postpone's steady state over time (a producer keeps the queue filled)", 15, weight="bold")
     tmax = max(ts) or 1
     for i, group in enumerate(panels):
         py = top + i * (ph + gap)
@@ -446,7 +446,7 @@ def main(argv):
     if argv and argv[0] == "draw":
         opts, i = {}, 1
         while i < len(argv):
-            if argv[i] not in ("--throughput", "--latency", "--soak", "--out", "--note") or i + 1 >= len(argv):
+            if argv[i] not in ("--throughput", "--latency", "--soak", "--soak-title", "--out", "--note") or i + 1 >= len(argv):
                 sys.exit(f"unknown or incomplete option {argv[i]!r}; see the top of {__file__}")
             opts[argv[i][2:]] = argv[i + 1]
             i += 2
@@ -455,7 +455,7 @@ def main(argv):
         note = opts.get("note", "")
         draw_throughput(read_csv(opts.get("throughput")), out / "perf-throughput.svg", note)
         draw_latency(read_csv(opts.get("latency")), out / "perf-latency.svg", note)
-        draw_soak(read_csv(opts.get("soak")), out / "perf-soak.svg", note)
+        draw_soak(read_csv(opts.get("soak")), out / "perf-soak.svg", note, opts.get("soak-title", ""))
         return
     sys.exit(__doc__)
 

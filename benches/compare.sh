@@ -136,7 +136,7 @@ else
     /tmp/venv-procrastinate/bin/python "$peers_dir/procrastinate_bench.py" \
         --dsn 'host=127.0.0.1 dbname=anchor_procrastinate user=postgres' \
         --n-defer "$n_defer" "${common[@]}" 2>&1 |
-        grep -v 'instantiated in the main' | tee "$out/procrastinate.txt" ||
+        grep --line-buffered -v 'instantiated in the main' | tee "$out/procrastinate.txt" ||
         echo "== procrastinate's benchmark failed; the figures it printed are kept"
 fi
 
@@ -201,5 +201,6 @@ echo "== results (jobs/s: drains median of $repeats, steady states mean of their
 python3 "$here/charts.py" table "$out"
 note="${LABEL:+$LABEL; }$(date -u +%F), $(nproc) cores, PostgreSQL $(pg -d postgres -c 'SHOW server_version' | cut -d' ' -f1) on the same host; $command"
 python3 "$here/charts.py" draw --throughput "$out/throughput.csv" --latency "$out/latency.csv" \
-    --soak "$out/soak.csv" --out "$charts" --note "$note"
+    --soak "$out/soak.csv" --out "$charts" --note "$note" \
+    --soak-title "postpone's steady state at concurrency ${conc##*,}, $pending jobs kept waiting (autovacuum $(pg -d postgres -c 'SHOW autovacuum'))"
 echo "== done in $((($(date +%s) - started) / 60)) min $((($(date +%s) - started) % 60)) s; raw output, CSVs and table.md in $out"
