@@ -174,7 +174,7 @@ def table(out):
         lines += ["", "| defer-to-start latency, ms | rate | p50 | p90 | p99 | p99.9 |",
                   "| --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in sorted(lat, key=lambda r: systems_in({x["system"] for x in lat}).index(r["system"])):
-            cells = [LABELS.get(r["system"], r["system"]), str(r["rate"])]
+            cells = [LAT_LABELS.get(r["system"], LABELS.get(r["system"], r["system"])), str(r["rate"])]
             cells += ["-" if r[k] is None else f"{float(r[k]):.2f}" for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms")]
             lines.append("| " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"

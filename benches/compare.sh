@@ -67,14 +67,15 @@ for v in CHARTS OPENLOOP ONLY LATENCY PENDING INTERVAL STEADY N_DEFER; do
     fi
 done
 
-# How long it will take: rough rates measured on the 2-core development machine while other
-# builds ran (a quiet machine is faster), plus fixed costs per run (connect, fill, vacuum).
+# How long it will take: rough rates of the 2-core development machine on a quiet day, plus
+# fixed costs per run (connect, fill, vacuum). With other builds running, the run of
+# 2026-12-01 (10000 1,4,16 1) took 23 minutes against 14 estimated.
 estimate() {
     awk -v n="$n_work" -v d="$n_defer" -v r="$repeats" -v s="$steady" -v p="$pending" \
         -v l="$latency" -v conc="$conc" -v only="$only" '
         BEGIN {
             # system: defer one by one, defer in batches, drain (jobs/s), fixed seconds per run
-            split("postpone 2000 60000 15000 2 procrastinate 500 12000 350 3 graphile 800 40000 1500 2 graphile-lq 800 40000 3000 2 pgboss 800 15000 2500 4", t, " ")
+            split("postpone 2000 80000 20000 2 procrastinate 500 14000 350 3 graphile 900 50000 1500 2 graphile-lq 900 50000 10000 2 pgboss 500 17000 1000 4", t, " ")
             nc = split(conc, cs, ",")
             for (i = 1; i in t; i += 5) {
                 if (index("," only ",", "," t[i] ",") == 0) continue
@@ -86,7 +87,7 @@ estimate() {
                 total += secs
                 printf "%s ~%.0f s, ", t[i], secs
             }
-            printf "about %.0f min in all (plus installing the peers and building the bench on first use)\n", total / 60 + 0.5
+            printf "about %.0f min in all on a quiet machine, up to twice that on a loaded one (plus installing the peers and building the bench on first use)\n", total / 60 + 0.5
         }'
 }
 
