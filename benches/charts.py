@@ -101,6 +101,8 @@ def collect(out):
     runs, steady, lat, soak = {}, {}, [], {}
     for path in sorted(out.glob("*.txt")):
         system = path.stem
+        if system == "command":  # compare.sh's record of how it was called
+            continue
         for rec in json_lines(path):
             what = str(rec["what"])
             if what.endswith("_overall"):

@@ -95,7 +95,7 @@ echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/10485
 echo "== $command"
 echo "== N_WORK=$n_work N_DEFER=$n_defer CONCURRENCY=$conc REPEATS=$repeats STEADY=${steady}s/${interval}s PENDING=$pending LATENCY=$latency; raw output in $out"
 echo "== estimate: $(estimate)"
-echo "$command" >"$out/command.txt"
+echo "${LABEL:+LABEL='$LABEL' }$command" >"$out/command.txt"
 
 if wants postpone; then
     echo "== postpone"
