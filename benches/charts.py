@@ -119,7 +119,7 @@ def collect(out):
                     "p999_ms": first(rec, "p999", "p99_9", "p999_ms", "p99_9_ms"),
                 })
                 continue
-            if "jobs_per_s" not in rec:
+            if "jobs_per_s" not in rec or what.startswith("openloop"):
                 continue
             if "t_s" in rec:
                 steady.setdefault((system, what), []).append(float(rec["jobs_per_s"]))

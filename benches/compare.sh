@@ -20,7 +20,9 @@
 #          INTERVAL (5: seconds between two steady-state rates printed)
 #          PENDING  (20000: jobs kept waiting in the steady state)
 #          LATENCY  (300: jobs of the latency figure; 0 skips it)
-#          OPENLOOP (empty: extra arguments for postpone's `--only openloop` mode, run when set)
+#          OPENLOOP (empty: arguments for postpone's `--only openloop` mode, run when set, e.g.
+#                    OPENLOOP='--load 0.5,0.9 --seconds 10'; its percentiles per rate join the
+#                    latency table and chart)
 #          ONLY     (postpone,procrastinate,graphile,graphile-lq,pgboss: the systems to run)
 #          OUT      (a new /tmp/postpone-compare.* folder: raw output, CSVs and table; give an
 #                    earlier one to add a system to its results: the table covers every system
