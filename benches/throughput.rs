@@ -322,10 +322,12 @@ fn bench_latency(app: &App, a: &Args, r: &mut Results) {
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let pct = |p: f64| lat[((lat.len() as f64 - 1.0) * p).round() as usize];
     println!(
-        "{{\"what\": \"latency_defer_to_start_ms\", \"n\": {}, \"p50\": {:.2}, \"p99\": {:.2}, \"max\": {:.2}}}",
+        "{{\"what\": \"latency_defer_to_start_ms\", \"n\": {}, \"p50\": {:.2}, \"p90\": {:.2}, \"p99\": {:.2}, \"p999\": {:.2}, \"max\": {:.2}}}",
         lat.len(),
         pct(0.5),
+        pct(0.9),
         pct(0.99),
+        pct(0.999),
         lat[lat.len() - 1]
     );
     r.0.entry("latency_p50_ms".into())

@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""Tables and SVG charts for benches/compare.sh (python3 standard library only).
+
+    python3 benches/charts.py table OUT
+        reads the JSON lines that every system's benchmark printed into OUT/<system>.txt and
+        writes OUT/throughput.csv (system,figure,concurrency,jobs_per_s,runs),
+        OUT/latency.csv (system,rate,p50_ms,p90_ms,p99_ms,p999_ms) and OUT/soak.csv
+        (t_seconds,throughput,p99_ms,table_mb,index_mb,dead_tuples: postpone's steady state at
+        its highest concurrency), then prints the comparison table (Markdown, ratio =
+        postpone / peer) and writes it to OUT/table.md.
+
+    python3 benches/charts.py draw [--throughput CSV] [--latency CSV] [--soak CSV]
+                                   [--soak-title TEXT] [--out DIR] [--note TEXT]
+        draws DIR/perf-throughput.svg (jobs/s against concurrency, drain and steady state, one
+        line per system), DIR/perf-latency.svg (defer-to-start percentiles per system and
+        rate) and DIR/perf-soak.svg (a steady run's timeline), each from its CSV; a chart whose
+        CSV is not given or is empty is skipped. Empty cells are allowed (a missing percentile
+        or series is left out). --note is printed under every chart (machine, date, command).
+
+Figures in the JSON lines: `{"what": "worker_c4", "jobs_per_s": ...}` per run (median over
+runs), `{"what": "steady_c4", "t_s": ..., "jobs_per_s": ...}` per interval (mean over intervals),
+`{"what": "latency...", "p50": ..., "p99": ...}` or `..._ms` keys, with an optional `"rate"`
+(jobs/s of an open-loop run; none means an idle worker fed one job at a time).
+"""
+
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+SYSTEMS = ["postpone", "procrastinate", "graphile", "graphile-lq", "pgboss"]
+LABELS = {
+    "postpone": "postpone",
+    "procrastinate": "procrastinate",
+    "graphile": "graphile-worker (defaults)",
+    "graphile-lq": "graphile-worker (local queue 200)",
+    "pgboss": "pg-boss (batch fetch)",
+}
+# The latency figure runs every system in its default configuration but pg-boss, whose queue
+# and worker have LISTEN/NOTIFY turned on (its default is polling every 2 s).
+LAT_LABELS = {"pgboss": "pg-boss (LISTEN/NOTIFY)"}
+COLORS = {
+    "postpone": "#d62728",
+    "procrastinate": "#ff7f0e",
+    "graphile": "#2ca02c",
+    "graphile-lq": "#17becf",
+    "pgboss": "#9467bd",
+}
+FIGURES = {
+    "defer_one_by_one": "defer one by one",
+    "defer_batch1000": "defer in batches of 1,000",
+}
+
+
+def figure_label(fig):
+    if fig in FIGURES:
+        return FIGURES[fig]
+    m = re.fullmatch(r"(worker|steady)_c(\d+)(.*)", fig)
+    if m:
+        kind = "drain" if m.group(1) == "worker" else "steady state"
+        return f"{kind}, concurrency {m.group(2)}{m.group(3).replace('_', ' ')}"
+    return fig
+
+
+def figure_order(fig):
+    m = re.fullmatch(r"(worker|steady)_c(\d+)(.*)", fig)
+    if fig in FIGURES:
+        return (0, list(FIGURES).index(fig), 0, "")
+    if m:
+        return (1 if m.group(1) == "worker" else 2, int(m.group(2)), 0, m.group(3))
+    return (3, 0, 0, fig)
+
+
+def systems_in(names):
+    known = [s for s in SYSTEMS if s in names]
+    return known + sorted(n for n in names if n not in SYSTEMS)
+
+
+def json_lines(path):
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"what"' in line:
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+def first(rec, *keys):
+    for k in keys:
+        if rec.get(k) is not None:
+            return rec[k]
+    return None
+
+
+def collect(out):
+    runs, steady, lat, soak = {}, {}, [], {}
+    for path in sorted(out.glob("*.txt")):
+        system = path.stem
+        if system == "command":  # compare.sh's record of how it was called
+            continue
+        for rec in json_lines(path):
+            what = str(rec["what"])
+            if what.endswith("_overall"):
+                continue
+            p50 = first(rec, "p50", "p50_ms")
+            if p50 is not None:
+                rate = first(rec, "rate", "rate_per_s", "target_rate")
+                lat.append({
+                    "system": system,
+                    "rate": "idle" if rate is None else rate,
+                    "p50_ms": p50,
+                    "p90_ms": first(rec, "p90", "p90_ms"),
+                    "p99_ms": first(rec, "p99", "p99_ms"),
+                    "p999_ms": first(rec, "p999", "p99_9", "p999_ms", "p99_9_ms"),
+                })
+                continue
+            if "jobs_per_s" not in rec or what.startswith("openloop"):
+                continue
+            if "t_s" in rec:
+                steady.setdefault((system, what), []).append(float(rec["jobs_per_s"]))
+                if system == "postpone" and "dead_tuples" in rec:
+                    soak.setdefault(what, []).append(rec)
+            else:
+                runs.setdefault((system, what), []).append(float(rec["jobs_per_s"]))
+    figures = {}
+    for key, v in runs.items():
+        figures[key] = (statistics.median(v), len(v))
+    for key, v in steady.items():
+        figures[key] = (statistics.fmean(v), len(v))
+    return figures, lat, soak
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for r in rows:
+            w.writerow(["" if x is None else x for x in r])
+
+
+def table(out):
+    figures, lat, soak = collect(out)
+    if not figures and not lat:
+        sys.exit(f"no figures found in {out}/*.txt: did every benchmark fail?")
+    rows = []
+    for (system, fig), (v, n) in sorted(figures.items(), key=lambda kv: (figure_order(kv[0][1]), kv[0][0])):
+        m = re.search(r"_c(\d+)", fig)
+        rows.append((system, fig, m.group(1) if m else "", round(v, 1), n))
+    write_csv(out / "throughput.csv", ["system", "figure", "concurrency", "jobs_per_s", "runs"], rows)
+    write_csv(out / "latency.csv", ["system", "rate", "p50_ms", "p90_ms", "p99_ms", "p999_ms"],
+              [(r["system"], r["rate"], r["p50_ms"], r["p90_ms"], r["p99_ms"], r["p999_ms"]) for r in lat])
+    if soak:
+        fig = max(soak, key=lambda f: (int(re.search(r"_c(\d+)", f).group(1)) if re.search(r"_c(\d+)", f) else 0))
+        write_csv(out / "soak.csv", ["t_seconds", "throughput", "p99_ms", "table_mb", "index_mb", "dead_tuples"],
+                  [(r["t_s"], r["jobs_per_s"], r.get("p99_ms"), r.get("table_mb"),
+                    r.get("index_mb", round(r["due_idx_kb"] / 1024, 2) if "due_idx_kb" in r else None),
+                    r["dead_tuples"]) for r in soak[fig]])
+    systems = systems_in({s for s, _ in figures})
+    peers = [s for s in systems if s != "postpone"]
+    lines = ["| jobs per second | postpone | " + " | ".join(f"{LABELS.get(p, p)} | ratio" for p in peers) + " |",
+             "| --- | ---: |" + " ---: | ---: |" * len(peers)]
+    for fig in sorted({f for _, f in figures}, key=figure_order):
+        mine = figures.get(("postpone", fig), (None, 0))[0]
+        cells = [figure_label(fig), "-" if mine is None else f"{mine:,.0f}"]
+        for p in peers:
+            theirs = figures.get((p, fig), (None, 0))[0]
+            cells.append("-" if theirs is None else f"{theirs:,.0f}")
+            cells.append(f"{mine / theirs:.1f}x" if mine is not None and theirs else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    if lat:
+        lines += ["", "| defer-to-start latency, ms | rate | p50 | p90 | p99 | p99.9 |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in sorted(lat, key=lambda r: systems_in({x["system"] for x in lat}).index(r["system"])):
+            cells = [LAT_LABELS.get(r["system"], LABELS.get(r["system"], r["system"])), str(r["rate"])]
+            cells += ["-" if r[k] is None else f"{float(r[k]):.2f}" for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms")]
+            lines.append("| " + " | ".join(cells) + " |")
+    text = "\n".join(lines) + "\n"
+    (out / "table.md").write_text(text)
+    print(text, end="")
+
+
+# ---- SVG ----------------------------------------------------------------------------------
+
+FONT = 'font-family="DejaVu Sans, Arial, sans-serif"'
+
+
+class Svg:
+    def __init__(self, w, h):
+        self.w, self.h, self.parts = w, h, []
+
+    def add(self, s):
+        self.parts.append(s)
+
+    def text(self, x, y, s, size=12, anchor="start", color="#222", weight="normal", rotate=None):
+        rot = f' transform="rotate({rotate} {x:.1f} {y:.1f})"' if rotate is not None else ""
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{color}" '
+                 f'font-weight="{weight}" {FONT}{rot}>{escape(str(s))}</text>')
+
+    def line(self, x1, y1, x2, y2, color="#ccc", width=1, dash=None):
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.add(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{color}" stroke-width="{width}"{d}/>')
+
+    def save(self, path):
+        body = "\n".join(self.parts)
+        Path(path).write_text(
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.w}" height="{self.h}" '
+            f'viewBox="0 0 {self.w} {self.h}">\n<rect width="100%" height="100%" fill="white"/>\n{body}\n</svg>\n')
+        print(f"wrote {path}")
+
+
+def log_ticks(lo, hi):
+    ticks = []
+    for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for m in (1, 2, 5):
+            v = m * 10 ** e
+            if lo <= v <= hi:
+                ticks.append(v)
+    return ticks
+
+
+def nice(v):
+    if v >= 1000:
+        return f"{v / 1000:g}k"
+    return f"{v:g}"
+
+
+class Panel:
+    """A plotting area with a log or linear y axis and categorical or linear x."""
+
+    def __init__(self, svg, x, y, w, h, ymin, ymax, log=True, title="", ylabel=""):
+        self.svg, self.x, self.y, self.w, self.h = svg, x, y, w, h
+        self.log = log
+        if log:
+            self.ymin = 10 ** math.floor(math.log10(max(ymin, 1e-3)))
+            self.ymax = 10 ** math.ceil(math.log10(max(ymax, self.ymin * 10)))
+        else:
+            self.ymin, self.ymax = 0.0, nice_ceiling(ymax)
+        svg.add(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="#fafafa" stroke="#999"/>')
+        ticks = log_ticks(self.ymin, self.ymax) if log else [self.ymax * i / 5 for i in range(6)]
+        for t in ticks:
+            ty = self.ty(t)
+            major = not log or math.log10(t) == int(math.log10(t))
+            svg.line(x, ty, x + w, ty, "#ddd" if major else "#eee")
+            svg.text(x - 5, ty + 4, nice(t) if log else (f"{t:,.0f}" if t >= 100 else f"{t:g}"), 10, "end", "#555")
+        if title:
+            svg.text(x + w / 2, y - 8, title, 13, "middle", weight="bold")
+        if ylabel:
+            svg.text(x - 42, y + h / 2, ylabel, 11, "middle", "#333", rotate=-90)
+
+    def ty(self, v):
+        if self.log:
+            v = max(v, self.ymin)
+            f = (math.log10(v) - math.log10(self.ymin)) / (math.log10(self.ymax) - math.log10(self.ymin))
+        else:
+            f = (v - self.ymin) / (self.ymax - self.ymin or 1)
+        return self.y + self.h - f * self.h
+
+
+def nice_ceiling(v):
+    if v <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(v))
+    for m in (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if v <= m * e:
+            return m * e
+    return 10 * e
+
+
+def note_width(svg):
+    return max(60, int((svg.w - 24) / 5.8))
+
+
+def note_lines(svg, note, y):
+    for i, line in enumerate(wrap(note, note_width(svg))):
+        svg.text(12, y + 14 * i, line, 10, color="#666")
+
+
+def wrap(text, width):
+    out = []
+    for para in text.split("\n"):
+        line = ""
+        for word in para.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                out.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        out.append(line)
+    return out
+
+
+def read_csv(path):
+    if not path or not Path(path).is_file():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def draw_throughput(rows, path, note):
+    data = {}  # kind -> system -> {conc: rate}
+    for r in rows:
+        m = re.fullmatch(r"(worker|steady)_c(\d+)", r["figure"])
+        if m and num(r["jobs_per_s"]):
+            data.setdefault(m.group(1), {}).setdefault(r["system"], {})[int(m.group(2))] = num(r["jobs_per_s"])
+    if not data:
+        return
+    kinds = [k for k in ("worker", "steady") if k in data]
+    vals = [v for k in kinds for s in data[k].values() for v in s.values()]
+    concs = sorted({c for k in kinds for s in data[k].values() for c in s})
+    systems = systems_in({s for k in kinds for s in data[k]})
+    pw, ph, left, top = 380, 300, 70, 60
+    n_note = len(wrap(note, int((left + len(kinds) * (pw + 60) - 14) / 5.8))) if note else 0
+    svg = Svg(left + len(kinds) * (pw + 60) + 10, top + ph + 60 + 18 * len(systems) + 14 * n_note + 20)
+    svg.text(12, 22, "Throughput against concurrency (no-op jobs, jobs/s, log scale)", 15, weight="bold")
+    for i, kind in enumerate(kinds):
+        px = left + i * (pw + 60)
+        p = Panel(svg, px, top, pw, ph, min(vals), max(vals), True,
+                  "drain a filled queue" if kind == "worker" else "steady state (producer keeps N pending)",
+                  "jobs per second")
+        xs = {c: px + pw * (j + 0.5) / len(concs) for j, c in enumerate(concs)}
+        for c, xx in xs.items():
+            svg.line(xx, top + ph, xx, top + ph + 4, "#555")
+            svg.text(xx, top + ph + 17, str(c), 11, "middle", "#333")
+        svg.text(px + pw / 2, top + ph + 34, "concurrency", 11, "middle", "#333")
+        for s in systems:
+            pts = sorted(data[kind].get(s, {}).items())
+            if not pts:
+                continue
+            color = COLORS.get(s, "#555")
+            dash = ' stroke-dasharray="6 3"' if s == "graphile-lq" else ""
+            coords = " ".join(f"{xs[c]:.1f},{p.ty(v):.1f}" for c, v in pts)
+            svg.add(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+            for c, v in pts:
+                svg.add(f'<circle cx="{xs[c]:.1f}" cy="{p.ty(v):.1f}" r="3.5" fill="{color}"><title>{escape(LABELS.get(s, s))}, '
+                        f'concurrency {c}: {v:,.0f} jobs/s</title></circle>')
+                if s == "postpone":
+                    svg.text(xs[c] + 6, p.ty(v) - 6, f"{v:,.0f}", 10, color=color)
+    ly = top + ph + 56
+    for j, s in enumerate(systems):
+        color = COLORS.get(s, "#555")
+        dash = "6 3" if s == "graphile-lq" else None
+        svg.line(left, ly + 18 * j - 4, left + 26, ly + 18 * j - 4, color, 2, dash)
+        svg.text(left + 34, ly + 18 * j, LABELS.get(s, s), 11)
+    if note:
+        note_lines(svg, note, ly + 18 * len(systems) + 10)
+    svg.save(path)
+
+
+def draw_latency(rows, path, note):
+    rows = [r for r in rows if num(r.get("p50_ms")) is not None]
+    if not rows:
+        return
+    keys = [("p50_ms", "p50", "#9ecae1"), ("p90_ms", "p90", "#6baed6"), ("p99_ms", "p99", "#3182bd"),
+            ("p999_ms", "p99.9", "#08519c")]
+    order = systems_in({r["system"] for r in rows})
+    rows.sort(key=lambda r: (order.index(r["system"]), num(r["rate"]) or 0))
+    vals = [num(r[k]) for r in rows for k, _, _ in keys if num(r.get(k))]
+    gw = 110
+    left, top, ph = 70, 60, 280
+    pw = max(600, gw * len(rows))
+    n_note = len(wrap(note, int((left + pw + 6) / 5.8))) if note else 0
+    svg = Svg(left + pw + 30, top + ph + 80 + 14 * n_note + 10)
+    svg.text(12, 22, "Defer-to-start latency (ms, log scale)", 15, weight="bold")
+    p = Panel(svg, left, top, pw, ph, min(vals), max(vals), True, "", "milliseconds")
+    slot = pw / len(rows)
+    bw = min(18, slot / (len(keys) + 1.5))
+    for i, r in enumerate(rows):
+        cx = left + slot * (i + 0.5)
+        for j, (k, name, color) in enumerate(keys):
+            v = num(r.get(k))
+            if v is None:
+                continue
+            bx = cx + (j - len(keys) / 2) * bw
+            y = p.ty(v)
+            svg.add(f'<rect x="{bx:.1f}" y="{y:.1f}" width="{bw - 1:.1f}" height="{top + ph - y:.1f}" fill="{color}">'
+                    f'<title>{escape(r["system"])} {name}: {v:.2f} ms</title></rect>')
+        label = LAT_LABELS.get(r["system"], LABELS.get(r["system"], r["system"])).replace(" (", "\n(")
+        rate = r.get("rate") or "idle"
+        sub = "one job at a time" if rate == "idle" else f"{float(rate):,.0f} jobs/s"
+        for k, part in enumerate(label.split("\n") + [sub]):
+            svg.text(cx, top + ph + 15 + 12 * k, part, 10, "middle", COLORS.get(r["system"], "#333") if k == 0 else "#555")
+    for j, (_, name, color) in enumerate(keys):
+        lx = left + pw - 60 * (len(keys) - j)
+        svg.add(f'<rect x="{lx}" y="38" width="12" height="12" fill="{color}"/>')
+        svg.text(lx + 16, 48, name, 11)
+    if note:
+        note_lines(svg, note, top + ph + 66)
+    svg.save(path)
+
+
+def draw_soak(rows, path, note, title=""):
+    series = [("throughput", "jobs/s", "#d62728"), ("p99_ms", "p99 latency, ms", "#3182bd"),
+              ("table_mb", "table, MiB", "#2ca02c"), ("index_mb", "claim index, MiB", "#17becf"),
+              ("dead_tuples", "dead tuples", "#7f7f7f")]
+    ts = [num(r.get("t_seconds")) for r in rows]
+    if not rows or any(t is None for t in ts):
+        return
+    present = [s for s in series if any(num(r.get(s[0])) is not None for r in rows)]
+    # table and index share a panel (both MiB)
+    panels = []
+    for key, label, color in present:
+        if key == "index_mb" and any(p[0][0] == "table_mb" for p in panels):
+            next(p for p in panels if p[0][0] == "table_mb").append((key, label, color))
+        else:
+            panels.append([(key, label, color)])
+    left, top, pw, ph, gap = 80, 50, 620, 110, 34
+    n_note = len(wrap(note, int((left + pw + 6) / 5.8))) if note else 0
+    svg = Svg(left + pw + 30, top + len(panels) * (ph + gap) + 30 + 14 * n_note)
+    svg.text(12, 22, title or "postpone's steady state over time (a producer keeps the queue filled)", 15, weight="bold")
+    tmax = max(ts) or 1
+    for i, group in enumerate(panels):
+        py = top + i * (ph + gap)
+        vals = [num(r.get(k)) for k, _, _ in group for r in rows if num(r.get(k)) is not None]
+        p = Panel(svg, left, py, pw, ph, 0, max(vals) if vals else 1, False,
+                  " / ".join(label for _, label, _ in group))
+        for k, _, color in group:
+            pts = [(num(r["t_seconds"]), num(r.get(k))) for r in rows if num(r.get(k)) is not None]
+            coords = " ".join(f"{left + pw * t / tmax:.1f},{p.ty(v):.1f}" for t, v in pts)
+            dash = ' stroke-dasharray="5 3"' if k == "index_mb" else ""
+            svg.add(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+            for t, v in pts:
+                svg.add(f'<circle cx="{left + pw * t / tmax:.1f}" cy="{p.ty(v):.1f}" r="2.5" fill="{color}"/>')
+        for j in range(6):
+            t = tmax * j / 5
+            svg.text(left + pw * j / 5, py + ph + 13, f"{t:.0f}", 10, "middle", "#555")
+    svg.text(left + pw / 2, top + len(panels) * (ph + gap) - 4, "seconds since the start", 11, "middle", "#333")
+    if note:
+        note_lines(svg, note, top + len(panels) * (ph + gap) + 14)
+    svg.save(path)
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "table":
+        table(Path(argv[1]))
+        return
+    if argv and argv[0] == "draw":
+        opts, i = {}, 1
+        while i < len(argv):
+            if argv[i] not in ("--throughput", "--latency", "--soak", "--soak-title", "--out", "--note") or i + 1 >= len(argv):
+                sys.exit(f"unknown or incomplete option {argv[i]!r}; see the top of {__file__}")
+            opts[argv[i][2:]] = argv[i + 1]
+            i += 2
+        out = Path(opts.get("out", "."))
+        out.mkdir(parents=True, exist_ok=True)
+        note = opts.get("note", "")
+        draw_throughput(read_csv(opts.get("throughput")), out / "perf-throughput.svg", note)
+        draw_latency(read_csv(opts.get("latency")), out / "perf-latency.svg", note)
+        draw_soak(read_csv(opts.get("soak")), out / "perf-soak.svg", note, opts.get("soak-title", ""))
+        return
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
