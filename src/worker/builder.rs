@@ -362,12 +362,13 @@ impl WorkerBuilder {
 
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (hard_tx, hard_rx) = crossbeam_channel::bounded::<()>(0);
-        // The worker never holds more attempts than this (the fetcher claims only into free
-        // slots, and an attempt counts until its outcome is recorded), so neither channel can
-        // be full when something is sent.
+        // The worker never holds more attempts than this waiting or running, nor twice this
+        // in all (the fetcher claims only into free slots, and an attempt counts until its
+        // outcome is recorded, beyond `capacity` finished ones), so neither channel can be
+        // full when something is sent.
         let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(capacity);
-        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(capacity);
+        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(2 * capacity);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
