@@ -50,11 +50,25 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// Each job's own attempt limit (schema version 5) comes with it, read by primary key: as
 /// `{n}` (or `{NULL}`: none); NULL when this statement's snapshot, older than the claim's, did
 /// not see the job yet (inserted during the claim): [`JOB_MAX_ATTEMPTS`] reads those.
+///
+/// Every row also carries the database's `now()` and, when the claim took fewer jobs than
+/// asked, when the earliest job of the worker's queues not due yet will be due
+/// (`postpone_next_due`, schema version 9), both in µs since the epoch: the same `now()` as
+/// the claim's, so a job is either claimable or counted there, never neither. A claim that
+/// takes nothing returns one row with only those (NULL id). See `worker/due.rs`.
 pub(crate) const JOB_CLAIM: &str = "
+WITH c AS MATERIALIZED (
+    SELECT * FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])
+)
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
        c.scheduled_at, c.queue_wait,
-       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts
-  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[]) c";
+       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts,
+       n.db_now, n.next_due
+  FROM (SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
+               CASE WHEN (SELECT count(*) FROM c) < $2::int
+                    THEN floor(extract(epoch FROM postpone_next_due($3::text[])) * 1000000)::bigint
+               END AS next_due) n
+  LEFT JOIN c ON true";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the

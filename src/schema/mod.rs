@@ -58,10 +58,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "limits",
         sql: include_str!("0007_limits.sql"),
     },
+    Migration {
+        version: 9,
+        name: "due",
+        sql: include_str!("0009_due.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 7;
+pub(crate) const LATEST: i32 = 9;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

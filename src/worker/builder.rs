@@ -378,6 +378,7 @@ impl WorkerBuilder {
             listen_wake: Arc::new(tokio::sync::Notify::new()),
             hook,
             stats: Stats::default(),
+            due: Default::default(),
         });
 
         let mut threads = Vec::new();

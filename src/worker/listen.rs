@@ -83,14 +83,12 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
 /// in the table now, and holds the job's start until it has.
 fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
-        let ours = queue == "*"
-            || shared
-                .opts
-                .queues
-                .as_ref()
-                .is_none_or(|qs| qs.iter().any(|q| q == queue));
-        if ours {
+        if ours(shared, queue) {
             let _ = wake.try_send(());
+        }
+    } else if let Some((at, queue)) = n.payload.strip_prefix("at:").and_then(super::due::parse) {
+        if ours(shared, queue) {
+            shared.due.heard(at);
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {
@@ -103,4 +101,14 @@ fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
             }
         }
     }
+}
+
+/// True when `queue` (of a notification; `*`: any) is one this worker serves.
+fn ours(shared: &Shared, queue: &str) -> bool {
+    queue == "*"
+        || shared
+            .opts
+            .queues
+            .as_ref()
+            .is_none_or(|qs| qs.iter().any(|q| q == queue))
 }
