@@ -8,7 +8,8 @@
 -- When, after now(), the earliest waiting job of queues `p_queues` (NULL: every queue) is
 -- due; NULL when none is. Paused queues are left out (a job there is not due for anyone
 -- until the queue is resumed, and resuming wakes the workers). Jobs already due are left out
--- too: the claim called in the same statement (hence with the same now()) takes those.
+-- too: the claim called in the same statement (hence with the same now()) takes those. A job
+-- scheduled for 'infinity' (only SQL written by hand can store one) is never due.
 --
 -- The due-jobs indexes lead with the priority, so the earliest `scheduled_at` is found by a
 -- skip scan: one probe per distinct priority to find the next priority, one to find its
@@ -71,7 +72,7 @@ BEGIN
                      ORDER BY c.priority DESC, c.scheduled_at LIMIT 1))
           INTO v_min
           FROM ps WHERE ps.p IS NOT NULL;
-        RETURN v_min;
+        RETURN CASE WHEN isfinite(v_min) THEN v_min END;
     END IF;
 
     FOREACH v_q IN ARRAY v_queues LOOP
@@ -95,7 +96,7 @@ BEGIN
             v_min := v_at;
         END IF;
     END LOOP;
-    RETURN v_min;
+    RETURN CASE WHEN isfinite(v_min) THEN v_min END;
 END
 $$;
 
@@ -111,7 +112,8 @@ CREATE FUNCTION postpone_wake_at(q text, at timestamptz) RETURNS void LANGUAGE s
 $$;
 
 -- The insert trigger's function: as in version 2 for jobs due now ('job:<queue>'), plus,
--- for each queue that got jobs due later, one 'at:' notification with the earliest of them.
+-- for each queue that got jobs due later, one 'at:' notification with the earliest of them
+-- (none for 'infinity').
 CREATE OR REPLACE FUNCTION postpone_notify_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     q text;
@@ -123,7 +125,7 @@ BEGIN
         PERFORM postpone_wake(q);
     END LOOP;
     FOR q, v_at IN SELECT queue, min(scheduled_at) FROM postpone_new_jobs
-                    WHERE status = 'todo' AND scheduled_at > now()
+                    WHERE status = 'todo' AND scheduled_at > now() AND isfinite(scheduled_at)
                     GROUP BY queue
     LOOP
         PERFORM postpone_wake_at(q, v_at);
