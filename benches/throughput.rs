@@ -41,6 +41,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
 
+#[path = "throughput/openloop.rs"]
 mod openloop;
 
 struct Args {

@@ -7,13 +7,15 @@
 //! ```
 //!
 //! - `openloop`: for each rate (jobs/s; `--rates R1,R2`, or `--load F1,F2` as fractions of a
-//!   capacity measured first: `--capacity-jobs` no-op jobs drained by the worker), an open-loop
+//!   capacity measured first: the jobs/s carried while the senders defer flat out, one job per
+//!   `defer`, and the worker consumes; `--capacity-seconds`, 3), an open-loop
 //!   generator defers no-op jobs one at a time by a clock (job i is due to be sent at
 //!   `t0 + i / rate`, whatever happened to the others) from `--senders` threads (4), for
 //!   `--seconds` (10), while a worker of `--concurrency` threads (the first value; 4) consumes.
 //!   Latency is from the instant a job was due to be sent to its task starting, both read on
 //!   this process's clock, so a sender that falls behind adds its lag to the figures; each
-//!   rate also reports how many sends started over 5 ms late and the largest lag. Prints a
+//!   rate also reports how many sends started over 5 ms late and the largest lag; a sender
+//!   stops at the end of the run even when behind (`sent` < `planned`). Prints a
 //!   table of p50, p90, p99, p99.9 and max; `--csv PATH` writes
 //!   `system,rate,p50_ms,p90_ms,p99_ms,p999_ms` (`--system`, default `postpone`).
 //! - `scheduled`: `--sched-rate` (50) jobs/s deferred for 100 to 1,000 ms later, for
@@ -26,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use postpone::{App, Job, NewJob, TaskError, Tasks, Worker, WorkerHandle};
+use postpone::{App, Job, TaskError, Tasks, Worker, WorkerHandle};
 
 /// A send that starts this late counts as behind.
 const BEHIND_US: i64 = 5_000;
@@ -39,7 +41,7 @@ struct Opts {
     senders: usize,
     csv: Option<String>,
     system: String,
-    capacity_jobs: usize,
+    capacity_seconds: f64,
     sched_rate: f64,
     poll: Option<Duration>,
 }
@@ -53,7 +55,7 @@ fn opts() -> Opts {
         senders: 4,
         csv: None,
         system: "postpone".into(),
-        capacity_jobs: 5000,
+        capacity_seconds: 3.0,
         sched_rate: 50.0,
         poll: None,
     };
@@ -77,7 +79,7 @@ fn opts() -> Opts {
             "--senders" => o.senders = v.parse().expect("--senders N"),
             "--csv" => o.csv = Some(v.to_owned()),
             "--system" => o.system = v.to_owned(),
-            "--capacity-jobs" => o.capacity_jobs = v.parse().expect("--capacity-jobs N"),
+            "--capacity-seconds" => o.capacity_seconds = v.parse().expect("--capacity-seconds S"),
             "--sched-rate" => o.sched_rate = v.parse().expect("--sched-rate R"),
             "--poll-ms" => o.poll = Some(Duration::from_millis(v.parse().expect("--poll-ms MS"))),
             _ => {}
@@ -122,39 +124,44 @@ fn percentiles(v: &mut [f64]) -> [f64; 5] {
     [p(0.5), p(0.9), p(0.99), p(0.999), v[v.len() - 1]]
 }
 
-/// Jobs per second a worker drains from a full queue of no-op jobs.
+/// Jobs per second the whole system carries when the senders defer as fast as they can (one
+/// job per `defer`, as in the open-loop runs) while the worker consumes: the lower of what
+/// the senders can insert and what the worker can drain. Measured over `--capacity-seconds`
+/// (3) after a second of warm-up.
 fn capacity(app: &App, o: &Opts) -> f64 {
     truncate(app);
-    let batch: Vec<NewJob> = (0..1000)
-        .map(|_| NewJob::new("ol", &0i64).unwrap())
-        .collect();
-    let mut left = o.capacity_jobs;
-    while left > 0 {
-        let k = left.min(1000);
-        app.defer_batch(&batch[..k]).unwrap();
-        left -= k;
-    }
     let mut t = Tasks::new();
     t.register("ol", |_: &Job| Ok(()));
-    let start = Instant::now();
     let h = Worker::builder(app, t)
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
-    while h.stats().recorded < o.capacity_jobs as u64 {
-        thread::sleep(Duration::from_millis(1));
-        assert!(
-            start.elapsed() < Duration::from_secs(300),
-            "capacity run stuck"
-        );
+    let stop_at = Instant::now() + Duration::from_secs_f64(1.0 + o.capacity_seconds);
+    let senders: Vec<_> = (0..o.senders.max(1))
+        .map(|_| {
+            let app = app.clone();
+            thread::spawn(move || {
+                while Instant::now() < stop_at {
+                    app.defer("ol", &0i64).unwrap();
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(1));
+    let (t1, n1) = (Instant::now(), h.stats().recorded);
+    for s in senders {
+        s.join().unwrap();
     }
-    let rate = o.capacity_jobs as f64 / start.elapsed().as_secs_f64();
+    let rate = (h.stats().recorded - n1) as f64 / t1.elapsed().as_secs_f64();
     stop(h);
     rate
 }
 
 struct Row {
+    /// Percentiles of the `defer` calls' own duration.
+    defer_ms: [f64; 5],
     rate: f64,
+    planned: u64,
     sent: u64,
     behind: u64,
     max_lag_ms: f64,
@@ -179,19 +186,20 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
     thread::sleep(Duration::from_millis(300));
     let n = (rate * o.seconds).round() as i64;
     let t0 = now_us() + 50_000;
+    let end = t0 + (o.seconds * 1e6) as i64;
     let behind = Arc::new(AtomicU64::new(0));
     let max_lag = Arc::new(AtomicU64::new(0));
-    let senders: Vec<_> = (0..o.senders.max(1))
+    let k = o.senders.max(1);
+    let calls = Arc::new(Mutex::new(Vec::<f64>::new()));
+    let senders: Vec<_> = (0..k)
         .map(|j| {
-            let (app, behind, max_lag, k) = (
-                app.clone(),
-                behind.clone(),
-                max_lag.clone(),
-                o.senders.max(1),
-            );
+            let (app, behind, max_lag, calls) =
+                (app.clone(), behind.clone(), max_lag.clone(), calls.clone());
             thread::spawn(move || {
                 let mut i = j as i64;
-                while i < n {
+                let mut sent = 0u64;
+                // Stops at the end of the run even when behind.
+                while i < n && now_us() < end {
                     let due = t0 + (i as f64 * 1e6 / rate) as i64;
                     sleep_until_us(due);
                     let lag = now_us() - due;
@@ -199,24 +207,32 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
                         behind.fetch_add(1, Ordering::Relaxed);
                     }
                     max_lag.fetch_max(lag.max(0) as u64, Ordering::Relaxed);
+                    let call = Instant::now();
                     app.defer("ol", &due).unwrap();
+                    calls
+                        .lock()
+                        .unwrap()
+                        .push(call.elapsed().as_secs_f64() * 1000.0);
+                    sent += 1;
                     i += k as i64;
                 }
+                sent
             })
         })
         .collect();
-    for s in senders {
-        s.join().unwrap();
-    }
+    let sent: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
     let start = Instant::now();
-    while (lat.lock().unwrap().len() as i64) < n && start.elapsed() < Duration::from_secs(60) {
+    while (lat.lock().unwrap().len() as u64) < sent && start.elapsed() < Duration::from_secs(20) {
         thread::sleep(Duration::from_millis(5));
     }
     stop(h);
     let mut v = lat.lock().unwrap().clone();
+    let mut calls = calls.lock().unwrap().clone();
     Row {
+        defer_ms: percentiles(&mut calls),
         rate,
-        sent: n as u64,
+        planned: n as u64,
+        sent,
         behind: behind.load(Ordering::Relaxed),
         max_lag_ms: max_lag.load(Ordering::Relaxed) as f64 / 1000.0,
         pct: percentiles(&mut v),
@@ -240,8 +256,8 @@ fn openloop(app: &App, o: &Opts) {
     for &r in &rates {
         let row = openloop_at(app, o, r);
         println!(
-            "{{\"what\": \"openloop\", \"rate\": {r:.0}, \"sent\": {}, \"behind\": {}, \"max_lag_ms\": {:.1}, \"p50_ms\": {:.2}, \"p90_ms\": {:.2}, \"p99_ms\": {:.2}, \"p999_ms\": {:.2}, \"max_ms\": {:.2}}}",
-            row.sent, row.behind, row.max_lag_ms, row.pct[0], row.pct[1], row.pct[2], row.pct[3], row.pct[4]
+            "{{\"what\": \"openloop\", \"rate\": {r:.0}, \"planned\": {}, \"sent\": {}, \"behind\": {}, \"max_lag_ms\": {:.1}, \"p50_ms\": {:.2}, \"p90_ms\": {:.2}, \"p99_ms\": {:.2}, \"p999_ms\": {:.2}, \"max_ms\": {:.2}, \"defer_call_p50_ms\": {:.2}, \"defer_call_p99_ms\": {:.2}}}",
+            row.planned, row.sent, row.behind, row.max_lag_ms, row.pct[0], row.pct[1], row.pct[2], row.pct[3], row.pct[4], row.defer_ms[0], row.defer_ms[2]
         );
         rows.push(row);
     }
@@ -250,13 +266,14 @@ fn openloop(app: &App, o: &Opts) {
         o.concurrency, o.senders, o.seconds
     );
     println!(
-        "{:>8} {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        "rate/s", "sent", "behind", "max_lag", "p50", "p90", "p99", "p99.9", "max"
+        "{:>8} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "rate/s", "planned", "sent", "behind", "max_lag", "p50", "p90", "p99", "p99.9", "max"
     );
     for r in &rows {
         println!(
-            "{:>8.0} {:>7} {:>7} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            "{:>8.0} {:>7} {:>7} {:>7} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
             r.rate,
+            r.planned,
             r.sent,
             r.behind,
             r.max_lag_ms,
@@ -371,7 +388,7 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
 pub fn run(url: &str, db_name: &str, only: &[String]) {
     let o = opts();
     let app = App::builder(url)
-        .pool_size(o.senders.max(1) + 2)
+        .pool_size(o.senders.max(1) as u32 + 2)
         .build()
         .unwrap();
     if only.iter().any(|w| w == "openloop") {
