@@ -7,7 +7,8 @@
 //! `doing` under a worker it deletes in the same statement. Neither can overwrite a job that
 //! finished meanwhile.
 
-/// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`.
+/// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`,
+/// `at:<µs since the epoch>:<queue>` (a job due later; schema version 9).
 pub(crate) const CHANNEL: &str = "postpone";
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`

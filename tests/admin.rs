@@ -446,14 +446,14 @@ fn a_newer_schema_is_refused_by_admin_but_not_by_the_library() {
     let db = TestDb::new();
     let app = app(&db);
     db.client()
-        .batch_execute("INSERT INTO postpone_migrations (version, name) VALUES (9, 'next')")
+        .batch_execute("INSERT INTO postpone_migrations (version, name) VALUES (99, 'next')")
         .unwrap();
     let admin = app.admin();
     let e = admin.check_schema().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::SchemaNewer, "{e}");
     assert!(
         e.to_string().contains(&format!(
-            "version 9, newer than this postpone (version {})",
+            "version 99, newer than this postpone (version {})",
             postpone::SCHEMA_VERSION
         )),
         "{e}"

@@ -3,8 +3,8 @@
 //! States: *claiming* (slots free, the last claim filled every slot asked for: claim again at
 //! once), *full* (no free slot: wait for an executor to finish one), *idle* (the queue gave
 //! fewer jobs than asked: wait for a notification, the next due job (see `due.rs`), the
-//! poll interval, or stop), *backing
-//! off* (the last round-trip failed: wait, reconnect, claim again). A claim asks for every
+//! poll interval, or stop), *backing off* (the last round-trip failed: wait, reconnect,
+//! claim again). A claim asks for every
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
 
 use crossbeam_channel::{select, Receiver, Sender};

@@ -1,11 +1,12 @@
 //! The listener: a dedicated connection that LISTENs for new jobs and abort requests.
 //!
-//! It wakes the fetcher on `job:<queue>` (for a queue this worker serves) and raises the abort
-//! flag of a running job on `abort:<id>`. Silence proves nothing on a half-open link, so after
-//! every `listen_ping_interval` without a notification it pings under `io_timeout`; a failed
-//! ping or wait drops the connection, and the listener reconnects with backoff. After every
-//! (re)connect it wakes the fetcher once, since notifications may have been missed; the
-//! fetcher's polling covers the gap anyway.
+//! It wakes the fetcher on `job:<queue>` (for a queue this worker serves), moves the
+//! fetcher's idle wait earlier on `at:<time>:<queue>` (a job due later, see `due.rs`), and
+//! raises the abort flag of a running job on `abort:<id>`. Silence proves nothing on a
+//! half-open link, so after every `listen_ping_interval` without a notification it pings
+//! under `io_timeout`; a failed ping or wait drops the connection, and the listener
+//! reconnects with backoff. After every (re)connect it wakes the fetcher once, since
+//! notifications may have been missed; the fetcher's polling covers the gap anyway.
 
 use crossbeam_channel::{Receiver, Sender};
 
