@@ -1,6 +1,6 @@
 //! Scheduled jobs start at their time, not at the next poll: an idle worker sleeps until the
 //! next job is due (the claim tells it when), a job deferred for an earlier time moves that
-//! wait earlier (its `at:` notification), and neither paused queues nor jobs the worker
+//! wait earlier (its `at:` notification), and neither other queues, paused queues nor jobs the worker
 //! cannot take make it spin. Every worker here polls every 30 s, so a job that starts within
 //! a second of its time was not found by polling. Margins are wide (the machine is shared):
 //! the 10 ms goal is measured by `cargo bench --bench throughput -- --only scheduled`.
@@ -181,5 +181,33 @@ fn jobs_the_worker_cannot_take_do_not_make_it_spin() {
         "{claims} claims for 100 jobs it cannot take: the worker spun"
     );
     assert_on_time(&db, &[id]);
+    stop(handle);
+}
+
+#[test]
+fn a_worker_of_given_queues_waits_only_for_their_jobs() {
+    let (db, app) = setup();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let handle = slow_poller(&app, tasks(&ran))
+        .queues(["mine", "also"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Another queue's jobs, due every 10 ms for a second, announced as they are deferred.
+    for i in 0..100 {
+        defer_in(&app, "theirs", "work", 100 + i * 10);
+    }
+    let ids = [
+        defer_in(&app, "also", "work", 1200),
+        defer_in(&app, "mine", "work", 900),
+    ];
+    assert!(wait_until(Duration::from_secs(5), || all_ran(&ran, &ids)));
+    assert_on_time(&db, &ids);
+    let claims = handle.stats().claims;
+    assert!(
+        claims <= 10,
+        "{claims} claims: another queue's jobs woke the worker"
+    );
+    assert_eq!(ran.lock().unwrap().len(), 2, "a job of another queue ran");
     stop(handle);
 }

@@ -117,18 +117,22 @@ $$;
 CREATE OR REPLACE FUNCTION postpone_notify_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     q text;
+    v_now boolean;
     v_at timestamptz;
 BEGIN
-    FOR q IN SELECT DISTINCT queue FROM postpone_new_jobs
-             WHERE status = 'todo' AND scheduled_at <= now()
+    FOR q, v_now, v_at IN
+        SELECT queue, bool_or(scheduled_at <= now()),
+               min(scheduled_at) FILTER (WHERE scheduled_at > now() AND isfinite(scheduled_at))
+          FROM postpone_new_jobs
+         WHERE status = 'todo'
+         GROUP BY queue
     LOOP
-        PERFORM postpone_wake(q);
-    END LOOP;
-    FOR q, v_at IN SELECT queue, min(scheduled_at) FROM postpone_new_jobs
-                    WHERE status = 'todo' AND scheduled_at > now() AND isfinite(scheduled_at)
-                    GROUP BY queue
-    LOOP
-        PERFORM postpone_wake_at(q, v_at);
+        IF v_now THEN
+            PERFORM postpone_wake(q);
+        END IF;
+        IF v_at IS NOT NULL THEN
+            PERFORM postpone_wake_at(q, v_at);
+        END IF;
     END LOOP;
     RETURN NULL;
 END
