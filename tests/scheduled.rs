@@ -1,8 +1,8 @@
 //! Scheduled jobs start at their time, not at the next poll: an idle worker sleeps until the
 //! next job is due (the claim tells it when), a job deferred for an earlier time moves that
-//! wait earlier (its `at:` notification), and neither other queues, paused queues nor jobs the worker
-//! cannot take make it spin. Every worker here polls every 30 s, so a job that starts within
-//! a second of its time was not found by polling. Margins are wide (the machine is shared):
+//! wait earlier (its `at:` notification), and neither other queues, paused queues nor jobs
+//! the worker cannot take make it spin. Every worker here polls every 30 s, so a job that
+//! starts within a second of its time was not found by polling. Margins are wide (the machine is shared):
 //! the 10 ms goal is measured by `cargo bench --bench throughput -- --only scheduled`.
 
 mod support;
