@@ -29,6 +29,9 @@
 //!   walk (64 due jobs, no locks taken), the table's dead tuples and the claim index's size.
 //!   `--delete` makes the worker delete finished jobs (`DeleteJobs::Always`).
 //!
+//! - `openloop` and `scheduled` (only when named in `--only`): latency under an open-loop
+//!   load and the lateness of scheduled jobs; see `throughput/openloop.rs` for their flags.
+//!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
 
 use std::collections::BTreeMap;
@@ -37,6 +40,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
+
+#[path = "throughput/openloop.rs"]
+mod openloop;
 
 struct Args {
     n_defer: usize,
@@ -532,6 +538,9 @@ fn main() {
     }
     if a.only.iter().any(|o| o == "steady") {
         bench_steady(&app, &a, &mut r);
+    }
+    if a.only.iter().any(|o| o == "openloop" || o == "scheduled") {
+        openloop::run(&db.url(), &db.name, &a.only);
     }
     drop(app);
     println!("SUMMARY (median of runs):");

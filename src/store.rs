@@ -7,7 +7,8 @@
 //! `doing` under a worker it deletes in the same statement. Neither can overwrite a job that
 //! finished meanwhile.
 
-/// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`.
+/// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`,
+/// `at:<µs since the epoch>:<queue>` (a job due later; schema version 9).
 pub(crate) const CHANNEL: &str = "postpone";
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
@@ -44,17 +45,37 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// claimers hold, and never a job whose lock has a running job or an older pending one. `$3`
 /// the worker's queues and `$4` its task names (each NULL: no filter). Nothing is claimed if
 /// the worker's row is gone (it was presumed dead): it must register again first. The
-/// function fixes the plan (an ordered walk of the due-jobs index that stops at the first job
-/// not due yet), whatever the table's statistics say.
+/// function fixes the plan (an ordered walk of the due-jobs index; see migration 3),
+/// whatever the table's statistics say.
 ///
 /// Each job's own attempt limit (schema version 5) comes with it, read by primary key: as
 /// `{n}` (or `{NULL}`: none); NULL when this statement's snapshot, older than the claim's, did
 /// not see the job yet (inserted during the claim): [`JOB_MAX_ATTEMPTS`] reads those.
+///
+/// Every row also carries the database's `now()` and, when the claim took fewer jobs than
+/// asked, when the earliest job of the worker's queues not due yet will be due
+/// (`postpone_next_due`, schema version 9), both in µs since the epoch: the same `now()` as
+/// the claim's, so a job is either claimable or counted there, never neither. When a rate
+/// limit of one of those queues holds its due jobs back (schema version 8), the time its
+/// next start is allowed counts as a due time too (`postpone_rate_wait`), so that the worker
+/// comes back then rather than at its next poll. A claim that takes nothing returns one row
+/// with only those (NULL id). See `worker/due.rs`.
 pub(crate) const JOB_CLAIM: &str = "
+WITH c AS MATERIALIZED (
+    SELECT * FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])
+)
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
        c.scheduled_at, c.queue_wait,
-       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts
-  FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[]) c";
+       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts,
+       n.db_now, n.next_due
+  FROM (SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
+               CASE WHEN (SELECT count(*) FROM c) < $2::int
+                    THEN floor(extract(epoch FROM least(
+                             postpone_next_due($3::text[]),
+                             now() + nullif(postpone_rate_wait($3::text[]), 0)
+                                     * interval '1 second')) * 1000000)::bigint
+               END AS next_due) n
+  LEFT JOIN c ON true";
 
 /// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
 /// the fence of each attempt (the worker identity that claimed it and the attempt number the

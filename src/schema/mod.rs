@@ -64,6 +64,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("0008_rates.sql"),
     },
     Migration {
+        version: 9,
+        name: "due",
+        sql: include_str!("0009_due.sql"),
+    },
+    Migration {
         version: 10,
         name: "quiet",
         sql: include_str!("0010_quiet.sql"),

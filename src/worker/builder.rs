@@ -391,6 +391,7 @@ impl WorkerBuilder {
             hook,
             stats: Stats::default(),
             vacuum: super::vacuum::VacuumState::new(),
+            due: Default::default(),
         });
 
         let mut threads = Vec::new();

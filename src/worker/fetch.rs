@@ -2,8 +2,9 @@
 //!
 //! States: *claiming* (slots free, the last claim filled every slot asked for: claim again at
 //! once), *full* (no free slot: wait for an executor to finish one), *idle* (the queue gave
-//! fewer jobs than asked: wait for a notification, the poll interval, or stop), *backing
-//! off* (the last round-trip failed: wait, reconnect, claim again). A claim asks for every
+//! fewer jobs than asked: wait for a notification, the next due job (see `due.rs`), the
+//! poll interval, or stop), *backing off* (the last round-trip failed: wait, reconnect,
+//! claim again). A claim asks for every
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
 
 use crossbeam_channel::{select, Receiver, Sender};
@@ -92,13 +93,9 @@ pub(crate) fn run(
                 let _ = jobs.send(job);
             }
         }
-        if n < free {
-            // The queue had less than we could take: wait for news.
-            select! {
-                recv(stop) -> _ => return,
-                recv(wake) -> _ => {},
-                default(shared.opts.poll_interval) => {},
-            }
+        // The queue had less than we could take: wait for news or the next due job.
+        if n < free && super::due::idle_wait(shared, stop, wake) {
+            return;
         }
     }
 }
@@ -164,11 +161,14 @@ fn claim(
 ) -> Result<Vec<Claimed>> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
-    let rows = conn.query_cached(
+    let sent = shared.due.sending();
+    shared.stats.claims.fetch_add(1, Ordering::Relaxed);
+    let mut rows = conn.query_cached(
         "claiming jobs",
         store::JOB_CLAIM,
         &[&id, &limit, &shared.opts.queues, task_names],
     )?;
+    shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
     crate::metrics::queue_waits(&rows);
     // A job the statement's snapshot did not see (NULL) has its limit read now.
     let unseen: Vec<i64> = rows

@@ -1,11 +1,12 @@
 //! The listener: a dedicated connection that LISTENs for new jobs and abort requests.
 //!
-//! It wakes the fetcher on `job:<queue>` (for a queue this worker serves) and raises the abort
-//! flag of a running job on `abort:<id>`. Silence proves nothing on a half-open link, so after
-//! every `listen_ping_interval` without a notification it pings under `io_timeout`; a failed
-//! ping or wait drops the connection, and the listener reconnects with backoff. After every
-//! (re)connect it wakes the fetcher once, since notifications may have been missed; the
-//! fetcher's polling covers the gap anyway.
+//! It wakes the fetcher on `job:<queue>` (for a queue this worker serves), moves the
+//! fetcher's idle wait earlier on `at:<time>:<queue>` (a job due later, see `due.rs`), and
+//! raises the abort flag of a running job on `abort:<id>`. Silence proves nothing on a
+//! half-open link, so after every `listen_ping_interval` without a notification it pings
+//! under `io_timeout`; a failed ping or wait drops the connection, and the listener
+//! reconnects with backoff. After every (re)connect it wakes the fetcher once, since
+//! notifications may have been missed; the fetcher's polling covers the gap anyway.
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -83,14 +84,12 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
 /// in the table now, and holds the job's start until it has.
 fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
-        let ours = queue == "*"
-            || shared
-                .opts
-                .queues
-                .as_ref()
-                .is_none_or(|qs| qs.iter().any(|q| q == queue));
-        if ours {
+        if ours(shared, queue) {
             let _ = wake.try_send(());
+        }
+    } else if let Some((at, queue)) = n.payload.strip_prefix("at:").and_then(super::due::parse) {
+        if ours(shared, queue) {
+            shared.due.heard(at);
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {
@@ -103,4 +102,14 @@ fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
             }
         }
     }
+}
+
+/// True when `queue` (of a notification; `*`: any) is one this worker serves.
+fn ours(shared: &Shared, queue: &str) -> bool {
+    queue == "*"
+        || shared
+            .opts
+            .queues
+            .as_ref()
+            .is_none_or(|qs| qs.iter().any(|q| q == queue))
 }

@@ -26,6 +26,7 @@ mod backoff;
 mod beat;
 mod builder;
 mod complete;
+mod due;
 mod exec;
 mod fetch;
 mod ledger;
@@ -132,6 +133,7 @@ impl Outcome {
 /// Counters, for the handle's [`WorkerStats`].
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
+    pub(crate) claims: AtomicU64,
     pub(crate) claimed: AtomicU64,
     pub(crate) succeeded: AtomicU64,
     pub(crate) failed: AtomicU64,
@@ -171,6 +173,8 @@ pub(crate) struct Shared {
     pub(crate) hook: Option<Arc<dyn JobHook>>,
     pub(crate) stats: Stats,
     pub(crate) vacuum: vacuum::VacuumState,
+    /// When the next scheduled job is due, for the fetcher's idle wait.
+    pub(crate) due: due::Due,
 }
 
 impl Shared {
@@ -275,6 +279,8 @@ pub(crate) struct Running {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkerStats {
+    /// Claim statements sent (round-trips, whatever they brought).
+    pub claims: u64,
     /// Jobs claimed.
     pub claimed: u64,
     /// Jobs that succeeded.
@@ -351,6 +357,7 @@ impl WorkerHandle {
         let s = &r.shared.stats;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         WorkerStats {
+            claims: get(&s.claims),
             claimed: get(&s.claimed),
             succeeded: get(&s.succeeded),
             failed: get(&s.failed),
