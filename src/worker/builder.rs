@@ -135,7 +135,7 @@ impl WorkerBuilder {
     /// Jobs claimed ahead of free threads, so a thread that finishes finds its next job
     /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
     /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
-    /// busy for two claim round-trips at the measured job duration (at least 1, at most 64),
+    /// busy for two claim round-trips at the measured job duration (at least 1, at most 256),
     /// so fast jobs are claimed in large batches and slow ones are not hoarded. A number here
     /// fixes it; 0 disables it.
     pub fn prefetch(mut self, jobs: usize) -> Self {

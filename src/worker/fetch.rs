@@ -101,7 +101,7 @@ pub(crate) fn run(
 }
 
 /// Most jobs an adaptive prefetch holds beyond the executors' own.
-pub(crate) const MAX_PREFETCH: usize = 64;
+pub(crate) const MAX_PREFETCH: usize = 256;
 
 /// How many jobs to hold beyond the running ones. Fixed if the builder said so; otherwise
 /// enough to keep every executor busy for two claim round-trips at the current job duration,
