@@ -413,9 +413,11 @@ fn a_worker_whose_outcomes_wait_stops_claiming() {
         )
         .unwrap()
         .get(0);
-    assert!(ran <= 4, "{ran} jobs ran while none could be recorded");
+    // Capacity 4 (2 threads, prefetch 2): at most 4 waiting or running, plus at most 4
+    // finished whose outcomes wait for the completer (so that claims overlap its commits).
+    assert!(ran <= 8, "{ran} jobs ran while none could be recorded");
     assert!(
-        doing <= 4,
+        doing <= 8,
         "{doing} jobs claimed while none could be recorded"
     );
     tx.rollback().unwrap();

@@ -135,7 +135,7 @@ impl WorkerBuilder {
     /// Jobs claimed ahead of free threads, so a thread that finishes finds its next job
     /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
     /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
-    /// busy for two claim round-trips at the measured job duration (at least 1, at most 64),
+    /// busy for two claim round-trips at the measured job duration (at least 1, at most 256),
     /// so fast jobs are claimed in large batches and slow ones are not hoarded. A number here
     /// fixes it; 0 disables it.
     pub fn prefetch(mut self, jobs: usize) -> Self {
@@ -362,12 +362,13 @@ impl WorkerBuilder {
 
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let (hard_tx, hard_rx) = crossbeam_channel::bounded::<()>(0);
-        // The worker never holds more attempts than this (the fetcher claims only into free
-        // slots, and an attempt counts until its outcome is recorded), so neither channel can
-        // be full when something is sent.
+        // The worker never holds more attempts than this waiting or running, nor twice this
+        // in all (the fetcher claims only into free slots, and an attempt counts until its
+        // outcome is recorded, beyond `capacity` finished ones), so neither channel can be
+        // full when something is sent.
         let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
         let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(capacity);
-        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(capacity);
+        let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(2 * capacity);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);

@@ -38,11 +38,14 @@ pub(crate) fn run(
             return;
         }
         let capacity = shared.opts.concurrency + prefetch(shared, claim_latency.get());
-        let free = capacity.saturating_sub(shared.ledger.held());
         // Attempts count until their outcome is recorded, so a worker whose outcomes wait
-        // stops claiming. While executors still have jobs waiting, claim only when half the
-        // capacity is free, so that a busy worker claims in batches rather than one job per
-        // round-trip.
+        // stops claiming; but up to `capacity` finished attempts waiting for the completer
+        // do not count, so that the next claim's commit overlaps the completer's instead of
+        // waiting for it (at most twice the capacity is ever held). While executors still
+        // have jobs waiting, claim only when half the capacity is free, so that a busy worker
+        // claims in batches rather than one job per round-trip.
+        let (held, finished) = shared.ledger.held_and_finished();
+        let free = capacity.saturating_sub(held - finished.min(capacity));
         let threshold = if jobs.is_empty() {
             1
         } else {
@@ -98,7 +101,7 @@ pub(crate) fn run(
 }
 
 /// Most jobs an adaptive prefetch holds beyond the executors' own.
-pub(crate) const MAX_PREFETCH: usize = 64;
+pub(crate) const MAX_PREFETCH: usize = 256;
 
 /// How many jobs to hold beyond the running ones. Fixed if the builder said so; otherwise
 /// enough to keep every executor busy for two claim round-trips at the current job duration,

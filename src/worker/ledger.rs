@@ -112,6 +112,18 @@ impl Ledger {
         self.state().entries.len()
     }
 
+    /// Attempts held, and how many of them have finished (their outcome waits to be
+    /// recorded), read together.
+    pub(crate) fn held_and_finished(&self) -> (usize, usize) {
+        let s = self.state();
+        let done = s
+            .entries
+            .values()
+            .filter(|e| matches!(e.phase, Phase::Done))
+            .count();
+        (s.entries.len(), done)
+    }
+
     /// Notes attempts whose claim reply arrived.
     pub(crate) fn hold(&self, keys: impl IntoIterator<Item = AttemptKey>) {
         let mut s = self.state();
