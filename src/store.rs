@@ -57,8 +57,10 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// (`postpone_next_due`, schema version 9), both in µs since the epoch: the same `now()` as
 /// the claim's, so a job is either claimable or counted there, never neither. When a rate
 /// limit of one of those queues holds its due jobs back (schema version 8), the time its
-/// next start is allowed counts as a due time too (`postpone_rate_wait`), so that the worker
-/// comes back then rather than at its next poll. A claim that takes nothing returns one row
+/// next start is allowed counts as a due time too (`postpone_rate_wait`, over the
+/// rate-limited queues that have due jobs; at least 1 ms ahead, since the start may have
+/// become allowed between the claim's look and this one), so that the worker comes back then
+/// rather than at its next poll. A claim that takes nothing returns one row
 /// with only those (NULL id). See `worker/due.rs`.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
@@ -72,8 +74,15 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
                CASE WHEN (SELECT count(*) FROM c) < $2::int
                     THEN floor(extract(epoch FROM least(
                              postpone_next_due($3::text[]),
-                             now() + nullif(postpone_rate_wait($3::text[]), 0)
-                                     * interval '1 second')) * 1000000)::bigint
+                             (SELECT now() + greatest(w.s, 0.001) * interval '1 second'
+                                FROM postpone_rate_wait(ARRAY(
+                                         SELECT r.queue FROM postpone_rate_limits r
+                                          WHERE ($3::text[] IS NULL OR r.queue = ANY($3::text[]))
+                                            AND EXISTS (
+                                                SELECT 1 FROM postpone_jobs d
+                                                 WHERE d.queue = r.queue AND d.status = 'todo'
+                                                   AND d.scheduled_at <= now()))) AS w(s)
+                               WHERE w.s IS NOT NULL))) * 1000000)::bigint
                END AS next_due) n
   LEFT JOIN c ON true";
 

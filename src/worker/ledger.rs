@@ -107,7 +107,9 @@ impl Ledger {
         self.state().worker
     }
 
-    /// Attempts held: claimed and not yet recorded. The fetcher's measure of work in flight.
+    /// Attempts held: claimed and not yet recorded (the fetcher reads
+    /// [`held_and_finished`](Self::held_and_finished)).
+    #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.state().entries.len()
     }
