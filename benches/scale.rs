@@ -23,6 +23,9 @@ use std::collections::BTreeMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+#[path = "common/mod.rs"]
+mod common;
+use common::{median, BenchDb};
 use postpone::{App, Job, NewJob, Tasks, Worker};
 
 struct Args {
@@ -72,54 +75,6 @@ fn parse_args() -> Args {
     a
 }
 
-/// host/port/user of DATABASE_URL, as a key=value prefix.
-fn server() -> String {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let cfg: postgres::Config = url.parse().expect("DATABASE_URL");
-    let host = match cfg.get_hosts().first() {
-        Some(postgres::config::Host::Tcp(h)) => h.clone(),
-        _ => "127.0.0.1".into(),
-    };
-    let port = cfg.get_ports().first().copied().unwrap_or(5432);
-    let user = cfg.get_user().unwrap_or("postgres").to_owned();
-    format!("host={host} port={port} user={user}")
-}
-
-struct BenchDb {
-    name: String,
-    admin: postgres::Client,
-}
-
-impl BenchDb {
-    fn create() -> BenchDb {
-        let name = format!("postpone_scale_{}", std::process::id());
-        let mut admin =
-            postgres::Client::connect(&format!("{} dbname=postgres", server()), postgres::NoTls)
-                .expect("connect to the postgres database");
-        admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
-            .unwrap();
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .unwrap();
-        BenchDb { name, admin }
-    }
-
-    fn url(&self) -> String {
-        format!("{} dbname={}", server(), self.name)
-    }
-}
-
-impl Drop for BenchDb {
-    fn drop(&mut self) {
-        let _ = self.admin.batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ));
-    }
-}
-
 fn noop_tasks() -> Tasks {
     let mut t = Tasks::new();
     t.register("noop", |_: &Job| Ok(()));
@@ -164,17 +119,6 @@ impl Results {
             "{{\"what\": \"{what}\", \"n\": {n}, \"s\": {secs:.3}, \"jobs_per_s\": {rate:.1}}}"
         );
         self.0.entry(what.to_owned()).or_default().push(rate);
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
 
@@ -326,7 +270,7 @@ fn main() {
     }
     let a = parse_args();
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
-    let db = BenchDb::create();
+    let db = BenchDb::create("postpone_scale");
     let app = App::builder(db.url()).pool_size(4).build().unwrap();
     app.migrate().unwrap();
     let mut r = Results(BTreeMap::new());
