@@ -81,6 +81,7 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
                                             AND EXISTS (
                                                 SELECT 1 FROM postpone_jobs d
                                                  WHERE d.queue = r.queue AND d.status = 'todo'
+                                                   AND d.blocked_by IS NULL
                                                    AND d.scheduled_at <= now()))) AS w(s)
                                WHERE w.s IS NOT NULL))) * 1000000)::bigint
                END AS next_due) n

@@ -73,10 +73,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "quiet",
         sql: include_str!("0010_quiet.sql"),
     },
+    Migration {
+        version: 11,
+        name: "parked",
+        sql: include_str!("0011_parked.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 10;
+pub(crate) const LATEST: i32 = 11;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
