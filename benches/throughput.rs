@@ -501,6 +501,9 @@ fn main() {
         soak::run(&db.url());
     }
     drop(app);
+    if r.0.is_empty() {
+        return;
+    }
     println!("SUMMARY (median of runs):");
     for (k, v) in &r.0 {
         let runs: Vec<String> = v.iter().map(|x| format!("{x:.1}")).collect();

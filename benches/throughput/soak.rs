@@ -401,13 +401,13 @@ fn summary(ticks: &[Tick], s: &Setup, o: &crate::openloop::Opts) {
     // Intervals that started once the oldest finished jobs were being pruned.
     let warm = (o.retain + o.prune_every).as_secs_f64();
     let mut settled: Vec<&Tick> = ticks.iter().filter(|t| t.t_s - interval >= warm).collect();
-    let mut from = format!("intervals starting at {warm:.0} s or later");
+    let mut from = format!("those starting at {warm:.0} s or later");
     if settled.is_empty() {
         settled = ticks.iter().collect();
-        from = "every interval (none started after the retention window had filled)".into();
+        from = "every one (none started after the retention window had filled)".into();
     }
     let mut out = format!(
-        "\nover {} {from}:\n{:<22} {:>12} {:>12} {:>12}\n",
+        "\nover {} interval(s): {from}\n{:<22} {:>12} {:>12} {:>12}\n",
         settled.len(),
         "",
         "min",
