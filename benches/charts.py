@@ -17,6 +17,12 @@
         CSV is not given or is empty is skipped. Empty cells are allowed (a missing percentile
         or series is left out). --note is printed under every chart (machine, date, command).
 
+    python3 benches/charts.py soak CSV OUT.svg [--title TEXT] [--note TEXT]
+        draws OUT.svg from the CSV of the soak (`cargo bench --bench throughput -- --only soak
+        --csv CSV`): four stacked panels against time, one point per interval: jobs/s sent
+        and started; p50, p99 and p99.9 of the jobs started in the interval (log scale);
+        table, all indexes and the claim index, MiB; finished rows, dead tuples, todo rows.
+
 Figures in the JSON lines: `{"what": "worker_c4", "jobs_per_s": ...}` per run (median over
 runs), `{"what": "steady_c4", "t_s": ..., "jobs_per_s": ...}` per interval (mean over intervals),
 `{"what": "latency...", "p50": ..., "p99": ...}` or `..._ms` keys, with an optional `"rate"`
@@ -404,46 +410,113 @@ def draw_soak(rows, path, note, title=""):
     series = [("throughput", "jobs/s", "#d62728"), ("p99_ms", "p99 latency, ms", "#3182bd"),
               ("table_mb", "table, MiB", "#2ca02c"), ("index_mb", "claim index, MiB", "#17becf"),
               ("dead_tuples", "dead tuples", "#7f7f7f")]
-    ts = [num(r.get("t_seconds")) for r in rows]
-    if not rows or any(t is None for t in ts):
+    if not rows or any(num(r.get("t_seconds")) is None for r in rows):
         return
     present = [s for s in series if any(num(r.get(s[0])) is not None for r in rows)]
     # table and index share a panel (both MiB)
     panels = []
     for key, label, color in present:
+        dash = "5 3" if key == "index_mb" else None
         if key == "index_mb" and any(p[0][0] == "table_mb" for p in panels):
-            next(p for p in panels if p[0][0] == "table_mb").append((key, label, color))
+            next(p for p in panels if p[0][0] == "table_mb").append((key, label, color, dash))
         else:
-            panels.append([(key, label, color)])
-    left, top, pw, ph, gap = 80, 50, 620, 110, 34
+            panels.append([(key, label, color, dash)])
+    panels = [(" / ".join(label for _, label, _, _ in group), False, group) for group in panels]
+    timeline(rows, "t_seconds", panels, path, note,
+             title or "postpone's steady state over time (a producer keeps the queue filled)")
+
+
+def timeline(rows, tkey, panels, path, note, title, legend=False, nice_ticks=False, pw=620):
+    """Stacked panels sharing a time axis (`tkey`, seconds). `panels` is a list of (title,
+    log scale, [(column, label, colour, dash or None)]); a column without a number in a row
+    leaves that point out. With `legend`, each panel's title is on its left and its series'
+    colours on its right."""
+    ts = [num(r.get(tkey)) for r in rows]
+    left, top, ph, gap = 80, 50, 110, 34
     n_note = len(wrap(note, int((left + pw + 6) / 5.8))) if note else 0
     svg = Svg(left + pw + 30, top + len(panels) * (ph + gap) + 30 + 14 * n_note)
-    svg.text(12, 22, title or "postpone's steady state over time (a producer keeps the queue filled)", 15, weight="bold")
+    svg.text(12, 22, title, 15, weight="bold")
     tmax = max(ts) or 1
-    for i, group in enumerate(panels):
+    if nice_ticks:
+        step = nice_ceiling(tmax / 6)
+        xticks = [step * j for j in range(int(tmax / step) + 1)]
+    else:
+        xticks = [tmax * j / 5 for j in range(6)]
+    for i, (ptitle, log, group) in enumerate(panels):
         py = top + i * (ph + gap)
-        vals = [num(r.get(k)) for k, _, _ in group for r in rows if num(r.get(k)) is not None]
-        p = Panel(svg, left, py, pw, ph, 0, max(vals) if vals else 1, False,
-                  " / ".join(label for _, label, _ in group))
-        for k, _, color in group:
-            pts = [(num(r["t_seconds"]), num(r.get(k))) for r in rows if num(r.get(k)) is not None]
+        vals = [num(r.get(k)) for k, _, _, _ in group for r in rows if num(r.get(k)) is not None]
+        if log:
+            vals = [v for v in vals if v > 0]
+        lo = min(vals) if vals else 1
+        p = Panel(svg, left, py, pw, ph, lo if log else 0, max(vals) if vals else 1, log,
+                  "" if legend else ptitle)
+        if legend:
+            svg.text(left, py - 8, ptitle, 12, weight="bold")
+            lx = left + pw
+            for k, label, color, dash in reversed(group):
+                lx -= 40 + 6 * len(label)
+                svg.line(lx, py - 12, lx + 20, py - 12, color, 2, dash)
+                svg.text(lx + 24, py - 8, label, 10, color="#333")
+        for k, label, color, dash in group:
+            pts = [(num(r[tkey]), num(r.get(k))) for r in rows if num(r.get(k)) is not None]
+            if log:
+                pts = [(t, v) for t, v in pts if v > 0]
             coords = " ".join(f"{left + pw * t / tmax:.1f},{p.ty(v):.1f}" for t, v in pts)
-            dash = ' stroke-dasharray="5 3"' if k == "index_mb" else ""
-            svg.add(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+            d = f' stroke-dasharray="{dash}"' if dash else ""
+            svg.add(f'<polyline points="{coords}" fill="none" stroke="{color}" stroke-width="2"{d}/>')
             for t, v in pts:
-                svg.add(f'<circle cx="{left + pw * t / tmax:.1f}" cy="{p.ty(v):.1f}" r="2.5" fill="{color}"/>')
-        for j in range(6):
-            t = tmax * j / 5
-            svg.text(left + pw * j / 5, py + ph + 13, f"{t:.0f}", 10, "middle", "#555")
+                cx, cy = left + pw * t / tmax, p.ty(v)
+                tip = f"<title>{escape(label)} at {t:.0f} s: {v:,.2f}</title>" if legend else ""
+                svg.add(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5" fill="{color}"'
+                        + (f">{tip}</circle>" if tip else "/>"))
+        for t in xticks:
+            svg.text(left + pw * t / tmax, py + ph + 13, f"{t:.0f}", 10, "middle", "#555")
     svg.text(left + pw / 2, top + len(panels) * (ph + gap) - 4, "seconds since the start", 11, "middle", "#333")
     if note:
         note_lines(svg, note, top + len(panels) * (ph + gap) + 14)
     svg.save(path)
 
 
+def draw_soak_run(rows, path, note, title=""):
+    """The CSV of `cargo bench --bench throughput -- --only soak --csv PATH`: one row per
+    interval."""
+    rows = [r for r in rows if num(r.get("t_s")) is not None]
+    if not rows:
+        sys.exit("no rows with a t_s column: is this the CSV of `--only soak`?")
+    for r in rows:
+        kb = num(r.get("due_idx_kb"))
+        r["due_idx_mb"] = None if kb is None else kb / 1024
+    panels = [
+        ("jobs per second", False, [("started_per_s", "started", "#d62728", None),
+                                    ("sent_per_s", "sent", "#7f7f7f", "5 3")]),
+        ("latency of the jobs started in the interval, ms (log scale)", True,
+         [("p50_ms", "p50", "#9ecae1", None), ("p99_ms", "p99", "#3182bd", None),
+          ("p999_ms", "p99.9", "#08519c", "5 3")]),
+        ("size, MiB", False, [("table_mb", "table", "#2ca02c", None),
+                              ("index_mb", "all indexes", "#17becf", None),
+                              ("due_idx_mb", "claim (due) index", "#9467bd", "5 3")]),
+        ("rows", False, [("finished", "finished rows", "#2ca02c", None),
+                         ("dead_tuples", "dead tuples", "#7f7f7f", None),
+                         ("todo", "todo rows", "#d62728", "5 3")]),
+    ]
+    timeline(rows, "t_s", panels, path, note,
+             title or "Soak at a fixed open-loop rate with retention on (one point per interval)",
+             legend=True, nice_ticks=True, pw=700)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "table":
         table(Path(argv[1]))
+        return
+    if len(argv) >= 3 and argv[0] == "soak":
+        opts, i = {}, 3
+        while i < len(argv):
+            if argv[i] not in ("--title", "--note") or i + 1 >= len(argv):
+                sys.exit(f"unknown or incomplete option {argv[i]!r}; see the top of {__file__}")
+            opts[argv[i][2:]] = argv[i + 1]
+            i += 2
+        Path(argv[2]).parent.mkdir(parents=True, exist_ok=True)
+        draw_soak_run(read_csv(argv[1]), argv[2], opts.get("note", ""), opts.get("title", ""))
         return
     if argv and argv[0] == "draw":
         opts, i = {}, 1

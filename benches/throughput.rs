@@ -32,6 +32,15 @@
 //! - `openloop` and `scheduled` (only when named in `--only`): latency under an open-loop
 //!   load and the lateness of scheduled jobs; see `throughput/openloop.rs` for their flags.
 //!
+//! - `soak` (only when named in `--only`): 20 minutes of the open-loop generator at half the
+//!   measured capacity, to a worker with retention on; one line per minute (throughput,
+//!   latency, rows by status, dead tuples, table and index sizes). See `throughput/soak.rs`:
+//!
+//!   ```sh
+//!   cargo bench --bench throughput -- --only soak --load 0.5 --seconds 1200 --interval 60 --csv /tmp/soak.csv
+//!   python3 benches/charts.py soak /tmp/soak.csv docs/perf-soak-retention.svg
+//!   ```
+//!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
 
 use std::collections::BTreeMap;
@@ -46,6 +55,8 @@ use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
 
 #[path = "throughput/openloop.rs"]
 mod openloop;
+#[path = "throughput/soak.rs"]
+mod soak;
 
 struct Args {
     n_defer: usize,
@@ -486,7 +497,13 @@ fn main() {
     if a.only.iter().any(|o| o == "openloop" || o == "scheduled") {
         openloop::run(&db.url(), &db.name, &a.only);
     }
+    if a.only.iter().any(|o| o == "soak") {
+        soak::run(&db.url());
+    }
     drop(app);
+    if r.0.is_empty() {
+        return;
+    }
     println!("SUMMARY (median of runs):");
     for (k, v) in &r.0 {
         let runs: Vec<String> = v.iter().map(|x| format!("{x:.1}")).collect();

@@ -33,24 +33,36 @@ use postpone::{App, Job, TaskError, Tasks, Worker, WorkerHandle};
 /// A send that starts this late counts as behind.
 const BEHIND_US: i64 = 5_000;
 
-struct Opts {
-    rates: Vec<f64>,
-    load: Vec<f64>,
-    seconds: f64,
-    concurrency: usize,
-    senders: usize,
-    csv: Option<String>,
+/// The flags of the open-loop modes (`openloop`, `scheduled`, `soak`); each mode picks its
+/// own defaults for the optional ones.
+pub struct Opts {
+    pub rates: Vec<f64>,
+    pub load: Vec<f64>,
+    pub seconds: Option<f64>,
+    pub interval: Option<f64>,
+    pub concurrency: usize,
+    pub senders: usize,
+    pub csv: Option<String>,
     system: String,
     capacity_seconds: f64,
     sched_rate: f64,
     poll: Option<Duration>,
+    /// `soak`: finished jobs older than this are deleted by the worker's retention.
+    pub retain: Duration,
+    /// `soak`: how often the worker prunes.
+    pub prune_every: Duration,
+    /// `soak`: the worker leaves vacuuming to autovacuum (`Vacuum::off()`).
+    pub no_vacuum: bool,
+    /// `soak`: storage parameters set on `postpone_jobs` before the run, e.g. `fillfactor=80`.
+    pub table_options: Option<String>,
 }
 
-fn opts() -> Opts {
+pub fn opts() -> Opts {
     let mut o = Opts {
         rates: Vec::new(),
         load: Vec::new(),
-        seconds: 10.0,
+        seconds: None,
+        interval: None,
         concurrency: 4,
         senders: 4,
         csv: None,
@@ -58,6 +70,10 @@ fn opts() -> Opts {
         capacity_seconds: 3.0,
         sched_rate: 50.0,
         poll: None,
+        retain: Duration::from_secs(60),
+        prune_every: Duration::from_secs(10),
+        no_vacuum: false,
+        table_options: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str, what: &str| -> Vec<f64> {
@@ -74,7 +90,8 @@ fn opts() -> Opts {
         match w[0].as_str() {
             "--rates" => o.rates = list(v, "--rates"),
             "--load" => o.load = list(v, "--load"),
-            "--seconds" => o.seconds = v.parse().expect("--seconds S"),
+            "--seconds" => o.seconds = Some(v.parse().expect("--seconds S")),
+            "--interval" => o.interval = Some(v.parse().expect("--interval S")),
             "--concurrency" => o.concurrency = list(v, "--concurrency")[0] as usize,
             "--senders" => o.senders = v.parse().expect("--senders N"),
             "--csv" => o.csv = Some(v.to_owned()),
@@ -82,34 +99,40 @@ fn opts() -> Opts {
             "--capacity-seconds" => o.capacity_seconds = v.parse().expect("--capacity-seconds S"),
             "--sched-rate" => o.sched_rate = v.parse().expect("--sched-rate R"),
             "--poll-ms" => o.poll = Some(Duration::from_millis(v.parse().expect("--poll-ms MS"))),
+            "--retain" => o.retain = Duration::from_secs_f64(v.parse().expect("--retain S")),
+            "--prune-every" => {
+                o.prune_every = Duration::from_secs_f64(v.parse().expect("--prune-every S"))
+            }
+            "--table-options" => o.table_options = Some(v.to_owned()),
             _ => {}
         }
     }
+    o.no_vacuum = argv.iter().any(|a| a == "--no-vacuum");
     o
 }
 
-fn now_us() -> i64 {
+pub fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_micros() as i64
 }
 
-fn sleep_until_us(t: i64) {
+pub fn sleep_until_us(t: i64) {
     let d = t - now_us();
     if d > 0 {
         thread::sleep(Duration::from_micros(d as u64));
     }
 }
 
-fn truncate(app: &App) {
+pub fn truncate(app: &App) {
     let mut c = app.connection().unwrap();
     c.set_io_timeout(Duration::from_secs(120));
     c.batch_execute("TRUNCATE postpone_jobs, postpone_workers")
         .unwrap();
 }
 
-fn stop(h: WorkerHandle) {
+pub fn stop(h: WorkerHandle) {
     let report = h.shutdown(Duration::from_secs(10));
     assert!(report.is_clean(), "{report}");
 }
@@ -128,10 +151,10 @@ fn percentiles(v: &mut [f64]) -> [f64; 5] {
 /// job per `defer`, as in the open-loop runs) while the worker consumes: the lower of what
 /// the senders can insert and what the worker can drain. Measured over `--capacity-seconds`
 /// (3) after a second of warm-up.
-fn capacity(app: &App, o: &Opts) -> f64 {
+pub fn capacity(app: &App, o: &Opts) -> f64 {
     truncate(app);
     let mut t = Tasks::new();
-    t.register("ol", |_: &Job| Ok(()));
+    t.register(OL_TASK, |_: &Job| Ok(()));
     let h = Worker::builder(app, t)
         .concurrency(o.concurrency)
         .spawn()
@@ -142,7 +165,7 @@ fn capacity(app: &App, o: &Opts) -> f64 {
             let app = app.clone();
             thread::spawn(move || {
                 while Instant::now() < stop_at {
-                    app.defer("ol", &0i64).unwrap();
+                    app.defer(OL_TASK, &0i64).unwrap();
                 }
             })
         })
@@ -155,6 +178,130 @@ fn capacity(app: &App, o: &Opts) -> f64 {
     let rate = (h.stats().recorded - n1) as f64 / t1.elapsed().as_secs_f64();
     stop(h);
     rate
+}
+
+/// The task the open-loop generator defers: a no-op whose args are the instant (µs, this
+/// process's clock) it was due to be sent.
+pub const OL_TASK: &str = "ol";
+
+/// Start latencies recorded by the [`OL_TASK`] task: µs from the instant a job was due to be
+/// sent to its task starting (saturating at `u32::MAX`, over an hour). Shared by the
+/// worker's threads and whoever reads them: [`take`](Self::take) empties it, so that a
+/// reader taking it once per interval gets the jobs started in that interval.
+#[derive(Clone, Default)]
+pub struct Latencies(Arc<Mutex<Vec<u32>>>);
+
+impl Latencies {
+    /// A registry with the [`OL_TASK`] task recording here.
+    pub fn tasks(&self) -> Tasks {
+        let seen = self.0.clone();
+        let mut t = Tasks::new();
+        t.register(OL_TASK, move |job: &Job| -> Result<(), TaskError> {
+            let due: i64 = job.args()?;
+            let us = (now_us() - due).clamp(0, u32::MAX as i64) as u32;
+            seen.lock().unwrap().push(us);
+            Ok(())
+        });
+        t
+    }
+
+    /// Latencies recorded and not taken yet.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// The latencies recorded since the last take.
+    pub fn take(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// p50, p90, p99, p99.9 and max, in ms, of latencies in µs.
+pub fn percentiles_ms(mut v: Vec<u32>) -> [f64; 5] {
+    v.sort_unstable();
+    if v.is_empty() {
+        return [f64::NAN; 5];
+    }
+    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize] as f64 / 1000.0;
+    [p(0.5), p(0.9), p(0.99), p(0.999), p(1.0)]
+}
+
+/// The clock of an open-loop run: job `i` is due to be sent at `t0 + i / rate` (µs on this
+/// process's clock) whatever happened to the others; sending stops after `n` jobs or at
+/// `end`, whichever comes first (even when behind).
+#[derive(Clone, Copy)]
+pub struct Schedule {
+    pub rate: f64,
+    pub t0: i64,
+    pub end: i64,
+    pub n: i64,
+}
+
+impl Schedule {
+    /// `rate` jobs/s for `seconds`, from 50 ms from now.
+    pub fn starting_soon(rate: f64, seconds: f64) -> Schedule {
+        let t0 = now_us() + 50_000;
+        Schedule {
+            rate,
+            t0,
+            end: t0 + (seconds * 1e6) as i64,
+            n: (rate * seconds).round() as i64,
+        }
+    }
+}
+
+/// What the senders count as they go; readers may sample it while they run.
+#[derive(Default)]
+pub struct SendCounters {
+    /// Jobs deferred.
+    pub sent: AtomicU64,
+    /// Sends that started over `BEHIND_US` (5 ms) after their due instant.
+    pub behind: AtomicU64,
+    /// The largest lag (µs) of a send's start behind its due instant; a reader may swap it
+    /// to 0 to get the largest of each interval.
+    pub max_lag_us: AtomicU64,
+}
+
+/// Starts `senders` threads that defer [`OL_TASK`] jobs one at a time (`app.defer`) by the
+/// clock of `s`, sender `j` taking jobs `j`, `j + senders`, ... When `calls` is given, each
+/// `defer` call's own duration (ms) is pushed there. Join the threads to wait for the end.
+pub fn spawn_senders(
+    app: &App,
+    s: Schedule,
+    senders: usize,
+    counters: &Arc<SendCounters>,
+    calls: Option<Arc<Mutex<Vec<f64>>>>,
+) -> Vec<thread::JoinHandle<()>> {
+    let k = senders.max(1);
+    (0..k)
+        .map(|j| {
+            let (app, counters, calls) = (app.clone(), counters.clone(), calls.clone());
+            thread::spawn(move || {
+                let mut i = j as i64;
+                while i < s.n && now_us() < s.end {
+                    let due = s.t0 + (i as f64 * 1e6 / s.rate) as i64;
+                    sleep_until_us(due);
+                    let lag = now_us() - due;
+                    if lag > BEHIND_US {
+                        counters.behind.fetch_add(1, Ordering::Relaxed);
+                    }
+                    counters
+                        .max_lag_us
+                        .fetch_max(lag.max(0) as u64, Ordering::Relaxed);
+                    let call = Instant::now();
+                    app.defer(OL_TASK, &due).unwrap();
+                    if let Some(calls) = &calls {
+                        calls
+                            .lock()
+                            .unwrap()
+                            .push(call.elapsed().as_secs_f64() * 1000.0);
+                    }
+                    counters.sent.fetch_add(1, Ordering::Relaxed);
+                    i += k as i64;
+                }
+            })
+        })
+        .collect()
 }
 
 struct Row {
@@ -171,71 +318,33 @@ struct Row {
 /// One open-loop run at `rate` jobs/s.
 fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
     truncate(app);
-    let lat = Arc::new(Mutex::new(Vec::<f64>::new()));
-    let mut t = Tasks::new();
-    let seen = lat.clone();
-    t.register("ol", move |job: &Job| -> Result<(), TaskError> {
-        let due: i64 = job.args()?;
-        seen.lock().unwrap().push((now_us() - due) as f64 / 1000.0);
-        Ok(())
-    });
-    let h = Worker::builder(app, t)
+    let lat = Latencies::default();
+    let h = Worker::builder(app, lat.tasks())
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
     thread::sleep(Duration::from_millis(300));
-    let n = (rate * o.seconds).round() as i64;
-    let t0 = now_us() + 50_000;
-    let end = t0 + (o.seconds * 1e6) as i64;
-    let behind = Arc::new(AtomicU64::new(0));
-    let max_lag = Arc::new(AtomicU64::new(0));
-    let k = o.senders.max(1);
+    let s = Schedule::starting_soon(rate, o.seconds.unwrap_or(10.0));
+    let counters = Arc::new(SendCounters::default());
     let calls = Arc::new(Mutex::new(Vec::<f64>::new()));
-    let senders: Vec<_> = (0..k)
-        .map(|j| {
-            let (app, behind, max_lag, calls) =
-                (app.clone(), behind.clone(), max_lag.clone(), calls.clone());
-            thread::spawn(move || {
-                let mut i = j as i64;
-                let mut sent = 0u64;
-                // Stops at the end of the run even when behind.
-                while i < n && now_us() < end {
-                    let due = t0 + (i as f64 * 1e6 / rate) as i64;
-                    sleep_until_us(due);
-                    let lag = now_us() - due;
-                    if lag > BEHIND_US {
-                        behind.fetch_add(1, Ordering::Relaxed);
-                    }
-                    max_lag.fetch_max(lag.max(0) as u64, Ordering::Relaxed);
-                    let call = Instant::now();
-                    app.defer("ol", &due).unwrap();
-                    calls
-                        .lock()
-                        .unwrap()
-                        .push(call.elapsed().as_secs_f64() * 1000.0);
-                    sent += 1;
-                    i += k as i64;
-                }
-                sent
-            })
-        })
-        .collect();
-    let sent: u64 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    for t in spawn_senders(app, s, o.senders, &counters, Some(calls.clone())) {
+        t.join().unwrap();
+    }
+    let sent = counters.sent.load(Ordering::Relaxed);
     let start = Instant::now();
-    while (lat.lock().unwrap().len() as u64) < sent && start.elapsed() < Duration::from_secs(20) {
+    while (lat.len() as u64) < sent && start.elapsed() < Duration::from_secs(20) {
         thread::sleep(Duration::from_millis(5));
     }
     stop(h);
-    let mut v = lat.lock().unwrap().clone();
     let mut calls = calls.lock().unwrap().clone();
     Row {
         defer_ms: percentiles(&mut calls),
         rate,
-        planned: n as u64,
+        planned: s.n as u64,
         sent,
-        behind: behind.load(Ordering::Relaxed),
-        max_lag_ms: max_lag.load(Ordering::Relaxed) as f64 / 1000.0,
-        pct: percentiles(&mut v),
+        behind: counters.behind.load(Ordering::Relaxed),
+        max_lag_ms: counters.max_lag_us.load(Ordering::Relaxed) as f64 / 1000.0,
+        pct: percentiles_ms(lat.take()),
     }
 }
 
@@ -263,7 +372,9 @@ fn openloop(app: &App, o: &Opts) {
     }
     println!(
         "\nopen loop, defer-to-start latency (ms), worker concurrency {}, {} senders, {} s per rate",
-        o.concurrency, o.senders, o.seconds
+        o.concurrency,
+        o.senders,
+        o.seconds.unwrap_or(10.0)
     );
     println!(
         "{:>8} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8}",
@@ -315,7 +426,8 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
     }
     let h = b.spawn().unwrap();
     thread::sleep(Duration::from_millis(300));
-    let n = (o.sched_rate * o.seconds).round() as i64;
+    let seconds = o.seconds.unwrap_or(10.0);
+    let n = (o.sched_rate * seconds).round() as i64;
     let t0 = now_us();
     for i in 0..n {
         sleep_until_us(t0 + (i as f64 * 1e6 / o.sched_rate) as i64);
@@ -366,7 +478,7 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
     );
     println!(
         "\nscheduled jobs (100-1000 ms ahead, {}/s for {} s, poll {poll}): start - scheduled_at (ms, database clock)",
-        o.sched_rate, o.seconds
+        o.sched_rate, seconds
     );
     println!(
         "{:>6} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}",
