@@ -15,7 +15,9 @@
 //! - `backlog`: `--n-work` due no-op jobs worked by one worker of `--concurrency` threads,
 //!   beside nothing (the reference), `--backlog` jobs scheduled for tomorrow, `--backlog`
 //!   due jobs of a lower priority, `--backlog` finished jobs, and `--locks` jobs waiting
-//!   for locks that running jobs hold (ahead of the due ones in the queue).
+//!   for locks that running jobs hold (ahead of the due ones in the queue): first as the
+//!   worker finds them (its first claim parks them, schema 11), then already parked and
+//!   vacuumed (`locks_parked`).
 //!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs.
 
@@ -215,6 +217,25 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
                  INSERT INTO postpone_jobs (queue, task, args, lock, scheduled_at)
                  SELECT 'default', 'blocked', 'null', 'lock-' || g, now() - interval '1 hour'
                    FROM generate_series(1, {0}) g",
+                a.locks
+            ),
+        ),
+        (
+            format!("locks_parked_{}", a.locks),
+            // The same, after a claim has parked the held-back jobs (schema 11) and a vacuum
+            // has removed what that left behind: the steady state of the case above.
+            format!(
+                "INSERT INTO postpone_workers (id, name, last_heartbeat)
+                   OVERRIDING SYSTEM VALUE VALUES (1000000, 'holder', now() + interval '1 day');
+                 INSERT INTO postpone_jobs (queue, task, args, status, lock, worker_id, attempts,
+                                            started_at, scheduled_at)
+                 SELECT 'default', 'held', 'null', 'doing', 'lock-' || g, 1000000, 1, now(),
+                        now() - interval '2 hours'
+                   FROM generate_series(1, {0}) g;
+                 INSERT INTO postpone_jobs (queue, task, args, lock, scheduled_at)
+                 SELECT 'default', 'blocked', 'null', 'lock-' || g, now() - interval '1 hour'
+                   FROM generate_series(1, {0}) g;
+                 SELECT count(*) FROM postpone_claim(1000000, 1, NULL, NULL)",
                 a.locks
             ),
         ),

@@ -75,7 +75,7 @@ fn set_status(db: &TestDb, id: i64, status: &str) {
 
 #[test]
 fn a_claim_parks_the_jobs_a_lock_holds_back_and_their_blocker_leaving_frees_them() {
-    let (db, _app) = setup();
+    let (db, app) = setup();
     let w = hand_worker(&db);
     // A chain on one lock, a job free of locks behind it.
     let a = insert(&db, Some("L"), "now() - interval '3 s'");
@@ -91,6 +91,10 @@ fn a_claim_parks_the_jobs_a_lock_holds_back_and_their_blocker_leaving_frees_them
     assert_eq!(blocked_by(&db, b), Some(a));
     assert_eq!(blocked_by(&db, c), Some(b));
     assert!(claim(&db, w, 10).is_empty(), "parked jobs are not claimed");
+    // Operators see it (the CLI's `postpone job` and the dashboard print this field).
+    let detail = app.admin().job(JobId::from(c)).unwrap();
+    assert_eq!(detail.blocked_by, Some(JobId::from(b)));
+    assert_eq!(detail.job.status.as_str(), "todo");
 
     // `a` finishes: `b` (and only `b`) is free, in the same statement.
     set_status(&db, a, "succeeded");

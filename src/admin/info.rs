@@ -134,6 +134,10 @@ pub struct JobDetail {
     pub tags: Vec<String>,
     /// The metadata it was deferred with ([`NewJob::meta`](crate::NewJob::meta)).
     pub meta: Option<serde_json::Value>,
+    /// While it waits: the job its lock makes it wait for, once a claim has found it held
+    /// back and parked it (the latest earlier job of its lock still pending, else the
+    /// lock's running job). `None` for a job no claim has looked at yet, or free to run.
+    pub blocked_by: Option<JobId>,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.

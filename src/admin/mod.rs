@@ -151,6 +151,7 @@ impl Admin {
             max_attempts: row.get(23),
             tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
             meta: json_column(row, 25),
+            blocked_by: row.get::<_, Option<i64>>(26).map(JobId),
         })
     }
 

@@ -121,6 +121,12 @@ pub(super) fn job(
             _ => String::new(),
         },
     );
+    if let Some(by) = d.blocked_by {
+        row(
+            "Waits for",
+            format!("<a href=\"/jobs/{by}\" id=blocked-by>job {by}</a> (its lock)"),
+        );
+    }
     if j.abort_requested {
         row("Abort", "requested".to_owned());
     }

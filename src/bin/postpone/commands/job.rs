@@ -37,6 +37,9 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
     if let Some(m) = &d.meta {
         extra.push(("meta", m.to_string()));
     }
+    if let Some(b) = d.blocked_by {
+        extra.push(("waits for", format!("job {b} (its lock)")));
+    }
     let fields = [
         ("id", j.id.to_string()),
         ("task", j.task.clone()),
