@@ -220,6 +220,8 @@ DECLARE
     v_n integer;
     v_q text;
     v_p integer;
+    v_s timestamptz;
+    v_i bigint;
     v_have integer;
 BEGIN
     v_limited := EXISTS (SELECT 1 FROM postpone_queue_limits)
@@ -376,14 +378,19 @@ BEGIN
             -- ends at its first job not due yet, and the next priority is found by one
             -- probe of the index, so jobs scheduled for later never lie in the walk, however
             -- many there are (a claim that found fewer due jobs than it asked for used to
-            -- walk all of them, at every priority).
+            -- walk all of them, at every priority). A priority's walk starts at the first
+            -- row its probe found: the dead entries that claims leave at the head of the
+            -- index until a vacuum are stepped over once, by the probe. (A job that became
+            -- visible between the probe and the walk with an earlier place is left to the
+            -- next claim.)
             v_ids := '{}';
             v_locks := false;
             IF v_queues IS NULL THEN
                 v_have := 0;
-                v_p := (SELECT c.priority FROM postpone_jobs c
-                         WHERE c.status = 'todo' AND c.blocked_by IS NULL
-                         ORDER BY c.priority DESC LIMIT 1);
+                SELECT c.priority, c.scheduled_at, c.id INTO v_p, v_s, v_i
+                  FROM postpone_jobs c
+                 WHERE c.status = 'todo' AND c.blocked_by IS NULL
+                 ORDER BY c.priority DESC, c.scheduled_at, c.id LIMIT 1;
                 WHILE v_p IS NOT NULL LOOP
                     SELECT v_ids || coalesce(array_agg(x.id ORDER BY x.scheduled_at, x.id), '{}'),
                            v_locks OR coalesce(bool_or(x.lock IS NOT NULL), false),
@@ -394,23 +401,25 @@ BEGIN
                              WHERE c.status = 'todo'
                                AND c.blocked_by IS NULL
                                AND c.priority = v_p
+                               AND (c.scheduled_at, c.id) >= (v_s, v_i)
                                AND c.scheduled_at <= now()
                                AND (p_tasks IS NULL OR c.task = ANY(p_tasks))
                              ORDER BY c.priority DESC, c.scheduled_at, c.id
                              LIMIT v_scan - v_have
                                FOR UPDATE SKIP LOCKED) x;
                     EXIT WHEN v_have >= v_scan;
-                    v_p := (SELECT c.priority FROM postpone_jobs c
-                             WHERE c.status = 'todo' AND c.blocked_by IS NULL
-                               AND c.priority < v_p
-                             ORDER BY c.priority DESC LIMIT 1);
+                    SELECT c.priority, c.scheduled_at, c.id INTO v_p, v_s, v_i
+                      FROM postpone_jobs c
+                     WHERE c.status = 'todo' AND c.blocked_by IS NULL AND c.priority < v_p
+                     ORDER BY c.priority DESC, c.scheduled_at, c.id LIMIT 1;
                 END LOOP;
             ELSE
                 FOREACH v_q IN ARRAY v_queues LOOP
                     v_have := 0;
-                    v_p := (SELECT c.priority FROM postpone_jobs c
-                             WHERE c.queue = v_q AND c.status = 'todo' AND c.blocked_by IS NULL
-                             ORDER BY c.queue, c.priority DESC LIMIT 1);
+                    SELECT c.priority, c.scheduled_at, c.id INTO v_p, v_s, v_i
+                      FROM postpone_jobs c
+                     WHERE c.queue = v_q AND c.status = 'todo' AND c.blocked_by IS NULL
+                     ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id LIMIT 1;
                     WHILE v_p IS NOT NULL LOOP
                         SELECT v_ids || coalesce(array_agg(x.id ORDER BY x.scheduled_at, x.id),
                                                  '{}'),
@@ -423,16 +432,18 @@ BEGIN
                                    AND c.status = 'todo'
                                    AND c.blocked_by IS NULL
                                    AND c.priority = v_p
+                                   AND (c.scheduled_at, c.id) >= (v_s, v_i)
                                    AND c.scheduled_at <= now()
                                    AND (p_tasks IS NULL OR c.task = ANY(p_tasks))
                                  ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
                                  LIMIT v_scan - v_have
                                    FOR UPDATE SKIP LOCKED) x;
                         EXIT WHEN v_have >= v_scan;
-                        v_p := (SELECT c.priority FROM postpone_jobs c
-                                 WHERE c.queue = v_q AND c.status = 'todo'
-                                   AND c.blocked_by IS NULL AND c.priority < v_p
-                                 ORDER BY c.queue, c.priority DESC LIMIT 1);
+                        SELECT c.priority, c.scheduled_at, c.id INTO v_p, v_s, v_i
+                          FROM postpone_jobs c
+                         WHERE c.queue = v_q AND c.status = 'todo' AND c.blocked_by IS NULL
+                           AND c.priority < v_p
+                         ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id LIMIT 1;
                     END LOOP;
                 END LOOP;
                 -- Claim order across queues.
