@@ -21,6 +21,21 @@ VALUES ($1, $2, $3, $4, $5, $6,
         $10::text[], $11::jsonb)
 RETURNING id";
 
+/// [`JOB_INSERT`] for a job due now, inserted outside any transaction of the caller's: the
+/// insert trigger sends no notification (schema version 11: `postpone.quiet_insert` is set
+/// for this transaction only), and [`WAKE_QUEUE`] follows in a transaction of its own.
+pub(crate) const JOB_INSERT_QUIET: &str = "
+INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
+                           max_attempts, tags, meta)
+SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::text,
+       COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
+       $10::text[], $11::jsonb
+  FROM (SELECT set_config('postpone.quiet_insert', 'on', true)) q
+RETURNING id";
+
+/// Wakes the workers of queue `$1` (`job:<queue>` on the workers' channel).
+pub(crate) const WAKE_QUEUE: &str = "SELECT postpone_wake($1::text)";
+
 /// Inserts many jobs in one statement; ids come back in input order.
 pub(crate) const JOB_INSERT_BATCH: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,

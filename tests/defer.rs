@@ -722,3 +722,65 @@ fn defer_in_takes_postpones_own_transaction_and_connections() {
     assert_eq!(tasks, ["kept", "kept_batch", "pooled"]);
     assert!(pooled_id.get() > kept.get());
 }
+
+#[test]
+fn each_defer_wakes_its_queue_once_whether_its_insert_or_a_transaction_behind_it_notifies() {
+    let (db, app) = setup();
+    let mut listener = db.client();
+    listener.batch_execute("LISTEN postpone").unwrap();
+    // A job due now, committed by defer itself: the wake-up follows in a transaction of its
+    // own (schema 11), and the insert trigger stays quiet: one notification, not two.
+    app.job("t").queue("now").defer(&1).unwrap();
+    // Scheduled for later: the insert trigger announces its time, as before.
+    app.job("t")
+        .queue("later")
+        .schedule_in(Duration::from_secs(3600))
+        .defer(&2)
+        .unwrap();
+    // Inside the caller's transaction: the insert trigger notifies at the caller's commit.
+    let mut conn = app.connection().unwrap();
+    conn.begin().unwrap();
+    app.job("t").queue("tx").defer_on(&mut conn, &3).unwrap();
+    conn.commit().unwrap();
+    // A queueing-lock collision inserts nothing; its wake-up is a harmless hint.
+    app.job("t")
+        .queue("dup")
+        .queueing_lock("k")
+        .defer(&4)
+        .unwrap();
+    let err = app
+        .job("t")
+        .queue("dup")
+        .queueing_lock("k")
+        .defer(&5)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyEnqueued, "{err}");
+    let got = notifications_until_sentinel(&mut listener, &db);
+    let at_later = got
+        .iter()
+        .filter(|p| p.starts_with("at:") && p.ends_with(":later"));
+    assert_eq!(at_later.count(), 1, "{got:?}");
+    let jobs: Vec<&str> = got
+        .iter()
+        .filter(|p| p.starts_with("job:"))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(jobs, ["job:now", "job:tx", "job:dup", "job:dup"], "{got:?}");
+    // The quiet insert's setting lasted its transaction only: a job deferred on the same
+    // connection inside a transaction still notifies from its insert.
+    let mut conn = app.connection().unwrap();
+    app.job("t").queue("same").defer_on(&mut conn, &6).unwrap();
+    let setting: Option<String> = conn
+        .query_one("SELECT current_setting('postpone.quiet_insert', true)", &[])
+        .unwrap()
+        .get(0);
+    assert_ne!(setting.as_deref(), Some("on"));
+    conn.begin().unwrap();
+    app.job("t")
+        .queue("same-tx")
+        .defer_on(&mut conn, &7)
+        .unwrap();
+    conn.commit().unwrap();
+    let got = notifications_until_sentinel(&mut listener, &db);
+    assert_eq!(got, ["job:same", "job:same-tx"]);
+}

@@ -112,9 +112,27 @@ impl Row {
     }
 
     pub(super) fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
-        let rows = conn
-            .query_cached("deferring a job", store::JOB_INSERT, &self.params())
-            .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
+        // A job due now, committed by this very statement: its notification goes in a
+        // transaction of its own right behind it (same round-trip), which writes nothing and
+        // so does not hold the server's notification lock through a WAL flush; concurrent
+        // defers then share their flushes. Inside a caller's transaction, or through a
+        // transaction pooler, the insert trigger notifies at the caller's commit as before.
+        let quiet = self.at.is_none()
+            && self.delay_us <= 0
+            && !conn.in_transaction()
+            && !conn.through_transaction_pooler();
+        let rows = if quiet {
+            conn.query_cached_then(
+                "deferring a job",
+                store::JOB_INSERT_QUIET,
+                &self.params(),
+                store::WAKE_QUEUE,
+                &[&self.queue],
+            )
+        } else {
+            conn.query_cached("deferring a job", store::JOB_INSERT, &self.params())
+        }
+        .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
         crate::metrics::deferred(&self.task);
         Ok(JobId(rows[0].get(0)))
     }
