@@ -144,61 +144,54 @@ fn fmt_num(v: f64, prec: usize, none: &str) -> String {
 }
 
 impl Tick {
-    fn json(&self) -> String {
-        let n = |v: f64, p: usize| fmt_num(v, p, "null");
-        format!(
-            "{{\"what\": \"soak\", \"t_s\": {:.0}, \"sent_per_s\": {:.1}, \"started_per_s\": {:.1}, \"behind\": {}, \"max_lag_ms\": {:.1}, \"p50_ms\": {}, \"p99_ms\": {}, \"p999_ms\": {}, \"max_ms\": {}, \"todo\": {}, \"doing\": {}, \"finished\": {}, \"dead_tuples\": {}, \"live_tuples\": {}, \"deleted\": {}, \"hot_pct\": {}, \"table_mb\": {:.2}, \"index_mb\": {:.2}, \"due_idx_kb\": {}, \"vacuums\": {}, \"autovacuums\": {}, \"db_errors\": {}}}",
-            self.t_s,
-            self.sent_per_s,
-            self.started_per_s,
-            self.behind,
-            self.max_lag_ms,
-            n(self.lat[0], 2),
-            n(self.lat[2], 2),
-            n(self.lat[3], 2),
-            n(self.lat[4], 2),
-            self.db.todo,
-            self.db.doing,
-            self.db.finished,
-            self.db.dead,
-            self.db.live,
-            self.deleted,
-            n(self.hot_pct, 1),
-            self.db.table as f64 / MIB,
-            self.db.indexes as f64 / MIB,
-            self.db.due_idx / 1024,
-            self.vacuums,
-            self.db.autovacuums,
-            self.db_errors,
-        )
+    /// The interval's figures, named, as text: latencies with `lat` decimals and sizes in MiB
+    /// with `mb` decimals, a missing figure as `none`.
+    fn fields(&self, lat: usize, mb: usize, none: &str) -> Vec<(&'static str, String)> {
+        let n = |v: f64, p: usize| fmt_num(v, p, none);
+        vec![
+            ("t_s", format!("{:.0}", self.t_s)),
+            ("sent_per_s", format!("{:.1}", self.sent_per_s)),
+            ("started_per_s", format!("{:.1}", self.started_per_s)),
+            ("behind", self.behind.to_string()),
+            ("max_lag_ms", format!("{:.1}", self.max_lag_ms)),
+            ("p50_ms", n(self.lat[0], lat)),
+            ("p99_ms", n(self.lat[2], lat)),
+            ("p999_ms", n(self.lat[3], lat)),
+            ("max_ms", n(self.lat[4], lat)),
+            ("todo", self.db.todo.to_string()),
+            ("doing", self.db.doing.to_string()),
+            ("finished", self.db.finished.to_string()),
+            ("dead_tuples", self.db.dead.to_string()),
+            ("live_tuples", self.db.live.to_string()),
+            ("deleted", self.deleted.to_string()),
+            ("hot_pct", n(self.hot_pct, 1)),
+            ("table_mb", format!("{:.mb$}", self.db.table as f64 / MIB)),
+            ("index_mb", format!("{:.mb$}", self.db.indexes as f64 / MIB)),
+            ("due_idx_kb", (self.db.due_idx / 1024).to_string()),
+            ("vacuums", self.vacuums.to_string()),
+            ("autovacuums", self.db.autovacuums.to_string()),
+            ("db_errors", self.db_errors.to_string()),
+        ]
     }
 
+    fn json(&self) -> String {
+        let fields: Vec<String> = self
+            .fields(2, 2, "null")
+            .into_iter()
+            .map(|(k, v)| format!("\"{k}\": {v}"))
+            .collect();
+        format!("{{\"what\": \"soak\", {}}}", fields.join(", "))
+    }
+
+    /// The CSV row (the columns of `CSV_HEADER`: every field but `db_errors`).
     fn csv(&self) -> String {
-        let n = |v: f64, p: usize| fmt_num(v, p, "");
-        format!(
-            "{:.0},{:.1},{:.1},{},{:.1},{},{},{},{},{},{},{},{},{},{},{},{:.3},{:.3},{},{},{}\n",
-            self.t_s,
-            self.sent_per_s,
-            self.started_per_s,
-            self.behind,
-            self.max_lag_ms,
-            n(self.lat[0], 3),
-            n(self.lat[2], 3),
-            n(self.lat[3], 3),
-            n(self.lat[4], 3),
-            self.db.todo,
-            self.db.doing,
-            self.db.finished,
-            self.db.dead,
-            self.db.live,
-            self.deleted,
-            n(self.hot_pct, 1),
-            self.db.table as f64 / MIB,
-            self.db.indexes as f64 / MIB,
-            self.db.due_idx / 1024,
-            self.vacuums,
-            self.db.autovacuums,
-        )
+        let fields: Vec<String> = self
+            .fields(3, 3, "")
+            .into_iter()
+            .filter(|(k, _)| *k != "db_errors")
+            .map(|(_, v)| v)
+            .collect();
+        format!("{}\n", fields.join(","))
     }
 }
 
