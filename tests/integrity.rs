@@ -318,10 +318,12 @@ fn an_abort_request_survives_a_retry() {
 fn an_abort_request_survives_a_shutdown() {
     let (db, app) = setup();
     let (started_tx, started_rx) = unbounded::<()>();
+    let (release_tx, release_rx) = unbounded::<()>();
     let mut tasks = Tasks::new();
     tasks.register("stubborn", move |_job: &Job| {
         started_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(2500));
+        // Ignores should_abort: outlives the shutdown until the test lets it go.
+        let _ = release_rx.recv_timeout(Duration::from_secs(20));
         Ok(())
     });
     let id = app.defer("stubborn", &()).unwrap();
@@ -334,13 +336,19 @@ fn an_abort_request_survives_a_shutdown() {
             &[&id.0],
         )
         .unwrap();
-    let report = w.shutdown(Duration::from_millis(600));
+    // 3 s leave the cleanup a reserve of 600 ms (a fifth): enough on a loaded machine to
+    // connect and retire the job (600 ms, with 120 ms, was not always).
+    let report = w.shutdown(Duration::from_secs(3));
     assert_eq!(report.abandoned_jobs(), &[id], "{report}");
+    assert_eq!(report.cleanup_error(), None, "{report}");
     let mut client = db.client();
     let row = job_row(&mut client, id).unwrap();
+    assert_eq!(row.status, "aborted", "{row:?}; {report}");
+    // The abandoned thread ends; its late success changes nothing.
+    release_tx.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let row = job_row(&mut client, id).unwrap();
     assert_eq!(row.status, "aborted", "{row:?}");
-    // Let the abandoned thread end before the test does.
-    std::thread::sleep(Duration::from_millis(2500));
 }
 
 /// During a shutdown, a task that says what it wants (fail, cancel) is obeyed; only errors
