@@ -129,6 +129,7 @@ fn child(url: &str) {
     let c: usize = std::env::var("POSTPONE_SCALE_C").unwrap().parse().unwrap();
     let app = App::builder(url).pool_size(1).build().unwrap();
     let h = Worker::builder(&app, noop_tasks())
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(c)
         .spawn()
         .unwrap();
@@ -258,6 +259,7 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
             defer_n(app, a.n_work, 0);
             let t = Instant::now();
             let h = Worker::builder(app, noop_tasks())
+                .outcomes_ride_claims(crate::common::ride())
                 .concurrency(a.concurrency)
                 .spawn()
                 .unwrap();

@@ -230,7 +230,9 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             clear(app, (a.finished, a.future));
             defer_n(app, a.n_work);
             let t = Instant::now();
-            let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
+            let mut b = Worker::builder(app, noop_tasks())
+                .outcomes_ride_claims(crate::common::ride())
+                .concurrency(c);
             if let Some(p) = a.prefetch {
                 b = b.prefetch(p);
             }
@@ -269,6 +271,7 @@ fn bench_latency(app: &App, a: &Args, r: &mut Results) {
         Ok(())
     });
     let h = Worker::builder(app, t)
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(4)
         .poll_interval(Duration::from_secs(10))
         .spawn()
@@ -309,6 +312,7 @@ fn bench_latency(app: &App, a: &Args, r: &mut Results) {
 fn bench_shutdown(app: &App, a: &Args, r: &mut Results) {
     for rep in 0..a.repeats {
         let h = Worker::builder(app, noop_tasks())
+            .outcomes_ride_claims(crate::common::ride())
             .concurrency(16)
             .spawn()
             .unwrap();
@@ -355,6 +359,7 @@ fn child(url: &str) {
     let n: u64 = std::env::var("POSTPONE_BENCH_N").unwrap().parse().unwrap();
     let app = App::builder(url).pool_size(2).build().unwrap();
     let h = Worker::builder(&app, noop_tasks())
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(16)
         .spawn()
         .unwrap();
@@ -379,7 +384,9 @@ fn bench_steady(app: &App, a: &Args, r: &mut Results) {
     use std::sync::Arc;
     clear(app, (a.finished, a.future));
     let c = a.concurrency.first().copied().unwrap_or(8);
-    let mut b = Worker::builder(app, noop_tasks()).concurrency(c);
+    let mut b = Worker::builder(app, noop_tasks())
+        .outcomes_ride_claims(crate::common::ride())
+        .concurrency(c);
     if a.delete {
         b = b.delete_finished(postpone::DeleteJobs::Always);
     }

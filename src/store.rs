@@ -98,7 +98,10 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
                                                  WHERE d.queue = r.queue AND d.status = 'todo'
                                                    AND d.blocked_by IS NULL
                                                    AND d.scheduled_at <= now()))) AS w(s)
-                               WHERE w.s IS NOT NULL))) * 1000000)::bigint
+                               WHERE w.s IS NOT NULL
+                                 -- Checked first (a one-time filter): without rate limits,
+                                 -- the function is not called (0.2 ms a claim).
+                                 AND EXISTS (SELECT 1 FROM postpone_rate_limits)))) * 1000000)::bigint
                END AS next_due) n
   LEFT JOIN c ON true";
 

@@ -62,3 +62,9 @@ pub fn median(v: &[f64]) -> f64 {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
+
+/// `--no-ride`: workers record every outcome in a commit of its own
+/// (`WorkerBuilder::outcomes_ride_claims(false)`), to compare with the default.
+pub fn ride() -> bool {
+    !std::env::args().any(|a| a == "--no-ride")
+}

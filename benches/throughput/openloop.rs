@@ -55,6 +55,8 @@ pub struct Opts {
     pub no_vacuum: bool,
     /// `soak`: storage parameters set on `postpone_jobs` before the run, e.g. `fillfactor=80`.
     pub table_options: Option<String>,
+    /// `openloop`: where the time of each job went (due -> insert -> claim -> task).
+    pub breakdown: bool,
 }
 
 pub fn opts() -> Opts {
@@ -74,6 +76,7 @@ pub fn opts() -> Opts {
         prune_every: Duration::from_secs(10),
         no_vacuum: false,
         table_options: None,
+        breakdown: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let list = |v: &str, what: &str| -> Vec<f64> {
@@ -108,6 +111,7 @@ pub fn opts() -> Opts {
         }
     }
     o.no_vacuum = argv.iter().any(|a| a == "--no-vacuum");
+    o.breakdown = argv.iter().any(|a| a == "--breakdown");
     o
 }
 
@@ -156,6 +160,7 @@ pub fn capacity(app: &App, o: &Opts) -> f64 {
     let mut t = Tasks::new();
     t.register(OL_TASK, |_: &Job| Ok(()));
     let h = Worker::builder(app, t)
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
@@ -189,17 +194,19 @@ pub const OL_TASK: &str = "ol";
 /// worker's threads and whoever reads them: [`take`](Self::take) empties it, so that a
 /// reader taking it once per interval gets the jobs started in that interval.
 #[derive(Clone, Default)]
-pub struct Latencies(Arc<Mutex<Vec<u32>>>);
+pub struct Latencies(Arc<Mutex<Vec<u32>>>, Arc<Mutex<Vec<(i64, i64)>>>);
 
 impl Latencies {
     /// A registry with the [`OL_TASK`] task recording here.
     pub fn tasks(&self) -> Tasks {
-        let seen = self.0.clone();
+        let (seen, starts) = (self.0.clone(), self.1.clone());
         let mut t = Tasks::new();
         t.register(OL_TASK, move |job: &Job| -> Result<(), TaskError> {
             let due: i64 = job.args()?;
-            let us = (now_us() - due).clamp(0, u32::MAX as i64) as u32;
+            let now = now_us();
+            let us = (now - due).clamp(0, u32::MAX as i64) as u32;
             seen.lock().unwrap().push(us);
+            starts.lock().unwrap().push((job.id().0, now));
             Ok(())
         });
         t
@@ -212,7 +219,13 @@ impl Latencies {
 
     /// The latencies recorded since the last take.
     pub fn take(&self) -> Vec<u32> {
+        self.1.lock().unwrap().clear();
         std::mem::take(&mut *self.0.lock().unwrap())
+    }
+
+    /// (job id, µs on this process's clock its task started), since the last take.
+    fn starts(&self) -> Vec<(i64, i64)> {
+        self.1.lock().unwrap().clone()
     }
 }
 
@@ -320,6 +333,7 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
     truncate(app);
     let lat = Latencies::default();
     let h = Worker::builder(app, lat.tasks())
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
@@ -335,7 +349,15 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
     while (lat.len() as u64) < sent && start.elapsed() < Duration::from_secs(20) {
         thread::sleep(Duration::from_millis(5));
     }
+    let st = h.stats();
     stop(h);
+    println!(
+        "  worker: {} claims for {} jobs; {} of {} outcomes recorded with a claim",
+        st.claims, st.claimed, st.outcomes_on_claims, st.recorded
+    );
+    if o.breakdown {
+        breakdown(app, &lat.starts());
+    }
     let mut calls = calls.lock().unwrap().clone();
     Row {
         defer_ms: percentiles(&mut calls),
@@ -345,6 +367,52 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
         behind: counters.behind.load(Ordering::Relaxed),
         max_lag_ms: counters.max_lag_us.load(Ordering::Relaxed) as f64 / 1000.0,
         pct: percentiles_ms(lat.take()),
+    }
+}
+
+/// Where each job's defer-to-start time went, from timestamps on one clock (this process and
+/// the database server share the machine's): the send's lag and trip to the server (due ->
+/// `created_at`, the insert's transaction start), the wait for a claim (-> `started_at`, the
+/// claim's transaction start), and the claim's own time with the hand-over to an executor
+/// (-> the task's start). Percentiles of each part, in ms; the jobs must be kept.
+fn breakdown(app: &App, starts: &[(i64, i64)]) {
+    let mut c = app.connection().unwrap();
+    let rows = c
+        .query(
+            "SELECT id, (args #>> '{}')::bigint, \
+                    (extract(epoch FROM created_at) * 1e6)::bigint, \
+                    (extract(epoch FROM started_at) * 1e6)::bigint \
+               FROM postpone_jobs WHERE started_at IS NOT NULL",
+            &[],
+        )
+        .unwrap();
+    let db: std::collections::HashMap<i64, (i64, i64, i64)> = rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+        .collect();
+    let (mut send, mut wait, mut claim) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, start) in starts {
+        if let Some(&(due, created, started)) = db.get(id) {
+            let us = |d: i64| d.clamp(0, u32::MAX as i64) as u32;
+            send.push(us(created - due));
+            wait.push(us(started - created));
+            claim.push(us(start - started));
+        }
+    }
+    println!(
+        "  breakdown of {} jobs (ms):   p50      p90      p99    p99.9      max",
+        send.len()
+    );
+    for (name, v) in [
+        ("due -> insert", send),
+        ("insert -> claim", wait),
+        ("claim -> task", claim),
+    ] {
+        let p = percentiles_ms(v);
+        println!(
+            "  {name:<24} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            p[0], p[1], p[2], p[3], p[4]
+        );
     }
 }
 
@@ -420,7 +488,9 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
         .is_ok();
     let mut t = Tasks::new();
     t.register("sched", |_: &Job| Ok(()));
-    let mut b = Worker::builder(app, t).concurrency(o.concurrency);
+    let mut b = Worker::builder(app, t)
+        .outcomes_ride_claims(crate::common::ride())
+        .concurrency(o.concurrency);
     if let Some(p) = o.poll {
         b = b.poll_interval(p);
     }

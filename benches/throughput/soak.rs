@@ -252,6 +252,7 @@ pub fn run(url: &str) {
     c.batch_execute("VACUUM ANALYZE postpone_jobs").unwrap();
     let lat = Latencies::default();
     let h = Worker::builder(&app, lat.tasks())
+        .outcomes_ride_claims(crate::common::ride())
         .concurrency(o.concurrency)
         .retention(retention.clone())
         .vacuum(vacuum.clone())

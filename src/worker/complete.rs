@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
@@ -45,17 +46,28 @@ pub(crate) fn run(
     let mut link = Link::new(shared, "recording job outcomes");
     let mut vacuum = super::vacuum::Check::new(&shared.opts.vacuum);
     let mut senders_gone = false;
+    let ride = &shared.ride;
     loop {
         if pending.is_empty() {
             if senders_gone {
-                return;
-            }
-            select! {
-                recv(outcomes) -> o => match o {
-                    Ok(o) => pending.push(o),
-                    Err(_) => return,
-                },
-                recv(hard) -> _ => return,
+                // Whatever still waits for a claim is recorded here before the end.
+                pending.extend(ride.take_all());
+                if pending.is_empty() {
+                    return;
+                }
+            } else {
+                let timeout = ride
+                    .deadline()
+                    .map(|d| d.saturating_duration_since(Instant::now()));
+                select! {
+                    recv(outcomes) -> o => match o {
+                        Ok(o) => pending.push(o),
+                        Err(_) => senders_gone = true,
+                    },
+                    recv(hard) -> _ => return,
+                    recv(ride.back.1) -> _ => {}
+                    default(timeout.unwrap_or(Duration::from_secs(3600))) => {}
+                }
             }
         }
         while pending.len() < MAX_BATCH {
@@ -67,6 +79,36 @@ pub(crate) fn run(
                     break;
                 }
             }
+        }
+        // Outcomes no claim took in time, or handed back (the recording failed with the
+        // claim), are recorded here, never left to ride again: a refused one would fail
+        // every claim it rode on.
+        let back = ride.take_expired();
+        if shared.opts.ride_claims && !senders_gone && ride.fetcher_busy() {
+            let (rest, riders): (Vec<Outcome>, Vec<Outcome>) =
+                pending.drain(..).partition(Outcome::requeues);
+            pending = rest;
+            if !riders.is_empty() {
+                ride.leave(riders);
+            }
+        }
+        pending.extend(back);
+        if pending.is_empty() {
+            // Every outcome rode: the table's counters are still read as often.
+            if vacuum.due(shared) {
+                if let Ok((c, ())) = link.get() {
+                    let res = vacuum.after_record(shared, c);
+                    if let Err(e) = &res {
+                        log::debug!(
+                            "worker {}: reading postpone_jobs' counters: {e}",
+                            shared.name
+                        );
+                    }
+                    // A broken link is dropped here; the next recording reconnects.
+                    let _ = link.judge(res);
+                }
+            }
+            continue;
         }
         let batch = pending.len().min(MAX_BATCH);
         let res = match link.get() {
@@ -202,17 +244,66 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
         .map(|r| (r.get(0), r.get(1)))
         .collect()
     } else {
-        let words: Vec<&str> = group.iter().map(|o| o.word).collect();
-        let outputs: Vec<Option<&RawJson>> = group.iter().map(|o| o.output.as_ref()).collect();
+        let p = FinishParams::new(group);
         conn.query_cached(
             "recording job outcomes",
             store::JOB_FINISH_BATCH,
-            &[&ids, &workers, &attempts, &words, &errors, &outputs],
+            &p.params(),
         )?
         .iter()
         .map(|r| (r.get(0), String::new()))
         .collect()
     };
+    settle(shared, conn, group, &done);
+    Ok(())
+}
+
+/// The parameters of [`store::JOB_FINISH_BATCH`] for `group` (final outcomes only).
+pub(crate) struct FinishParams<'a> {
+    ids: Vec<i64>,
+    workers: Vec<i64>,
+    attempts: Vec<i32>,
+    words: Vec<&'static str>,
+    errors: Vec<Option<String>>,
+    outputs: Vec<Option<&'a RawJson>>,
+}
+
+impl<'a> FinishParams<'a> {
+    pub(crate) fn new(group: &[&'a Outcome]) -> FinishParams<'a> {
+        FinishParams {
+            ids: group.iter().map(|o| o.key.id.0).collect(),
+            workers: group.iter().map(|o| o.key.worker).collect(),
+            attempts: group.iter().map(|o| o.key.attempt).collect(),
+            words: group.iter().map(|o| o.word).collect(),
+            errors: group
+                .iter()
+                .map(|o| o.error.as_deref().map(limits::safe_text))
+                .collect(),
+            outputs: group.iter().map(|o| o.output.as_ref()).collect(),
+        }
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 6] {
+        [
+            &self.ids,
+            &self.workers,
+            &self.attempts,
+            &self.words,
+            &self.errors,
+            &self.outputs,
+        ]
+    }
+}
+
+/// After a statement recorded `group` and returned, for each outcome it applied, its
+/// job's id and what came of it (`done`): frees the attempts' slots, counts, and says
+/// what the log should know.
+pub(crate) fn settle(
+    shared: &Shared,
+    conn: &mut Connection,
+    group: &[&Outcome],
+    done: &HashMap<i64, String>,
+) {
     shared.ledger.settle(group.iter().map(|o| o.key));
     shared
         .stats
@@ -251,7 +342,6 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
             .collect();
         explain_unrecorded(shared, conn, &missing);
     }
-    Ok(())
 }
 
 /// The database refused this outcome alone: the attempt ends `failed` with the reason, or,

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::link::Link;
-use super::{sleep_or_stop, Claimed, Shared};
+use super::{sleep_or_stop, Claimed, Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
 use crate::job::JobId;
@@ -61,7 +61,7 @@ pub(crate) fn run(
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
-                let res = claim(shared, c, free, &task_names);
+                let res = claim_with_riders(shared, c, free, &task_names);
                 claim_latency.observe(started.elapsed());
                 link.judge(res)
             }
@@ -77,6 +77,8 @@ pub(crate) fn run(
             }
         };
         let n = claimed.len();
+        // Said before the jobs are handed out, so that their outcomes find it said.
+        shared.ride.set_idle(n < free);
         if n > 0 {
             shared.ledger.hold(claimed.iter().map(Claimed::key));
             shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
@@ -153,21 +155,103 @@ impl Ewma {
     }
 }
 
-fn claim(
+/// A claim that also records the final outcomes waiting for it (`ride.rs`), in one
+/// transaction, when any wait and the link allows it (outside a transaction pooler);
+/// otherwise a claim alone. Outcomes it could not record go back to the completer.
+fn claim_with_riders(
     shared: &Shared,
     conn: &mut Connection,
     limit: usize,
     task_names: &Option<Vec<String>>,
 ) -> Result<Vec<Claimed>> {
+    let possible = shared.opts.ride_claims && !conn.through_transaction_pooler();
+    shared.ride.claiming(possible);
+    if !possible {
+        return claim(shared, conn, limit, task_names, None);
+    }
+    let riders = shared.ride.take(super::complete::MAX_BATCH);
+    if riders.is_empty() {
+        return claim(shared, conn, limit, task_names, None);
+    }
+    let refs: Vec<&Outcome> = riders.iter().collect();
+    let params = super::complete::FinishParams::new(&refs);
+    let mut recorded = None;
+    let res = claim(
+        shared,
+        conn,
+        limit,
+        task_names,
+        Some((&params.params()[..], &mut recorded)),
+    );
+    match recorded {
+        Some(done) => {
+            // Committed with the claim.
+            shared
+                .stats
+                .rode
+                .fetch_add(refs.len() as u64, Ordering::Relaxed);
+            super::complete::settle(shared, conn, &refs, &done);
+        }
+        None => {
+            drop(params);
+            shared.ride.hand_back(riders);
+            // The recording was refused (the claim failed only because of it): claim alone.
+            if let Err(e) = &res {
+                if e.sqlstate() == Some("25P02") && !conn.is_broken() {
+                    return claim(shared, conn, limit, task_names, None);
+                }
+            }
+        }
+    }
+    res
+}
+
+/// The recording of outcomes that rides on a claim: its parameters, and where the claim
+/// puts, once the transaction committed, each recorded job's id.
+type Riders<'a, 'b> = (
+    &'a [&'a (dyn postgres::types::ToSql + Sync)],
+    &'b mut Option<HashMap<i64, String>>,
+);
+
+fn claim(
+    shared: &Shared,
+    conn: &mut Connection,
+    limit: usize,
+    task_names: &Option<Vec<String>>,
+    riders: Option<Riders<'_, '_>>,
+) -> Result<Vec<Claimed>> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
     let sent = shared.due.sending();
     shared.stats.claims.fetch_add(1, Ordering::Relaxed);
-    let mut rows = conn.query_cached(
-        "claiming jobs",
-        store::JOB_CLAIM,
-        &[&id, &limit, &shared.opts.queues, task_names],
-    )?;
+    let claim_params: [&(dyn postgres::types::ToSql + Sync); 4] =
+        [&id, &limit, &shared.opts.queues, task_names];
+    let mut rows = match riders {
+        None => conn.query_cached("claiming jobs", store::JOB_CLAIM, &claim_params)?,
+        Some((finish, recorded)) => {
+            let pair = conn.query_cached_pair_in_transaction(
+                "recording job outcomes and claiming jobs",
+                (store::JOB_FINISH_BATCH, finish),
+                (store::JOB_CLAIM, &claim_params),
+            )?;
+            match (pair.first, pair.second) {
+                (Ok(done), Ok(rows)) => {
+                    *recorded = Some(done.iter().map(|r| (r.get(0), String::new())).collect());
+                    rows
+                }
+                // The recording failed: the claim failed with it ("current transaction is
+                // aborted", 25P02) unless the link did.
+                (Err(e), Err(c)) if c.sqlstate() == Some("25P02") => {
+                    log::debug!(
+                        "worker {}: recording outcomes with a claim failed ({e}); the completer records them",
+                        shared.name
+                    );
+                    return Err(c);
+                }
+                (_, Err(e)) | (Err(e), Ok(_)) => return Err(e),
+            }
+        }
+    };
     shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
     crate::metrics::queue_waits(&rows);
     // A job the statement's snapshot did not see (NULL) has its limit read now.

@@ -34,6 +34,7 @@ mod link;
 mod listen;
 mod observe;
 mod periodic;
+mod ride;
 mod shutdown;
 mod vacuum;
 
@@ -142,6 +143,7 @@ pub(crate) struct Stats {
     pub(crate) aborted: AtomicU64,
     pub(crate) interrupted: AtomicU64,
     pub(crate) snoozed: AtomicU64,
+    pub(crate) rode: AtomicU64,
     pub(crate) recorded: AtomicU64,
     pub(crate) db_errors: AtomicU64,
     pub(crate) reconnects: AtomicU64,
@@ -175,6 +177,8 @@ pub(crate) struct Shared {
     pub(crate) vacuum: vacuum::VacuumState,
     /// When the next scheduled job is due, for the fetcher's idle wait.
     pub(crate) due: due::Due,
+    /// Final outcomes waiting for the next claim to record them.
+    pub(crate) ride: ride::Ride,
 }
 
 impl Shared {
@@ -303,6 +307,9 @@ pub struct WorkerStats {
     pub snoozed: u64,
     /// Vacuums of the jobs table this worker ran ([`Vacuum`]).
     pub vacuums: u64,
+    /// Outcomes recorded in a claim's transaction rather than a commit of their own
+    /// ([`WorkerBuilder::outcomes_ride_claims`]); counted in `recorded` too.
+    pub outcomes_on_claims: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -368,6 +375,7 @@ impl WorkerHandle {
             db_errors: get(&s.db_errors),
             connections_opened: get(&s.reconnects),
             snoozed: get(&s.snoozed),
+            outcomes_on_claims: get(&s.rode),
             vacuums: get(&r.shared.vacuum.runs),
         }
     }

@@ -260,6 +260,8 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     let mut unrecorded =
         std::mem::take(&mut *shared.unrecorded.lock().unwrap_or_else(|e| e.into_inner()));
     unrecorded.extend(r.outcome_rx.try_iter());
+    // And those left for a claim that never came.
+    unrecorded.extend(shared.ride.take_all());
 
     // 5. Cleanup with the time left.
     let cleanup_deadline = p.end.checked_sub(Duration::from_millis(5)).unwrap_or(p.end);

@@ -171,6 +171,12 @@ impl Check {
         }
     }
 
+    /// Whether [`after_record`](Self::after_record) would read the counters now.
+    pub(crate) fn due(&self, shared: &Shared) -> bool {
+        let v = &shared.opts.vacuum;
+        v.enabled && Instant::now() >= self.next && !shared.vacuum.disabled()
+    }
+
     /// Errors are the caller's to judge like any other round-trip's.
     pub(crate) fn after_record(&mut self, shared: &Shared, conn: &mut Connection) -> Result<()> {
         let v = &shared.opts.vacuum;

@@ -77,3 +77,100 @@ impl Connection {
         ))
     }
 }
+
+/// What [`Connection::query_cached_pair_in_transaction`] got back: each statement's own
+/// result. The transaction committed only when both are `Ok`.
+pub(crate) struct PairInTransaction {
+    pub(crate) first: Result<Vec<Row>>,
+    pub(crate) second: Result<Vec<Row>>,
+}
+
+impl Connection {
+    /// Runs `first` then `second` in one transaction of their own, `BEGIN` and `COMMIT`
+    /// included, in one round-trip (the connection is outside a transaction and not behind a
+    /// transaction pooler: the caller checks). A statement that fails rolls the transaction
+    /// back: the other then reports that failure too (the server's "current transaction is
+    /// aborted", or the first statement's error). `Err` is returned only when the link
+    /// itself failed (no answer, a deadline): whether the transaction committed is then
+    /// unknown.
+    pub(crate) fn query_cached_pair_in_transaction(
+        &mut self,
+        what: &str,
+        first: (&'static str, &[&(dyn ToSql + Sync)]),
+        second: (&'static str, &[&(dyn ToSql + Sync)]),
+    ) -> Result<PairInTransaction> {
+        debug_assert!(!self.inner.in_tx && !self.through_transaction_pooler());
+        let s1 = self.cached(what, first.0)?;
+        let s2 = self.cached(what, second.0)?;
+        let t = self.inner.io_timeout;
+        let client = &self.client;
+        let (begin, a, b, commit) = self.inner.run(what, t, async {
+            let mut f0 = std::pin::pin!(client.batch_execute("BEGIN"));
+            let mut f1 = std::pin::pin!(client.query(&s1, first.1));
+            let mut f2 = std::pin::pin!(client.query(&s2, second.1));
+            let mut f3 = std::pin::pin!(client.batch_execute("COMMIT"));
+            let (mut r0, mut r1, mut r2, mut r3) = (None, None, None, None);
+            std::future::poll_fn(|cx| {
+                // Polled in order: the requests go out in this order, pipelined.
+                if r0.is_none() {
+                    if let Poll::Ready(v) = f0.as_mut().poll(cx) {
+                        r0 = Some(v);
+                    }
+                }
+                if r1.is_none() {
+                    if let Poll::Ready(v) = f1.as_mut().poll(cx) {
+                        r1 = Some(v);
+                    }
+                }
+                if r2.is_none() {
+                    if let Poll::Ready(v) = f2.as_mut().poll(cx) {
+                        r2 = Some(v);
+                    }
+                }
+                if r3.is_none() {
+                    if let Poll::Ready(v) = f3.as_mut().poll(cx) {
+                        r3 = Some(v);
+                    }
+                }
+                if r0.is_some() && r1.is_some() && r2.is_some() && r3.is_some() {
+                    Poll::Ready(Ok((
+                        r0.take().unwrap(),
+                        r1.take().unwrap(),
+                        r2.take().unwrap(),
+                        r3.take().unwrap(),
+                    )))
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await
+        })?;
+        let mut first = a.map_err(|e| self.inner.classify(what, e));
+        let mut second = b.map_err(|e| self.inner.classify(what, e));
+        // A statement dropped by task code (DEALLOCATE) fails the first use: forget them all.
+        if [&first, &second]
+            .iter()
+            .any(|r| matches!(r, Err(e) if e.sqlstate() == Some("26000")))
+        {
+            self.statements.clear();
+            self.client.clear_type_cache();
+        }
+        for (step, r) in [("BEGIN", begin), ("COMMIT", commit)] {
+            if let Err(e) = r {
+                let e = self.inner.classify(what, e);
+                log::debug!("{what} on {}: {step} failed: {e}", self.inner.peer);
+                // Nothing committed: both statements report the failure.
+                if first.is_ok() {
+                    first = Err(Error::new(e.kind(), format!("{what}: {step}: {e}")));
+                }
+                if second.is_ok() {
+                    second = Err(Error::new(e.kind(), format!("{what}: {step}: {e}")));
+                }
+                if self.client.is_closed() {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(PairInTransaction { first, second })
+    }
+}

@@ -1,0 +1,133 @@
+//! Outcomes that ride on the next claim (`WorkerBuilder::outcomes_ride_claims`): a worker fed
+//! a steady stream of jobs records their outcomes in its claims' transactions; every job
+//! still ends once, with the right status; an outcome the database refuses inside a claim's
+//! transaction costs neither that claim nor the other outcomes; and the switch turns it off.
+
+mod support;
+mod worker_util;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postpone::{App, Job, JobId, Tasks, WorkerStats};
+use worker_util::*;
+
+/// A task "ok" that counts its runs per job.
+fn counting_tasks() -> (Tasks, Arc<Mutex<HashMap<i64, usize>>>) {
+    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+    let r = runs.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("ok", move |job: &Job| {
+        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
+        Ok(())
+    });
+    (tasks, runs)
+}
+
+/// Defers `n` jobs one at a time, one every `gap`, so that each claim finds one or two
+/// (the regime where outcomes ride: the fetcher claims often and finds less than it asks).
+fn stream(app: &App, n: usize, gap: Duration, args: impl Fn(usize) -> i64) -> Vec<JobId> {
+    (0..n)
+        .map(|i| {
+            std::thread::sleep(gap);
+            app.defer("ok", &args(i)).unwrap()
+        })
+        .collect()
+}
+
+fn run_stream(ride: bool) -> (WorkerStats, HashMap<i64, usize>, Vec<JobId>) {
+    let (db, app) = setup();
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(2)
+        .outcomes_ride_claims(ride)
+        .spawn()
+        .unwrap();
+    let ids = stream(&app, 300, Duration::from_millis(1), |i| i as i64);
+    for id in &ids {
+        wait_status(&db, *id, "succeeded", Duration::from_secs(10));
+    }
+    let stats = w.stats();
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    let runs = runs.lock().unwrap().clone();
+    (stats, runs, ids)
+}
+
+#[test]
+fn a_steady_stream_records_its_outcomes_with_the_claims_and_each_job_once() {
+    let (stats, runs, ids) = run_stream(true);
+    println!("{stats:?}");
+    for id in &ids {
+        assert_eq!(runs.get(&id.0), Some(&1), "job {id} ran once");
+    }
+    assert_eq!(stats.recorded, 300, "{stats:?}");
+    // Most of them ride (288 of 300 on a quiet machine, 88 with two more test binaries
+    // running); a loaded machine spreads the claims out, and outcomes then have commits of
+    // their own.
+    assert!(
+        stats.outcomes_on_claims >= 10,
+        "outcomes recorded with a claim: {stats:?}"
+    );
+    assert!(stats.outcomes_on_claims <= stats.recorded, "{stats:?}");
+}
+
+#[test]
+fn with_riding_off_every_outcome_has_a_commit_of_its_own() {
+    let (stats, runs, ids) = run_stream(false);
+    for id in &ids {
+        assert_eq!(runs.get(&id.0), Some(&1), "job {id} ran once");
+    }
+    assert_eq!(stats.recorded, 300, "{stats:?}");
+    assert_eq!(stats.outcomes_on_claims, 0, "{stats:?}");
+}
+
+/// A trigger of the user's refuses some outcomes. Recorded with a claim, such a refusal
+/// rolls back the claim's transaction: the claim is sent again alone, the outcomes go back to
+/// the completer, which records the others and fails the refused jobs with the reason.
+#[test]
+fn an_outcome_refused_inside_a_claims_transaction_costs_nothing_else() {
+    let (db, app) = setup();
+    db.client()
+        .batch_execute(
+            "CREATE FUNCTION refuse_tens() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF NEW.status = 'succeeded' AND (NEW.args #>> '{}')::bigint % 10 = 0 THEN
+                     RAISE EXCEPTION 'multiples of ten may not succeed';
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER refuse_tens BEFORE UPDATE ON postpone_jobs
+                 FOR EACH ROW EXECUTE FUNCTION refuse_tens();",
+        )
+        .unwrap();
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
+    let ids = stream(&app, 300, Duration::from_millis(1), |i| i as i64 + 1);
+    for (i, id) in ids.iter().enumerate() {
+        let refused = (i + 1) % 10 == 0;
+        let row = wait_status(
+            &db,
+            *id,
+            if refused { "failed" } else { "succeeded" },
+            Duration::from_secs(10),
+        );
+        if refused {
+            assert!(
+                row.error_texts()[0].contains("multiples of ten may not succeed"),
+                "{:?}",
+                row.errors
+            );
+        }
+    }
+    let stats = w.stats();
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    let runs = runs.lock().unwrap();
+    for id in &ids {
+        assert_eq!(runs.get(&id.0), Some(&1), "job {id} ran once");
+    }
+    // The others still rode (236 of 300 on a quiet machine): a refusal stops neither
+    // riding nor claiming.
+    println!("{stats:?}");
+    assert!(stats.outcomes_on_claims >= 10, "{stats:?}");
+}
