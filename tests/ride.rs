@@ -8,7 +8,7 @@ mod worker_util;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postpone::{App, Job, JobId, Tasks, WorkerStats};
 use worker_util::*;
@@ -130,4 +130,69 @@ fn an_outcome_refused_inside_a_claims_transaction_costs_nothing_else() {
     // riding nor claiming.
     println!("{stats:?}");
     assert!(stats.outcomes_on_claims >= 10, "{stats:?}");
+}
+
+/// A finished job whose row someone else holds locked (an admin command, a transaction of
+/// the user's) must not stall the claims its outcome rides on: the claim gives the
+/// recording up after its lock timeout and goes alone, and the completer waits for the row.
+#[test]
+fn a_locked_job_row_does_not_hold_up_the_claims() {
+    let (db, app) = setup();
+    let (started_tx, started_rx) = crossbeam_channel::unbounded::<(i64, i64)>();
+    let (gate_tx, gate_rx) = crossbeam_channel::unbounded::<()>();
+    let mut tasks = Tasks::new();
+    tasks.register("ok", move |job: &Job| {
+        let n = job.args::<i64>()?;
+        let _ = started_tx.send((job.id().0, n));
+        // The first job ends only once the test holds its row.
+        if n == 0 {
+            let _ = gate_rx.recv_timeout(Duration::from_secs(10));
+        }
+        Ok(())
+    });
+    let w = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
+    // The stream runs before, during and after the lock.
+    let feeder = {
+        let app = app.clone();
+        std::thread::spawn(move || stream(&app, 1500, Duration::from_millis(1), |i| i as i64))
+    };
+    let held = loop {
+        let (id, n) = started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        if n == 0 {
+            break id;
+        }
+    };
+    // The claim's transaction committed: the row lock is taken at once.
+    let mut locker = db.client();
+    let mut tx = locker.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 AND status = 'doing' FOR UPDATE",
+        &[&held],
+    )
+    .unwrap();
+    gate_tx.send(()).unwrap();
+    // While the row is held, other jobs go on starting (through the second thread).
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut started_meanwhile = 0;
+    while started_rx
+        .recv_timeout(until.saturating_duration_since(Instant::now()))
+        .is_ok()
+    {
+        started_meanwhile += 1;
+    }
+    let status: String = tx
+        .query_one("SELECT status FROM postpone_jobs WHERE id = $1", &[&held])
+        .unwrap()
+        .get(0);
+    assert_eq!(status, "doing", "its outcome waits for the row");
+    tx.rollback().unwrap();
+    assert!(
+        started_meanwhile >= 50,
+        "only {started_meanwhile} jobs started in 1.5 s while one finished job's row was locked"
+    );
+    let ids = feeder.join().unwrap();
+    for id in &ids {
+        wait_status(&db, *id, "succeeded", Duration::from_secs(20));
+    }
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }

@@ -195,11 +195,11 @@ fn claim_with_riders(
         None => {
             drop(params);
             shared.ride.hand_back(riders);
-            // The recording was refused (the claim failed only because of it): claim alone.
-            if let Err(e) = &res {
-                if e.sqlstate() == Some("25P02") && !conn.is_broken() {
-                    return claim(shared, conn, limit, task_names, None);
-                }
+            // The transaction failed on the server (the recording was refused, or a row
+            // lock made it wait past its lock_timeout) and the link is fine: the completer
+            // records the outcomes on its own, and the claim goes alone, as it would have.
+            if res.is_err() && !conn.is_broken() {
+                return claim(shared, conn, limit, task_names, None);
             }
         }
     }
@@ -231,6 +231,10 @@ fn claim(
         Some((finish, recorded)) => {
             let pair = conn.query_cached_pair_in_transaction(
                 "recording job outcomes and claiming jobs",
+                // A job row locked by someone else (an admin command, a transaction of
+                // the user's) holds the recording up: not the claim, which gives up after
+                // 100 ms and goes again alone, leaving that wait to the completer.
+                "BEGIN; SET LOCAL lock_timeout = '100ms'",
                 (store::JOB_FINISH_BATCH, finish),
                 (store::JOB_CLAIM, &claim_params),
             )?;
@@ -239,16 +243,14 @@ fn claim(
                     *recorded = Some(done.iter().map(|r| (r.get(0), String::new())).collect());
                     rows
                 }
-                // The recording failed: the claim failed with it ("current transaction is
-                // aborted", 25P02) unless the link did.
-                (Err(e), Err(c)) if c.sqlstate() == Some("25P02") => {
+                (first, second) => {
+                    let e = first.err().or(second.err()).expect("one failed");
                     log::debug!(
                         "worker {}: recording outcomes with a claim failed ({e}); the completer records them",
                         shared.name
                     );
-                    return Err(c);
+                    return Err(e);
                 }
-                (_, Err(e)) | (Err(e), Ok(_)) => return Err(e),
             }
         }
     };

@@ -86,8 +86,8 @@ pub(crate) struct PairInTransaction {
 }
 
 impl Connection {
-    /// Runs `first` then `second` in one transaction of their own, `BEGIN` and `COMMIT`
-    /// included, in one round-trip (the connection is outside a transaction and not behind a
+    /// Runs `first` then `second` in one transaction of their own, opened by `begin` (`BEGIN`
+    /// and any `SET LOCAL`, one simple query) and closed by `COMMIT`, in one round-trip (the connection is outside a transaction and not behind a
     /// transaction pooler: the caller checks). A statement that fails rolls the transaction
     /// back: the other then reports that failure too (the server's "current transaction is
     /// aborted", or the first statement's error). `Err` is returned only when the link
@@ -96,6 +96,7 @@ impl Connection {
     pub(crate) fn query_cached_pair_in_transaction(
         &mut self,
         what: &str,
+        begin: &'static str,
         first: (&'static str, &[&(dyn ToSql + Sync)]),
         second: (&'static str, &[&(dyn ToSql + Sync)]),
     ) -> Result<PairInTransaction> {
@@ -105,7 +106,7 @@ impl Connection {
         let t = self.inner.io_timeout;
         let client = &self.client;
         let (begin, a, b, commit) = self.inner.run(what, t, async {
-            let mut f0 = std::pin::pin!(client.batch_execute("BEGIN"));
+            let mut f0 = std::pin::pin!(client.batch_execute(begin));
             let mut f1 = std::pin::pin!(client.query(&s1, first.1));
             let mut f2 = std::pin::pin!(client.query(&s2, second.1));
             let mut f3 = std::pin::pin!(client.batch_execute("COMMIT"));
