@@ -1,7 +1,7 @@
 //! Building a worker: its options, their checks, and `spawn`, which starts its threads.
 //!
 //! Owns [`WorkerBuilder`] (a consuming builder; the periodic and retention setters live in
-//! `periodic.rs`), the options it collects (`WorkerOptions`), and what the worker says about
+//! `periodic.rs`, the riding one in `ride.rs`), the options it collects (`WorkerOptions`), and what the worker says about
 //! itself in `postpone_workers` (`Identity`). `spawn` checks the options, opens the first
 //! connection, checks the schema, registers the worker row, then starts the threads in a
 //! fixed order (beat, executors, completer, fetcher, listener, periodic) and waits, bounded,
@@ -235,16 +235,6 @@ impl WorkerBuilder {
     /// little more when many of them wait at the head of the queue.
     pub fn only_registered_tasks(mut self, only: bool) -> Self {
         self.opts.only_registered = only;
-        self
-    }
-
-    /// Whether a busy worker records finished jobs in its next claim's transaction (one
-    /// commit, so one WAL flush, for both) rather than in a commit of their own. Defaults to
-    /// true. An outcome waits at most 2 ms for a claim to carry it, and only while the
-    /// worker is claiming often; otherwise it is recorded at once, as with `false`. Retries
-    /// and snoozes are always recorded at once.
-    pub fn outcomes_ride_claims(mut self, ride: bool) -> Self {
-        self.opts.ride_claims = ride;
         self
     }
 

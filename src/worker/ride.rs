@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::Outcome;
+use super::{Outcome, WorkerBuilder};
 
 /// Longest an outcome waits here for a claim to carry it.
 pub(crate) const HOLD: Duration = Duration::from_millis(2);
@@ -158,5 +158,17 @@ impl Ride {
         let mut s = self.slot();
         s.until = None;
         std::mem::take(&mut s.outcomes)
+    }
+}
+
+impl WorkerBuilder {
+    /// Whether a busy worker records finished jobs in its next claim's transaction (one
+    /// commit, so one WAL flush, for both) rather than in a commit of their own. Defaults to
+    /// true. An outcome waits at most 2 ms for a claim to carry it, and only while the
+    /// worker's claims come often and find less than they ask for; otherwise it is recorded
+    /// at once, as with `false`. Retries and snoozes are always recorded at once.
+    pub fn outcomes_ride_claims(mut self, ride: bool) -> Self {
+        self.opts.ride_claims = ride;
+        self
     }
 }
