@@ -72,7 +72,7 @@ impl TaskError {
     /// given back, no error is recorded, and the job counts one more snooze (shown as
     /// `snoozes` by the admin API). For work that is not ready yet (a resource busy, a
     /// result not available), not for failures. The delay is clamped to
-    /// [`MAX_DELAY`](crate::limits::MAX_DELAY). A job whose abort was requested ends
+    /// 100 years. A job whose abort was requested ends
     /// aborted instead; a job whose queueing lock another waiting job holds ends
     /// cancelled (that job does the work).
     ///

@@ -51,7 +51,7 @@ impl Admin {
     /// A limit of zero or less, or above `i32::MAX`, is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error (to stop a queue, use
     /// [`pause`](Self::pause)); so is an empty name, a NUL, or a name over
-    /// [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES).
+    /// 255 bytes.
     pub fn set_queue_limit(&self, queue: &str, max_running: Option<i64>) -> Result<Option<i32>> {
         let what = "setting a queue's concurrency limit";
         limits::check_name("queue", queue).map_err(|e| e.context(what))?;

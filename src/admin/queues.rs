@@ -64,7 +64,7 @@ impl Admin {
     /// jobs finish, and new jobs can still be deferred (they wait). The pause is stored, so
     /// it survives restarts. Returns `false` if the queue was already paused (nothing
     /// changes). The queue need not have jobs yet. An empty name, a NUL, or a name over
-    /// [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES) is an
+    /// 255 bytes is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error.
     pub fn pause(&self, queue: &str) -> Result<bool> {
         limits::check_name("queue", queue).map_err(|e| e.context("pausing a queue"))?;

@@ -165,7 +165,7 @@ impl Admin {
     /// A limit under 1 or above `i32::MAX` is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error (to stop a queue, use
     /// [`pause`](Self::pause)); so is an empty queue name or `key_arg`, a NUL, or a name over
-    /// [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES).
+    /// 255 bytes.
     pub fn set_key_limit(
         &self,
         queue: &str,
@@ -230,13 +230,13 @@ impl Admin {
 
     /// Sets the rate limit of `queue`: at most `max_starts` of its jobs start in any sliding
     /// window of `per`, across every worker, by the database's clock (see the
-    /// [module](self) text for the exact semantics). Replaces the queue's rate limit, if it
+    /// README's "Key limits and rate limits" for the exact semantics). Replaces the queue's rate limit, if it
     /// had one (the starts already logged still count); returns the previous `max_starts`.
     /// Takes effect at the next claim of every worker; running jobs are never stopped. The
     /// queue need not have jobs yet.
     ///
     /// `max_starts` under 1 or above `i32::MAX`, or `per` under [`MIN_RATE_PERIOD`] or over
-    /// [`MAX_DELAY`](crate::limits::MAX_DELAY), is an
+    /// 100 years, is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error; so is a bad queue name.
     pub fn set_rate_limit(
         &self,

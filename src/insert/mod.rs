@@ -236,7 +236,7 @@ impl<S> NewJob<S> {
 
     /// Tags for operators: listed with the job, and a filter of the admin API
     /// ([`JobFilter::tag`](crate::JobFilter::tag)) and of `postpone jobs --tag`. Each is a
-    /// non-empty text of at most [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES), at most
+    /// non-empty text of at most 255 bytes, at most
     /// [`MAX_TAGS`] of them (checked when the job is deferred). Defaults to none.
     pub fn tags<I, T>(mut self, tags: I) -> Self
     where
