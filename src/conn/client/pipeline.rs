@@ -1,9 +1,35 @@
-//! Two statements in one round-trip, each its own transaction: a defer and the wake-up that
-//! follows it.
+//! Two statements in one round-trip: each its own transaction (a defer and the wake-up that
+//! follows it), or both in one (outcomes recorded with the next claim).
 
 use std::task::Poll;
 
 use super::*;
+
+/// Runs `a` and `b` together, polling `a` first each time: requests they send on one
+/// connection go out in that order, pipelined in one round-trip.
+async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let mut a = std::pin::pin!(a);
+    let mut b = std::pin::pin!(b);
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if ra.is_some() && rb.is_some() {
+            Poll::Ready((ra.take().unwrap(), rb.take().unwrap()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
 
 impl Connection {
     /// Runs `sql`, which commits on its own (the connection is outside a transaction and not
@@ -28,29 +54,11 @@ impl Connection {
             let t = self.inner.io_timeout;
             let client = &self.client;
             let (a, b) = self.inner.run(what, t, async {
-                let mut fa = std::pin::pin!(client.query(&first, params));
-                let mut fb = std::pin::pin!(client.query(&second, after_params));
-                let (mut ra, mut rb) = (None, None);
-                std::future::poll_fn(|cx| {
-                    if ra.is_none() {
-                        if let Poll::Ready(v) = fa.as_mut().poll(cx) {
-                            ra = Some(v);
-                        }
-                    }
-                    if rb.is_none() {
-                        if let Poll::Ready(v) = fb.as_mut().poll(cx) {
-                            rb = Some(v);
-                        }
-                    }
-                    match (ra.take(), rb.take()) {
-                        (Some(x), Some(y)) => Poll::Ready(Ok((x, y))),
-                        (x, y) => {
-                            (ra, rb) = (x, y);
-                            Poll::Pending
-                        }
-                    }
-                })
-                .await
+                Ok(both(
+                    client.query(&first, params),
+                    client.query(&second, after_params),
+                )
+                .await)
             })?;
             if let Err(e) = &b {
                 log::debug!(
@@ -106,45 +114,13 @@ impl Connection {
         let t = self.inner.io_timeout;
         let client = &self.client;
         let (begin, a, b, commit) = self.inner.run(what, t, async {
-            let mut f0 = std::pin::pin!(client.batch_execute(begin));
-            let mut f1 = std::pin::pin!(client.query(&s1, first.1));
-            let mut f2 = std::pin::pin!(client.query(&s2, second.1));
-            let mut f3 = std::pin::pin!(client.batch_execute("COMMIT"));
-            let (mut r0, mut r1, mut r2, mut r3) = (None, None, None, None);
-            std::future::poll_fn(|cx| {
-                // Polled in order: the requests go out in this order, pipelined.
-                if r0.is_none() {
-                    if let Poll::Ready(v) = f0.as_mut().poll(cx) {
-                        r0 = Some(v);
-                    }
-                }
-                if r1.is_none() {
-                    if let Poll::Ready(v) = f1.as_mut().poll(cx) {
-                        r1 = Some(v);
-                    }
-                }
-                if r2.is_none() {
-                    if let Poll::Ready(v) = f2.as_mut().poll(cx) {
-                        r2 = Some(v);
-                    }
-                }
-                if r3.is_none() {
-                    if let Poll::Ready(v) = f3.as_mut().poll(cx) {
-                        r3 = Some(v);
-                    }
-                }
-                if r0.is_some() && r1.is_some() && r2.is_some() && r3.is_some() {
-                    Poll::Ready(Ok((
-                        r0.take().unwrap(),
-                        r1.take().unwrap(),
-                        r2.take().unwrap(),
-                        r3.take().unwrap(),
-                    )))
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await
+            // Nested, the polls keep their order: BEGIN, first, second, COMMIT.
+            let ((r0, r1), (r2, r3)) = both(
+                both(client.batch_execute(begin), client.query(&s1, first.1)),
+                both(client.query(&s2, second.1), client.batch_execute("COMMIT")),
+            )
+            .await;
+            Ok((r0, r1, r2, r3))
         })?;
         let mut first = a.map_err(|e| self.inner.classify(what, e));
         let mut second = b.map_err(|e| self.inner.classify(what, e));
