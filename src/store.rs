@@ -55,7 +55,8 @@ RETURNING id";
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
-/// Claims up to `$2` due jobs for worker `$1` through `postpone_claim` (schema version 3):
+/// Claims up to `$2` due jobs for worker `$1` through `postpone_claim_jobs` (schema version 12;
+/// `postpone_claim` of version 3 and later, which returns the same less the attempt limit):
 /// highest priority first, then the earliest due, then the oldest; skipping rows other
 /// claimers hold, and never a job whose lock has a running job or an older pending one. `$3`
 /// the worker's queues and `$4` its task names (each NULL: no filter). Nothing is claimed if
@@ -63,9 +64,7 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// function fixes the plan (an ordered walk of the due-jobs index; see migration 3),
 /// whatever the table's statistics say.
 ///
-/// Each job's own attempt limit (schema version 5) comes with it, read by primary key: as
-/// `{n}` (or `{NULL}`: none); NULL when this statement's snapshot, older than the claim's, did
-/// not see the job yet (inserted during the claim): [`JOB_MAX_ATTEMPTS`] reads those.
+/// Each job's own attempt limit (schema version 5) comes with it, or NULL (none).
 ///
 /// Every row also carries the database's `now()` and, when the claim took fewer jobs than
 /// asked, when the earliest job of the worker's queues not due yet will be due
@@ -76,16 +75,14 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// rate-limited queues that have due jobs; at least 1 ms ahead, since the start may have
 /// become allowed between the claim's look and this one), so that the worker comes back then
 /// rather than at its next poll. A claim that takes nothing returns one row
-/// with only those (NULL id). See `worker/due.rs`.
+/// with only those (NULL id). See `worker/due.rs`. Those two are computed once per claim
+/// (`n` is materialized): as a plain subquery, the planner pulled them into the join and
+/// called `postpone_next_due` once per job returned.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
-    SELECT * FROM postpone_claim($1::bigint, $2::int, $3::text[], $4::text[])
-)
-SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
-       c.scheduled_at, c.queue_wait,
-       (SELECT ARRAY[j.max_attempts] FROM postpone_jobs j WHERE j.id = c.id) AS max_attempts,
-       n.db_now, n.next_due
-  FROM (SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
+    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[])
+), n AS MATERIALIZED (
+        SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
                CASE WHEN (SELECT count(*) FROM c) < $2::int
                     THEN floor(extract(epoch FROM least(
                              postpone_next_due($3::text[]),
@@ -102,25 +99,29 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
                                  -- Checked first (a one-time filter): without rate limits,
                                  -- the function is not called (0.2 ms a claim).
                                  AND EXISTS (SELECT 1 FROM postpone_rate_limits)))) * 1000000)::bigint
-               END AS next_due) n
-  LEFT JOIN c ON true";
+               END AS next_due
+)
+SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
+       c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due
+  FROM n LEFT JOIN c ON true";
 
-/// Records the final outcomes of many attempts at once. Arrays: `$1` job ids, `$2` and `$3`
-/// the fence of each attempt (the worker identity that claimed it and the attempt number the
-/// claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`, `aborted`, `delete`),
-/// `$5` error text (appended to the job's errors), `$6` output (stored with `succeeded`
-/// only, see `Job::set_output`). Returns the ids whose outcome was
+/// Records the final outcomes of many attempts at once through `postpone_finish` (schema
+/// version 12; the statement itself is there, planned once per session). Arrays: `$1` job
+/// ids, `$2` and `$3` the fence of each attempt (the worker identity that claimed it and the
+/// attempt number the claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`,
+/// `aborted`, `delete`), `$5` error text (appended to the job's errors), `$6` output (stored
+/// with `succeeded` only, see `Job::set_output`). Returns the ids whose outcome was
 /// recorded; a missing id was no longer that attempt's (it was requeued after its worker was
 /// presumed dead, and maybe claimed again). Outcomes that put a job back in the queue go
 /// through [`JOB_REQUEUE`] instead.
 ///
-/// The plan must drive from the outcomes and reach each row by primary key, whatever the
-/// statistics say. The guards are written with `IS NOT DISTINCT FROM`, which no index can
+/// The plan drives from the outcomes and reaches each row by primary key, whatever the
+/// statistics say: the guards are written with `IS NOT DISTINCT FROM`, which no index can
 /// serve, so that the planner cannot scan the partial index on `doing` rows instead (it
 /// estimates it at one row, then loops over every outcome for every row it finds: O(n²)).
-/// Measured per batch of 1,000: with `=` guards, 4.4 s after 20,000 jobs (dead index entries)
-/// and 334 ms with a million finished rows; with an `id = ANY($1)` filter, 256 ms; as written,
-/// 12-16 ms in both cases.
+/// Measured per batch of 1,000 before schema 12: with `=` guards, 4.4 s after 20,000 jobs
+/// (dead index entries) and 334 ms with a million finished rows; with an `id = ANY($1)`
+/// filter, 256 ms; as written, 12-16 ms in both cases.
 ///
 /// Nothing here can collide with a unique index (final statuses are in none), and the error
 /// texts are made safe by the caller (no NUL, bounded length).
@@ -129,48 +130,8 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
 /// `aborted` whatever its task returned, even if the worker never saw the request (its links
 /// were down), with a note in its errors; it is never deleted then.
 pub(crate) const JOB_FINISH_BATCH: &str = "
-WITH o AS (
-    SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
-                         $6::jsonb[])
-        AS o(id, worker, attempt, outcome, error, output)
-), updated AS (
-    UPDATE postpone_jobs j
-       SET status = CASE WHEN j.abort_requested THEN 'aborted' ELSE o.outcome END,
-           finished_at = now(),
-           output = CASE WHEN o.outcome = 'succeeded' AND NOT j.abort_requested
-                         THEN o.output ELSE j.output END,
-           errors = CASE
-               WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
-                   THEN j.errors
-               ELSE coalesce(j.errors, '[]'::jsonb)
-                    || CASE WHEN o.error IS NULL THEN '[]'::jsonb
-                            ELSE jsonb_build_array(jsonb_build_object(
-                                'attempt', j.attempts, 'at', now(), 'error', o.error)) END
-                    || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
-                            THEN jsonb_build_array(jsonb_build_object(
-                                'attempt', j.attempts, 'at', now(),
-                                'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
-                                                CASE WHEN o.outcome = 'delete' THEN 'succeeded'
-                                                     ELSE o.outcome END)))
-                            ELSE '[]'::jsonb END END
-      FROM o
-     WHERE j.id = o.id
-       AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
-       AND j.status IS NOT DISTINCT FROM 'doing'
-       AND j.worker_id IS NOT DISTINCT FROM o.worker
-       AND j.attempts IS NOT DISTINCT FROM o.attempt
-    RETURNING j.id
-), deleted AS (
-    DELETE FROM postpone_jobs j
-     USING o
-     WHERE j.id = o.id AND o.outcome = 'delete'
-       AND j.abort_requested IS NOT DISTINCT FROM false
-       AND j.status IS NOT DISTINCT FROM 'doing'
-       AND j.worker_id IS NOT DISTINCT FROM o.worker
-       AND j.attempts IS NOT DISTINCT FROM o.attempt
-    RETURNING j.id
-)
-SELECT id FROM updated UNION ALL SELECT id FROM deleted";
+SELECT id FROM postpone_finish($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
+                               $6::jsonb[]) AS f(id)";
 
 /// Puts jobs back in the queue through `postpone_requeue` (schema version 2), the one
 /// definition every path back to `todo` uses: arrays `$1` ids, `$2` workers and `$3` attempts
@@ -461,11 +422,6 @@ SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
 pub(crate) const JOB_SNOOZE: &str = "
 SELECT job_id, outcome
   FROM postpone_snooze($1::bigint[], $2::bigint[], $3::int[], $4::bigint[])";
-
-/// The attempt limits of jobs `$1` (schema version 5), for claimed jobs that
-/// [`JOB_CLAIM`]'s snapshot did not see.
-pub(crate) const JOB_MAX_ATTEMPTS: &str = "
-SELECT id, max_attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";
 
 /// Inserts a unique job (schema version 6): the parameters of [`JOB_INSERT`], then `$12` the
 /// scope of its key (`w`, `r` or `s`), `$13` whether the queue is part of the key, `$14` the

@@ -356,7 +356,7 @@ fn a_rate_limited_worker_polls_and_does_not_spin() {
             .query_one(
                 "SELECT pg_stat_clear_snapshot()::text,
                         coalesce((SELECT sum(calls) FROM pg_stat_user_functions
-                                   WHERE funcname = 'postpone_claim'), 0)::bigint",
+                                   WHERE funcname = 'postpone_claim_jobs'), 0)::bigint",
                 &[],
             )
             .unwrap()

@@ -78,10 +78,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "parked",
         sql: include_str!("0011_parked.sql"),
     },
+    Migration {
+        version: 12,
+        name: "lean",
+        sql: include_str!("0012_lean.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 11;
+pub(crate) const LATEST: i32 = 12;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -256,24 +256,6 @@ fn claim(
     };
     shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
     crate::metrics::queue_waits(&rows);
-    // A job the statement's snapshot did not see (NULL) has its limit read now.
-    let unseen: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.get::<_, Option<Vec<Option<i32>>>>(10).is_none())
-        .map(|r| r.get(0))
-        .collect();
-    let late: HashMap<i64, Option<i32>> = if unseen.is_empty() {
-        HashMap::new()
-    } else {
-        conn.query_cached(
-            "reading the attempt limits of claimed jobs",
-            store::JOB_MAX_ATTEMPTS,
-            &[&unseen],
-        )?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
-    };
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {
@@ -289,10 +271,7 @@ fn claim(
                     lock: r.get(6),
                     abort_requested: r.get(7),
                     worker: id,
-                    max_attempts: match r.get::<_, Option<Vec<Option<i32>>>>(10) {
-                        Some(v) => v.first().copied().flatten(),
-                        None => late.get(&r.get::<_, i64>(0)).copied().flatten(),
-                    },
+                    max_attempts: r.get(10),
                 },
             )
         })

@@ -1,0 +1,221 @@
+//! Schema version 12 ("lean"): the claim returns each job's attempt limit, the claim
+//! statement looks for the next due job once per claim, the hot functions are planned once
+//! per session, and the queueing-lock index holds only jobs that have a queueing lock.
+//! Workers of version 11, still running during an upgrade, keep working.
+
+mod support;
+mod worker_util;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use postpone::{ErrorKind, Job, NewJob, Tasks, WorkerHandle};
+use support::{wait_until, TestDb};
+use worker_util::*;
+
+fn stop(handle: WorkerHandle) {
+    let report = handle.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "unclean shutdown: {report}");
+}
+
+/// The recording statement a worker of version 11 sends (its `JOB_FINISH_BATCH`).
+const V11_FINISH: &str = include_str!("lean_v11_finish.sql");
+
+#[test]
+fn a_version_11_worker_keeps_claiming_and_recording_on_schema_12() {
+    support::init_logging();
+    let db = TestDb::new();
+    let mut old = db.client();
+    let migrations = [
+        include_str!("../src/schema/0001_init.sql"),
+        include_str!("../src/schema/0002_integrity.sql"),
+        include_str!("../src/schema/0003_claim.sql"),
+        include_str!("../src/schema/0004_results.sql"),
+        include_str!("../src/schema/0005_flow.sql"),
+        include_str!("../src/schema/0006_unique.sql"),
+        include_str!("../src/schema/0007_limits.sql"),
+        include_str!("../src/schema/0008_rates.sql"),
+        include_str!("../src/schema/0009_due.sql"),
+        include_str!("../src/schema/0010_quiet.sql"),
+        include_str!("../src/schema/0011_parked.sql"),
+    ];
+    for sql in migrations {
+        old.batch_execute(sql).unwrap();
+    }
+    old.batch_execute(
+        "CREATE TABLE postpone_migrations (
+             version integer PRIMARY KEY, name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now());
+         INSERT INTO postpone_migrations (version, name)
+              SELECT g, 'v' || g FROM generate_series(1, 11) g;
+         INSERT INTO postpone_workers (id, name, last_heartbeat) VALUES (900, 'old-v11', now());
+         INSERT INTO postpone_jobs (queue, task, args, max_attempts, queueing_lock)
+              SELECT 'default', 'work', to_jsonb(g), CASE WHEN g % 2 = 0 THEN 7 END,
+                     CASE WHEN g = 1 THEN 'only-one' END
+                FROM generate_series(1, 6) g;",
+    )
+    .unwrap();
+    // The old worker is running two jobs when the upgrade happens.
+    let running: Vec<(i64, i32)> = old
+        .query(
+            "SELECT id, attempts FROM postpone_claim(900, 2, NULL, NULL)",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(running.len(), 2);
+
+    let app = app_at(&db.url(), Duration::from_secs(5));
+    assert_eq!(app.migrate().unwrap(), vec![12]);
+
+    // Its recording statement still records, and its claim still returns its ten columns.
+    let ids: Vec<i64> = running.iter().map(|r| r.0).collect();
+    let attempts: Vec<i32> = running.iter().map(|r| r.1).collect();
+    let recorded = old
+        .query(
+            V11_FINISH,
+            &[
+                &ids,
+                &vec![900i64; 2],
+                &attempts,
+                &vec!["succeeded"; 2],
+                &vec![None::<String>; 2],
+                &vec![None::<serde_json::Value>; 2],
+            ],
+        )
+        .unwrap();
+    assert_eq!(recorded.len(), 2);
+    let rows = old
+        .query("SELECT * FROM postpone_claim(900, 10, NULL, NULL)", &[])
+        .unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[0].columns().len(), 10);
+    let statuses: Vec<String> = old
+        .query("SELECT status FROM postpone_jobs ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        statuses,
+        ["succeeded", "succeeded", "doing", "doing", "doing", "doing"]
+    );
+
+    // The new claim gives each job's own attempt limit.
+    old.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, max_attempts)
+              VALUES ('default', 'work', '7', 3), ('default', 'work', '8', NULL)",
+    )
+    .unwrap();
+    let limits: Vec<(i64, Option<i32>)> = old
+        .query(
+            "SELECT id, max_attempts FROM postpone_claim_jobs(900, 10, NULL, NULL) ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(limits.len(), 2);
+    assert_eq!(limits[0].1, Some(3));
+    assert_eq!(limits[1].1, None);
+
+    // The hot functions are planned once per session.
+    let generic: i64 = old
+        .query_one(
+            "SELECT count(*) FROM pg_proc
+              WHERE proname IN ('postpone_claim_jobs', 'postpone_finish', 'postpone_next_due',
+                                'postpone_notify_done')
+                AND 'plan_cache_mode=force_generic_plan' = ANY(proconfig)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(generic, 4);
+}
+
+/// The claim's statement asks for the next due job once per claim, not once per job it
+/// returns (the planner had pulled that look into the join with the claimed rows).
+#[test]
+fn a_short_claim_looks_for_the_next_due_job_once() {
+    let (db, admin_app) = setup();
+    db.client()
+        .batch_execute(&format!(
+            "ALTER DATABASE \"{}\" SET track_functions = 'pl'",
+            db.name()
+        ))
+        .unwrap();
+    // A fresh App: its sessions start with track_functions on.
+    let app = app_at(&db.url(), Duration::from_secs(5));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let seen = ran.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("work", move |_: &Job| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let w = fast_worker(&app, tasks).concurrency(16).spawn().unwrap();
+    // Batches of 4 into a worker with 16 free slots: every claim comes back short, most
+    // with several jobs.
+    for i in 0..25 {
+        let jobs: Vec<NewJob> = (0..4)
+            .map(|k| NewJob::new("work", &(i * 4 + k)).unwrap())
+            .collect();
+        admin_app.defer_batch(&jobs).unwrap();
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(wait_until(Duration::from_secs(10), || ran
+        .load(Ordering::SeqCst)
+        == 100));
+    stop(w);
+    drop(app);
+    let mut c = db.client();
+    let mut calls = (0i64, 0i64);
+    // The worker's sessions report their statistics when they end.
+    wait_until(Duration::from_secs(5), || {
+        let r = c
+            .query_one(
+                "SELECT pg_stat_clear_snapshot()::text,
+                        coalesce((SELECT sum(calls) FROM pg_stat_user_functions
+                                   WHERE funcname = 'postpone_claim_jobs'), 0)::bigint,
+                        coalesce((SELECT sum(calls) FROM pg_stat_user_functions
+                                   WHERE funcname = 'postpone_next_due'), 0)::bigint",
+                &[],
+            )
+            .unwrap();
+        calls = (r.get(1), r.get(2));
+        calls.0 > 0 && calls.1 > 0
+    });
+    let (claims, next_due) = calls;
+    println!("  {claims} claims, {next_due} looks for the next due job, for 100 jobs");
+    assert!(claims > 0, "no claim counted");
+    assert!(
+        next_due <= claims,
+        "{next_due} looks for the next due job in {claims} claims"
+    );
+}
+
+/// Jobs without a queueing lock leave no entry in its index; the lock is still enforced.
+#[test]
+fn the_queueing_lock_index_holds_only_jobs_that_have_one() {
+    let (db, app) = setup();
+    let jobs: Vec<NewJob> = (0..200).map(|i| NewJob::new("work", &i).unwrap()).collect();
+    app.defer_batch(&jobs).unwrap();
+    app.job("work").queueing_lock("one").defer(&0).unwrap();
+    let e = app.job("work").queueing_lock("one").defer(&1).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyEnqueued, "{e}");
+    let mut c = db.client();
+    c.batch_execute("VACUUM postpone_jobs").unwrap();
+    let entries: f32 = c
+        .query_one(
+            "SELECT reltuples FROM pg_class WHERE relname = 'postpone_jobs_queueing_lock_idx'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(entries, 1.0, "index entries of the queueing-lock index");
+}
