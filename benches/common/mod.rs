@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 /// host/port/user of DATABASE_URL (default `postgres://postgres@127.0.0.1:5432/postgres`), as
-/// a key=value prefix.
+/// a key=value prefix, with its `sslmode` when it names one (`?sslmode=disable`: plain text,
+/// as the peers' drivers connect; the default, `prefer`, encrypts when the server offers TLS).
 pub fn server() -> String {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
@@ -13,7 +14,17 @@ pub fn server() -> String {
     };
     let port = cfg.get_ports().first().copied().unwrap_or(5432);
     let user = cfg.get_user().unwrap_or("postgres").to_owned();
-    format!("host={host} port={port} user={user}")
+    let ssl = match url.split_once("sslmode=") {
+        Some((_, rest)) => {
+            let mode: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            format!(" sslmode={mode}")
+        }
+        None => String::new(),
+    };
+    format!("host={host} port={port} user={user}{ssl}")
 }
 
 /// A fresh database `<prefix>_<pid>`, dropped (with its connections) when this is dropped.

@@ -10,11 +10,13 @@
 --   for the values at hand cheaper than a generic one, and planning a statement on
 --   postpone_jobs is dear (its twelve partial indexes are each weighed against the query):
 --   the claim's UPDATE was planned at every call (0.19 ms each), the recording of outcomes
---   at 28% of them (0.48 ms each), the reading of attempt limits at every call. The claim,
---   the recording, the next-due look and the completion trigger now run with
---   plan_cache_mode = force_generic_plan: each statement in them is planned once per
---   session. Their planner settings (no sequential scan, no bitmap scan, no sort) leave the
---   generic plan the same ordered index walks as before.
+--   at 28% of them (0.48 ms each), the reading of attempt limits at every call. The claim's
+--   UPDATE (postpone_take) and the recording (postpone_finish) now run with
+--   plan_cache_mode = force_generic_plan: planned once per session. A plan made once must
+--   suit any table, so both are written so that their planner settings leave one plan
+--   whatever the statistics say (see each function). The claim's other statements keep
+--   PostgreSQL's own choice, which already kept their plans (they are plans over the due
+--   index that no statistics change, or rare and joined, like the parking of held jobs).
 -- * The claim statement evaluated postpone_next_due once per job it returned instead of
 --   once per claim (the library's statement; fixed there, not here).
 -- * The claim returns each job's own attempt limit (postpone_claim_jobs): the library read
@@ -36,15 +38,43 @@ DROP INDEX postpone_jobs_queueing_lock_idx;
 CREATE UNIQUE INDEX postpone_jobs_queueing_lock_idx ON postpone_jobs (queueing_lock)
     WHERE status = 'todo' AND queueing_lock IS NOT NULL;
 
+-- Claims jobs `p_ids` (walked and locked by the caller) for worker `p_worker`, unless the
+-- worker's row is gone (it was presumed dead). Planned once per session: the only plan is a
+-- probe of the primary key per id (no other index serves `id = ANY`, and neither a
+-- sequential nor a bitmap scan may be used), whatever the statistics were when it was made.
+CREATE FUNCTION postpone_take(p_worker bigint, p_ids bigint[])
+RETURNS TABLE (id bigint, queue text, task text, args jsonb, attempts integer, priority integer,
+               lock text, abort_requested boolean, scheduled_at timestamptz,
+               queue_wait float8, max_attempts integer)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE postpone_jobs j
+       SET status = 'doing', worker_id = p_worker, attempts = j.attempts + 1,
+           started_at = now()
+     WHERE j.id = ANY(p_ids)
+       AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
+    RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
+              j.abort_requested, j.scheduled_at,
+              extract(epoch FROM now() - j.scheduled_at)::float8, j.max_attempts;
+END
+$$;
+
 -- The claim of version 11 (see 0011_parked.sql for how it walks and parks), returning each
--- job's attempt limit too.
+-- job's attempt limit too; the jobs it takes (queues without limits) are taken by
+-- postpone_take.
 CREATE FUNCTION postpone_claim_jobs(p_worker bigint, p_limit integer, p_queues text[],
                                     p_tasks text[])
 RETURNS TABLE (id bigint, queue text, task text, args jsonb, attempts integer, priority integer,
                lock text, abort_requested boolean, scheduled_at timestamptz,
                queue_wait float8, max_attempts integer)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 SET enable_sort = off
@@ -358,15 +388,7 @@ BEGIN
             END IF;
 
             IF cardinality(v_free) > 0 THEN
-                RETURN QUERY
-                UPDATE postpone_jobs j
-                   SET status = 'doing', worker_id = p_worker, attempts = j.attempts + 1,
-                       started_at = now()
-                 WHERE j.id = ANY(v_free)
-                   AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
-                RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
-                          j.abort_requested, j.scheduled_at,
-                          extract(epoch FROM now() - j.scheduled_at)::float8, j.max_attempts;
+                RETURN QUERY SELECT * FROM postpone_take(p_worker, v_free);
                 GET DIAGNOSTICS v_n = ROW_COUNT;
                 v_want := v_want - v_n;
             END IF;
@@ -396,9 +418,16 @@ $$;
 -- session. Arrays: job ids, the fence of each attempt (the worker identity that claimed it
 -- and the attempt number the claim gave it), the outcome (succeeded, failed, cancelled,
 -- aborted, delete), the error text to append, the output to store (with succeeded only).
--- Returns the ids whose outcome was recorded. The plan drives from the outcomes and reaches
--- each row by primary key: the guards use IS NOT DISTINCT FROM, which no index serves, so
--- that no plan can walk the index of running jobs instead.
+-- Returns the ids whose outcome was recorded.
+--
+-- Planned once per session, so the plan must not depend on the statistics of the moment it
+-- was made. The rows are reached through `id = ANY(p_ids)`, a probe of the primary key per
+-- outcome (the guards use IS NOT DISTINCT FROM, which no index serves, so no plan can walk
+-- the index of running jobs instead), and joined to the outcomes by hash: no nested loop,
+-- which could rescan the outcomes for every row, and no merge join, which could walk the
+-- whole primary key in order. Without the `id = ANY` bound, a plan made while the table was
+-- nearly empty walked the whole primary key at every recording: 1.6 ms for 4 outcomes after
+-- a few seconds, growing with the table.
 CREATE FUNCTION postpone_finish(p_ids bigint[], p_workers bigint[], p_attempts integer[],
                                 p_outcomes text[], p_errors text[], p_outputs jsonb[])
 RETURNS SETOF bigint
@@ -406,6 +435,8 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+SET enable_nestloop = off
+SET enable_mergejoin = off
 SET jit = off
 AS $$
 BEGIN
@@ -434,7 +465,7 @@ BEGIN
                                                          ELSE o.outcome END)))
                                 ELSE '[]'::jsonb END END
           FROM o
-         WHERE j.id = o.id
+         WHERE j.id = o.id AND j.id = ANY(p_ids)
            AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
            AND j.status IS NOT DISTINCT FROM 'doing'
            AND j.worker_id IS NOT DISTINCT FROM o.worker
@@ -443,7 +474,7 @@ BEGIN
     ), deleted AS (
         DELETE FROM postpone_jobs j
          USING o
-         WHERE j.id = o.id AND o.outcome = 'delete'
+         WHERE j.id = o.id AND j.id = ANY(p_ids) AND o.outcome = 'delete'
            AND j.abort_requested IS NOT DISTINCT FROM false
            AND j.status IS NOT DISTINCT FROM 'doing'
            AND j.worker_id IS NOT DISTINCT FROM o.worker
@@ -453,7 +484,3 @@ BEGIN
     SELECT id FROM updated UNION ALL SELECT id FROM deleted;
 END
 $$;
-
--- Planned once per session (see above).
-ALTER FUNCTION postpone_next_due(text[]) SET plan_cache_mode = force_generic_plan;
-ALTER FUNCTION postpone_notify_done() SET plan_cache_mode = force_generic_plan;
