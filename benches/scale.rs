@@ -37,6 +37,7 @@ struct Args {
     backlog: usize,
     locks: usize,
     repeats: usize,
+    prefetch: Option<usize>,
     only: Vec<String>,
 }
 
@@ -48,6 +49,7 @@ fn parse_args() -> Args {
         backlog: 1_000_000,
         locks: 10_000,
         repeats: 1,
+        prefetch: None,
         only: Vec::new(),
     };
     let argv: Vec<String> = std::env::args().collect();
@@ -60,6 +62,7 @@ fn parse_args() -> Args {
             "--backlog" => a.backlog = val().parse().expect("--backlog N"),
             "--locks" => a.locks = val().parse().expect("--locks N"),
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
+            "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--processes" => {
                 a.processes = val()
                     .split(',')
@@ -128,11 +131,17 @@ impl Results {
 fn child(url: &str) {
     let c: usize = std::env::var("POSTPONE_SCALE_C").unwrap().parse().unwrap();
     let app = App::builder(url).pool_size(1).build().unwrap();
-    let h = Worker::builder(&app, noop_tasks())
+    let mut b = Worker::builder(&app, noop_tasks())
         .outcomes_ride_claims(crate::common::ride())
-        .concurrency(c)
-        .spawn()
-        .unwrap();
+        .concurrency(c);
+    // `--prefetch N`: a fixed prefetch instead of the adaptive one (empty: adaptive).
+    if let Some(p) = std::env::var("POSTPONE_SCALE_PREFETCH")
+        .ok()
+        .and_then(|p| p.parse().ok())
+    {
+        b = b.prefetch(p);
+    }
+    let h = b.spawn().unwrap();
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let report = h.shutdown(Duration::from_secs(10));
@@ -151,6 +160,10 @@ fn bench_processes(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
                     Command::new(std::env::current_exe().unwrap())
                         .env("POSTPONE_SCALE_CHILD", db.url())
                         .env("POSTPONE_SCALE_C", a.concurrency.to_string())
+                        .env(
+                            "POSTPONE_SCALE_PREFETCH",
+                            a.prefetch.map(|p| p.to_string()).unwrap_or_default(),
+                        )
                         .stdin(std::process::Stdio::piped())
                         .spawn()
                         .expect("spawn a worker process")

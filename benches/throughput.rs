@@ -27,7 +27,8 @@
 //!   worker of the first `--concurrency` consumes, for `--seconds S` (120); every
 //!   `--interval S` (10) it prints the jobs/s of the interval, the time of the claim's index
 //!   walk (64 due jobs, no locks taken), the table's dead tuples and the claim index's size.
-//!   `--delete` makes the worker delete finished jobs (`DeleteJobs::Always`).
+//!   `--delete` makes the worker delete finished jobs (`DeleteJobs::Always`), in the drain
+//!   (`worker_c<C>_delete`) and in the steady state.
 //!
 //! - `openloop` and `scheduled` (only when named in `--only`): latency under an open-loop
 //!   load and the lateness of scheduled jobs; see `throughput/openloop.rs` for their flags.
@@ -236,6 +237,9 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             if let Some(p) = a.prefetch {
                 b = b.prefetch(p);
             }
+            if a.delete {
+                b = b.delete_finished(postpone::DeleteJobs::Always);
+            }
             let h = b.spawn().unwrap();
             while h.stats().recorded < a.n_work as u64 {
                 std::thread::sleep(Duration::from_micros(500));
@@ -248,7 +252,8 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             let secs = t.elapsed().as_secs_f64();
             let report = h.shutdown(Duration::from_secs(10));
             assert!(report.is_clean(), "{report}");
-            r.record(&format!("worker_c{c}"), rep, a.n_work, secs, "jobs_per_s");
+            let key = format!("worker_c{c}{}", if a.delete { "_delete" } else { "" });
+            r.record(&key, rep, a.n_work, secs, "jobs_per_s");
         }
     }
 }

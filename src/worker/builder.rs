@@ -138,9 +138,10 @@ impl WorkerBuilder {
     /// Jobs claimed ahead of free threads, so a thread that finishes finds its next job
     /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
     /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
-    /// busy for two claim round-trips at the measured job duration (at least 1, at most 256),
-    /// so fast jobs are claimed in large batches and slow ones are not hoarded. A number here
-    /// fixes it; 0 disables it.
+    /// busy for two claim round-trips at the measured job duration (at least 1, at most 4,096,
+    /// and at most 64 MiB of arguments at the mean size of the jobs claimed so far), so fast
+    /// jobs are claimed in large batches and slow ones are not hoarded. A number here fixes
+    /// it; 0 disables it.
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.opts.prefetch = Some(jobs);
         self
