@@ -30,6 +30,8 @@
 #          CHARTS   (the folder for perf-throughput.svg, perf-latency.svg, perf-soak.svg;
 #                    default OUT)
 #          LABEL    (a line printed under the charts, e.g. "measured on a loaded machine")
+#          POSTPONE_SSLMODE (disable: postpone's connections in plain text, as the peers'; prefer
+#                    encrypts them when the server has ssl = on)
 #          The server is 127.0.0.1:5432, user postgres (PGHOST and friends are not read).
 #
 # The peers are installed under /tmp on first use: procrastinate into /tmp/venv-procrastinate
@@ -100,9 +102,12 @@ echo "== estimate: $(estimate)"
 echo "${LABEL:+LABEL='$LABEL' }$command" >"$out/command.txt"
 
 if wants postpone; then
-    echo "== postpone"
+    echo "== postpone (sslmode=${POSTPONE_SSLMODE:-disable})"
     (
         cd "$root"
+        # Plain text, as the peers' drivers connect by default (node-postgres never tries TLS;
+        # postpone, like libpq, would encrypt with sslmode=prefer when the server offers it).
+        export DATABASE_URL="postgres://postgres@127.0.0.1:5432/postgres?sslmode=${POSTPONE_SSLMODE:-disable}"
         cargo bench --quiet --bench throughput -- \
             --n-work "$n_work" --n-defer "$n_defer" --concurrency "$conc" --repeats "$repeats" \
             --n-latency "$latency" --only "defer,work$([ "$latency" -gt 0 ] && echo ,latency)"
