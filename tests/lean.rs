@@ -1,7 +1,8 @@
 //! Schema version 12 ("lean"): the claim returns each job's attempt limit, the claim
 //! statement looks for the next due job once per claim, the hot functions are planned once
 //! per session, and the queueing-lock index holds only jobs that have a queueing lock.
-//! Workers of version 11, still running during an upgrade, keep working.
+//! Workers of version 11, still running during an upgrade, keep working. And version 13: the
+//! recording waits at most 200 ms for a job row another session holds locked.
 
 mod support;
 mod worker_util;
@@ -24,7 +25,7 @@ fn stop(handle: WorkerHandle) {
 const V11_FINISH: &str = include_str!("lean_v11_finish.sql");
 
 #[test]
-fn a_version_11_worker_keeps_claiming_and_recording_on_schema_12() {
+fn a_version_11_worker_keeps_claiming_and_recording_after_the_upgrade() {
     support::init_logging();
     let db = TestDb::new();
     let mut old = db.client();
@@ -70,7 +71,7 @@ fn a_version_11_worker_keeps_claiming_and_recording_on_schema_12() {
     assert_eq!(running.len(), 2);
 
     let app = app_at(&db.url(), Duration::from_secs(5));
-    assert_eq!(app.migrate().unwrap(), vec![12]);
+    assert_eq!(app.migrate().unwrap(), vec![12, 13]);
 
     // Its recording statement still records, and its claim still returns its ten columns.
     let ids: Vec<i64> = running.iter().map(|r| r.0).collect();
@@ -314,4 +315,72 @@ fn the_queueing_lock_index_holds_only_jobs_that_have_one() {
         .unwrap()
         .get(0);
     assert_eq!(entries, 1.0, "index entries of the queueing-lock index");
+}
+
+/// A finished job whose row another session holds locked holds up no other outcome: the
+/// recording waits at most its lock timeout (`postpone_finish`, schema 13), records the others, and
+/// tries that one again until the row is free. (Before, the completer waited for the row,
+/// and every outcome after it with it.)
+#[test]
+fn a_locked_job_row_holds_up_no_other_outcome() {
+    let (db, app) = setup();
+    let (started_tx, started_rx) = crossbeam_channel::unbounded::<i64>();
+    let (gate_tx, gate_rx) = crossbeam_channel::unbounded::<()>();
+    let mut tasks = Tasks::new();
+    tasks.register("gate", move |job: &Job| {
+        let _ = started_tx.send(job.id().get());
+        let _ = gate_rx.recv_timeout(Duration::from_secs(20));
+        Ok(())
+    });
+    tasks.register("work", |_: &Job| Ok(()));
+    // Outcomes do not ride on claims here: the completer records every one of them.
+    let w = fast_worker(&app, tasks)
+        .concurrency(2)
+        .outcomes_ride_claims(false)
+        .spawn()
+        .unwrap();
+    let gate = app.defer("gate", &()).unwrap();
+    assert_eq!(
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        gate.get()
+    );
+    let mut locker = db.client();
+    let mut tx = locker.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+        &[&gate.get()],
+    )
+    .unwrap();
+    gate_tx.send(()).unwrap();
+    let jobs: Vec<NewJob> = (0..50).map(|i| NewJob::new("work", &i).unwrap()).collect();
+    let ids = app.defer_batch(&jobs).unwrap();
+    let mut c = db.client();
+    let succeeded = |c: &mut postgres::Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE id = ANY($1) AND status = 'succeeded'",
+            &[&ids.iter().map(|i| i.get()).collect::<Vec<i64>>()],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let recorded = wait_until(Duration::from_secs(10), || succeeded(&mut c) == 50);
+    let status: String = tx
+        .query_one(
+            "SELECT status FROM postpone_jobs WHERE id = $1",
+            &[&gate.get()],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        recorded,
+        "{} of 50 outcomes recorded while one finished job's row was locked",
+        succeeded(&mut c)
+    );
+    assert_eq!(
+        status, "doing",
+        "the locked job's outcome waits for its row"
+    );
+    tx.rollback().unwrap();
+    wait_status(&db, gate, "succeeded", Duration::from_secs(10));
+    stop(w);
 }

@@ -83,10 +83,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "lean",
         sql: include_str!("0012_lean.sql"),
     },
+    Migration {
+        version: 13,
+        name: "finish_wait",
+        sql: include_str!("0013_finish_wait.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 12;
+pub(crate) const LATEST: i32 = 13;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -13,6 +13,12 @@
 //! outcome is recorded, and that one ends `failed` with the database's reason, or, if even
 //! that is refused, is given up with an error in the log. Nothing is retried forever.
 //!
+//! A job row another session holds locked (an admin's open transaction, say) is not a
+//! failure of anything: the recording gives up after its lock timeout (200 ms, set by
+//! `postpone_finish` when the session has none), the batch is split until that outcome is
+//! alone, the others are recorded, and that one is set aside and tried again after 100 ms,
+//! then twice as long each time the row is still held, up to 5 s.
+//!
 //! An outcome is forgotten by the ledger once recorded (or refused by its guard), which frees
 //! its slot for the fetcher: a worker whose outcomes cannot be recorded stops claiming.
 //!
@@ -26,7 +32,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
 use super::link::Link;
-use super::{Outcome, Shared};
+use super::{AttemptKey, Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::limits;
@@ -47,17 +53,38 @@ pub(crate) fn run(
     let mut vacuum = super::vacuum::Check::new(&shared.opts.vacuum);
     let mut senders_gone = false;
     let ride = &shared.ride;
+    // Outcomes whose job row someone else held locked, and when to try them again.
+    let mut locked: Vec<Outcome> = Vec::new();
+    let mut locked_retry = Instant::now();
+    let mut locked_wait = LOCKED_RETRY_FIRST;
     loop {
+        if !locked.is_empty() && Instant::now() >= locked_retry {
+            pending.append(&mut locked);
+        }
         if pending.is_empty() {
             if senders_gone {
                 // Whatever still waits for a claim is recorded here before the end.
                 pending.extend(ride.take_all());
-                if pending.is_empty() {
+                if pending.is_empty() && locked.is_empty() {
                     return;
+                }
+                if pending.is_empty() {
+                    // Only rows someone holds locked are left: try again at their time (the
+                    // shutdown's hard deadline ends the wait; the shutdown's last step then
+                    // has them).
+                    let wait = locked_retry.saturating_duration_since(Instant::now());
+                    if super::sleep_or_stop(hard, wait) {
+                        keep(shared, locked);
+                        return;
+                    }
+                    continue;
                 }
             } else {
                 let timeout = ride
                     .deadline()
+                    .into_iter()
+                    .chain((!locked.is_empty()).then_some(locked_retry))
+                    .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
                 select! {
                     recv(outcomes) -> o => match o {
@@ -113,10 +140,11 @@ pub(crate) fn run(
         let batch = pending.len().min(MAX_BATCH);
         let res = match link.get() {
             Ok((c, ())) => {
-                let res = record(shared, c, &pending[..batch]);
+                let res = record(shared, c, &pending[..batch])
+                    .map(|held| set_aside(shared, &mut pending, batch, &held, &mut locked));
                 // The counters are read once the outcomes are stored (a failure here only
                 // delays the check: the outcomes are not recorded twice).
-                let res = res.map(|()| {
+                let res = res.inspect(|_| {
                     if let Err(e) = vacuum.after_record(shared, c) {
                         log::debug!(
                             "worker {}: reading postpone_jobs' counters: {e}",
@@ -129,19 +157,66 @@ pub(crate) fn run(
             Err(wait) => Err(wait),
         };
         match res {
-            Ok(()) => {
-                pending.drain(..batch);
+            Ok(set_aside) => {
+                pending.drain(..batch - set_aside);
+                if locked.is_empty() {
+                    locked_wait = LOCKED_RETRY_FIRST;
+                } else if Instant::now() >= locked_retry {
+                    // Tried again and still held (or newly held): back off.
+                    locked_retry = Instant::now() + locked_wait;
+                    locked_wait = (locked_wait * 2).min(LOCKED_RETRY_MAX);
+                }
                 // Slots are free again (and a job retried at once is due): let the fetcher look.
                 let _ = wake.try_send(());
             }
             Err(wait) => {
                 if super::sleep_or_stop(hard, wait) {
+                    pending.append(&mut locked);
                     keep(shared, pending);
                     return;
                 }
             }
         }
     }
+}
+
+/// First wait before an outcome whose job row someone else held locked is tried again; it
+/// doubles at each try that finds the row still held, up to [`LOCKED_RETRY_MAX`]. Each try
+/// waits at most the recording's lock timeout (200 ms, `postpone_finish`).
+const LOCKED_RETRY_FIRST: Duration = Duration::from_millis(100);
+const LOCKED_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Moves the outcomes among the first `batch` of `pending` that `held` names (their rows
+/// were locked by someone else) to `locked`; returns how many moved, so that the recorded
+/// ones left at the front are `batch` less that.
+fn set_aside(
+    shared: &Shared,
+    pending: &mut Vec<Outcome>,
+    batch: usize,
+    held: &[AttemptKey],
+    locked: &mut Vec<Outcome>,
+) -> usize {
+    if held.is_empty() {
+        return 0;
+    }
+    let mut i = 0;
+    let mut end = batch;
+    while i < end {
+        if held.contains(&pending[i].key) {
+            let o = pending.remove(i);
+            log::info!(
+                "worker {}: job {}'s row is locked by another session: its outcome ({}) waits and is tried again",
+                shared.name,
+                o.key.id,
+                o.word
+            );
+            locked.push(o);
+            end -= 1;
+        } else {
+            i += 1;
+        }
+    }
+    batch - end
 }
 
 fn keep(shared: &Shared, pending: Vec<Outcome>) {
@@ -177,31 +252,59 @@ pub(crate) fn is_transient(e: &Error, conn: &Connection) -> bool {
 }
 
 /// Records a batch of outcomes. Fails only with a transient error (see [`is_transient`]):
-/// an outcome the database refuses is isolated and settled on its own.
-pub(crate) fn record(shared: &Shared, conn: &mut Connection, batch: &[Outcome]) -> Result<()> {
+/// an outcome the database refuses is isolated and settled on its own. Returns the attempts
+/// whose job row another session held locked past the recording's lock timeout
+/// (`postpone_finish`, schema version 13): they are not recorded yet, the others are.
+pub(crate) fn record(
+    shared: &Shared,
+    conn: &mut Connection,
+    batch: &[Outcome],
+) -> Result<Vec<AttemptKey>> {
     let (requeues, finals): (Vec<&Outcome>, Vec<&Outcome>) =
         batch.iter().partition(|o| o.requeues());
     let (snoozes, requeues): (Vec<&Outcome>, Vec<&Outcome>) =
         requeues.into_iter().partition(|o| o.word == "snooze");
+    let mut locked = Vec::new();
     for group in [finals, requeues, snoozes] {
         if !group.is_empty() {
-            record_isolating(shared, conn, &group)?;
+            record_isolating(shared, conn, &group, &mut locked)?;
         }
     }
-    Ok(())
+    Ok(locked)
 }
 
-/// Records `group` (all final, all requeues, or all snoozes); on a refusal, splits it until the refused
-/// outcome is alone.
-fn record_isolating(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Result<()> {
+/// True when a statement gave up waiting for a row lock (`lock_not_available`) and the link
+/// is fine: some other session holds one of the rows.
+fn is_lock_wait(e: &Error, conn: &Connection) -> bool {
+    !conn.is_broken() && e.sqlstate() == Some("55P03")
+}
+
+/// Records `group` (all final, all requeues, or all snoozes); on a refusal, splits it until
+/// the refused outcome is alone. A row someone else holds locked is isolated the same way,
+/// so that it holds up no other outcome; its attempt goes into `locked`, to be tried again.
+fn record_isolating(
+    shared: &Shared,
+    conn: &mut Connection,
+    group: &[&Outcome],
+    locked: &mut Vec<AttemptKey>,
+) -> Result<()> {
     match record_once(shared, conn, group) {
         Ok(()) => Ok(()),
+        Err(e) if is_lock_wait(&e, conn) && group.len() == 1 => {
+            locked.push(group[0].key);
+            Ok(())
+        }
+        Err(e) if is_lock_wait(&e, conn) => {
+            let (a, b) = group.split_at(group.len() / 2);
+            record_isolating(shared, conn, a, locked)?;
+            record_isolating(shared, conn, b, locked)
+        }
         Err(e) if is_transient(&e, conn) => Err(e),
         Err(e) if group.len() == 1 => record_refused(shared, conn, group[0], &e),
         Err(_) => {
             let (a, b) = group.split_at(group.len() / 2);
-            record_isolating(shared, conn, a)?;
-            record_isolating(shared, conn, b)
+            record_isolating(shared, conn, a, locked)?;
+            record_isolating(shared, conn, b, locked)
         }
     }
 }

@@ -344,7 +344,15 @@ fn cleanup(
     // runs past the shutdown's end.
     conn.set_deadline(Some(deadline));
     for chunk in unrecorded.chunks(complete::MAX_BATCH) {
-        complete::record(shared, &mut conn, chunk)?;
+        for key in complete::record(shared, &mut conn, chunk)? {
+            // Its row was held locked by another session to the end: retiring the worker
+            // requeues the job (it runs again: at least once).
+            log::warn!(
+                "worker {}: job {}'s row stayed locked by another session; its outcome could not be recorded before the worker stopped",
+                shared.name,
+                key.id
+            );
+        }
     }
     let id = shared.id();
     let note = format!(
