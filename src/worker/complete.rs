@@ -14,8 +14,8 @@
 //! that is refused, is given up with an error in the log. Nothing is retried forever.
 //!
 //! A job row another session holds locked (an admin's open transaction, say) is not a
-//! failure of anything: the recording gives up after its lock timeout (200 ms, set by
-//! `postpone_finish` when the session has none), the batch is split until that outcome is
+//! failure of anything: the recording gives up after its lock timeout (200 ms, the own
+//! setting of `postpone_finish` since schema 13), the batch is split until that outcome is
 //! alone, the others are recorded, and that one is set aside and tried again after 100 ms,
 //! then twice as long each time the row is still held, up to 5 s.
 //!
@@ -290,23 +290,30 @@ fn record_isolating(
 ) -> Result<()> {
     match record_once(shared, conn, group) {
         Ok(()) => Ok(()),
-        Err(e) if is_lock_wait(&e, conn) && group.len() == 1 => {
-            locked.push(group[0].key);
-            Ok(())
-        }
-        Err(e) if is_lock_wait(&e, conn) => {
-            let (a, b) = group.split_at(group.len() / 2);
-            record_isolating(shared, conn, a, locked)?;
-            record_isolating(shared, conn, b, locked)
-        }
+        // Checked before `is_transient`, which counts a lock wait too.
+        Err(e) if is_lock_wait(&e, conn) => match group {
+            [one] => {
+                locked.push(one.key);
+                Ok(())
+            }
+            _ => record_halves(shared, conn, group, locked),
+        },
         Err(e) if is_transient(&e, conn) => Err(e),
         Err(e) if group.len() == 1 => record_refused(shared, conn, group[0], &e),
-        Err(_) => {
-            let (a, b) = group.split_at(group.len() / 2);
-            record_isolating(shared, conn, a, locked)?;
-            record_isolating(shared, conn, b, locked)
-        }
+        Err(_) => record_halves(shared, conn, group, locked),
     }
+}
+
+/// [`record_isolating`] of each half of `group`, in order.
+fn record_halves(
+    shared: &Shared,
+    conn: &mut Connection,
+    group: &[&Outcome],
+    locked: &mut Vec<AttemptKey>,
+) -> Result<()> {
+    let (a, b) = group.split_at(group.len() / 2);
+    record_isolating(shared, conn, a, locked)?;
+    record_isolating(shared, conn, b, locked)
 }
 
 /// One statement for `group`; settles the attempts in the ledger when it commits.
