@@ -11,7 +11,10 @@
 //! user are used):
 //! - `defer`: defers one by one (`app.defer`), then in batches of 1,000 (`app.defer_batch`);
 //! - `work`: for each concurrency, `--n-work` no-op jobs deferred beforehand, wall time from
-//!   `spawn()` to the last outcome recorded in the database;
+//!   `spawn()` to the last outcome recorded in the database; each run also prints a
+//!   `drain_profile_cC` line: milliseconds from the start to `spawn()` returning, to the
+//!   first outcome recorded, and to a quarter, half, three quarters and all of them (where a
+//!   short drain's time goes: start-up, ramp, tail);
 //! - `latency`: an idle worker with LISTEN/NOTIFY on; time from `defer` returning to the task
 //!   starting, p50/p99 over `--n-latency` jobs deferred one at a time;
 //! - `shutdown`: `shutdown(10 s)` of a worker with 16 idle threads;
@@ -241,7 +244,22 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
                 b = b.delete_finished(postpone::DeleteJobs::Always);
             }
             let h = b.spawn().unwrap();
-            while h.stats().recorded < a.n_work as u64 {
+            let spawned = t.elapsed();
+            // When the first outcome, and a quarter, half, three quarters of them, were
+            // recorded: where a short drain's time goes (start-up, ramp, tail).
+            let n = a.n_work as u64;
+            let marks = [1, n / 4, n / 2, 3 * n / 4];
+            let mut at = [Duration::ZERO; 4];
+            loop {
+                let done = h.stats().recorded;
+                for (m, slot) in marks.iter().zip(at.iter_mut()) {
+                    if slot.is_zero() && done >= *m {
+                        *slot = t.elapsed();
+                    }
+                }
+                if done >= n {
+                    break;
+                }
                 std::thread::sleep(Duration::from_micros(500));
                 assert!(
                     t.elapsed() < Duration::from_secs(600),
@@ -250,6 +268,16 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
                 );
             }
             let secs = t.elapsed().as_secs_f64();
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "{{\"what\": \"drain_profile_c{c}\", \"rep\": {rep}, \"spawn_ms\": {:.1}, \"first_ms\": {:.1}, \"q1_ms\": {:.1}, \"half_ms\": {:.1}, \"q3_ms\": {:.1}, \"all_ms\": {:.1}}}",
+                ms(spawned),
+                ms(at[0]),
+                ms(at[1]),
+                ms(at[2]),
+                ms(at[3]),
+                secs * 1e3
+            );
             let report = h.shutdown(Duration::from_secs(10));
             assert!(report.is_clean(), "{report}");
             let key = format!("worker_c{c}{}", if a.delete { "_delete" } else { "" });
