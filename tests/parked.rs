@@ -325,3 +325,110 @@ fn workers_with_retries_and_cancels_leave_no_job_parked_and_keep_each_lock_in_or
         .get(0);
     assert_eq!(parked, 0);
 }
+
+/// The bench's case at a smaller scale: `held` jobs waiting behind locks whose holders run,
+/// due before `free` jobs without a lock; the table analyzed, as a worker's vacuum leaves it.
+fn held_then_free(db: &TestDb, held: i64, free: i64) -> i64 {
+    let w = hand_worker(db);
+    db.client()
+        .batch_execute(&format!(
+            "INSERT INTO postpone_jobs (queue, task, args, status, lock, worker_id, attempts,
+                                        started_at, scheduled_at)
+             SELECT 'default', 'held', 'null', 'doing', 'lock-' || g, {w}, 1, now(),
+                    now() - interval '2 hours'
+               FROM generate_series(1, {held}) g;
+             INSERT INTO postpone_jobs (queue, task, args, lock, scheduled_at)
+             SELECT 'default', 'blocked', 'null', 'lock-' || g, now() - interval '1 hour'
+               FROM generate_series(1, {held}) g;
+             INSERT INTO postpone_jobs (queue, task, args)
+             SELECT 'default', 'due', 'null' FROM generate_series(1, {free});
+             ANALYZE postpone_jobs"
+        ))
+        .unwrap();
+    w
+}
+
+/// Schema 14: the claim that parks held-back jobs reads each walked job's key a few times,
+/// never the whole primary key. With version 13, the batch being a twentieth of the table, it
+/// joined by hash over every key, twice a round (191,150 entries read for this claim).
+#[test]
+fn parking_reads_the_keys_of_the_walked_jobs_not_the_whole_table() {
+    let (db, _app) = setup();
+    let w = held_then_free(&db, 5_000, 35_000);
+    let mut session = db.client();
+    let mut tx = session.transaction().unwrap();
+    let claimed: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM postpone_claim_jobs($1, 2050, NULL, NULL)",
+            &[&w],
+        )
+        .unwrap()
+        .get(0);
+    // This transaction's own counters: no wait for the statistics to be sent.
+    let read: i64 = tx
+        .query_one(
+            "SELECT pg_stat_get_xact_tuples_returned('postpone_jobs_pkey'::regclass)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    tx.commit().unwrap();
+    assert_eq!(claimed, 2050);
+    let parked: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE blocked_by IS NOT NULL",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(parked, 5_000, "every held-back job is parked");
+    println!(
+        "  primary-key entries read by a claim parking 5,000 jobs in a table of 45,000: {read}"
+    );
+    assert!(
+        read < 45_000,
+        "the claim read {read} primary-key entries: more than one pass over the table"
+    );
+}
+
+/// Schema 14: the round after the one that reached the free jobs walks (and locks until the
+/// claim commits) only as many jobs as are still wanted. With version 13 it walked twice the
+/// last round's width: here 400 rows locked to take 50, 350 kept from every other claimer.
+#[test]
+fn a_claim_that_parks_jobs_locks_no_free_job_it_does_not_take() {
+    let (db, _app) = setup();
+    let w = held_then_free(&db, 250, 1_000);
+    let mut claimer = db.client();
+    let mut tx = claimer.transaction().unwrap();
+    let claimed: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM postpone_claim_jobs($1, 100, NULL, NULL)",
+            &[&w],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(claimed, 100);
+    // Another claimer, before the first commits: it sees 1,250 waiting jobs, of which the
+    // first holds the 250 it parked and the 100 it took, and should hold no other.
+    let mut other = db.client();
+    let mut other_tx = other.transaction().unwrap();
+    let lockable: i64 = other_tx
+        .query_one(
+            "SELECT count(*) FROM (SELECT id FROM postpone_jobs
+                                    WHERE status = 'todo' AND blocked_by IS NULL
+                                      FOR UPDATE SKIP LOCKED) x",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    other_tx.rollback().unwrap();
+    tx.commit().unwrap();
+    let held_by_first = 1_250 - lockable;
+    assert_eq!(
+        held_by_first - 250 - 100,
+        0,
+        "the claim kept {held_by_first} jobs locked: 250 parked, 100 taken, and {} it did not take",
+        held_by_first - 350
+    );
+}

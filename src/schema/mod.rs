@@ -88,10 +88,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "finish_wait",
         sql: include_str!("0013_finish_wait.sql"),
     },
+    Migration {
+        version: 14,
+        name: "park_lean",
+        sql: include_str!("0014_park_lean.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 13;
+pub(crate) const LATEST: i32 = 14;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
