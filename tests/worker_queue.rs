@@ -854,3 +854,71 @@ fn two_workers_on_one_queue_never_run_a_job_twice_nor_overlap_a_lock() {
     );
     assert_eq!(*lock_order.lock().unwrap(), (0..30).collect::<Vec<u32>>());
 }
+
+/// The fetcher claims again as soon as the executors have started every job it claimed, not
+/// only once the completer has recorded their outcomes: with the first recording held up for
+/// 3 s (a trigger sleeps in it), a worker of one thread and a prefetch of 10 starts its second
+/// batch of 11 jobs at once. Before, the fetcher waited for the completer's wake-up, and the
+/// second batch started after the 3 s.
+#[test]
+fn the_next_claim_does_not_wait_for_the_last_outcomes_to_be_recorded() {
+    let (db, app) = setup();
+    db.client()
+        .batch_execute(
+            "CREATE TABLE slow_once (x int);
+             INSERT INTO slow_once VALUES (1);
+             CREATE FUNCTION slow_first_recording() RETURNS trigger LANGUAGE plpgsql AS $$
+             DECLARE v int;
+             BEGIN
+                 DELETE FROM slow_once RETURNING x INTO v;
+                 IF v IS NOT NULL THEN
+                     PERFORM pg_sleep(3);
+                 END IF;
+                 RETURN NEW;
+             END $$;
+             CREATE TRIGGER slow_first_recording BEFORE UPDATE ON postpone_jobs
+                 FOR EACH ROW WHEN (OLD.status = 'doing' AND NEW.status = 'succeeded')
+                 EXECUTE FUNCTION slow_first_recording();",
+        )
+        .unwrap();
+    let batch: Vec<postpone::NewJob> = (0..40)
+        .map(|i| postpone::NewJob::new("count", &i).unwrap())
+        .collect();
+    app.defer_batch(&batch).unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Tasks::new();
+    let seen = started.clone();
+    tasks.register("count", move |_: &Job| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let t0 = Instant::now();
+    let handle = fast_worker(&app, tasks)
+        .concurrency(1)
+        .prefetch(10)
+        .outcomes_ride_claims(false)
+        .spawn()
+        .unwrap();
+    let second_batch = wait_until(Duration::from_secs(2), || {
+        started.load(Ordering::SeqCst) >= 22
+    });
+    let after = t0.elapsed();
+    let n = started.load(Ordering::SeqCst);
+    assert!(
+        second_batch,
+        "{n} jobs started in {after:?} while the first recording was held up: the fetcher \
+         waited for the completer"
+    );
+    // Everything is recorded once the trigger's sleep is over.
+    assert!(wait_until(Duration::from_secs(20), || {
+        db.client()
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            == 40
+    }));
+    stop(handle);
+}

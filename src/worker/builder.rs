@@ -390,6 +390,8 @@ impl WorkerBuilder {
             ledger: Ledger::new(id, lease_until),
             executors: AtomicUsize::new(0),
             beat_wake: crossbeam_channel::bounded(1),
+            room: crossbeam_channel::bounded(1),
+            wants_room: AtomicBool::new(false),
             unrecorded: Mutex::new(Vec::new()),
             listen_wake: Arc::new(tokio::sync::Notify::new()),
             hook,

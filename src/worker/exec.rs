@@ -137,6 +137,11 @@ pub(crate) fn run(
         shared.ledger.finish(outcome.key);
         // The channel holds as many outcomes as the worker can hold attempts: never full.
         let _ = outcomes.send(outcome);
+        // The last claimed job has started: a fetcher waiting for room may claim now,
+        // without waiting for the completer to record these outcomes first.
+        if jobs.is_empty() && shared.wants_room.load(Ordering::SeqCst) {
+            let _ = shared.room.0.try_send(());
+        }
     }
 }
 

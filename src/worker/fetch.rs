@@ -1,7 +1,8 @@
 //! The fetcher: claims due jobs for the worker's free slots and hands them to executors.
 //!
 //! States: *claiming* (slots free, the last claim filled every slot asked for: claim again at
-//! once), *full* (no free slot: wait for an executor to finish one), *idle* (the queue gave
+//! once), *full* (too few free slots: wait for the completer to record outcomes, or for an
+//! executor to find no claimed job left to start, whichever comes first), *idle* (the queue gave
 //! fewer jobs than asked: wait for a notification, the next due job (see `due.rs`), the
 //! poll interval, or stop), *backing off* (the last round-trip failed: wait, reconnect,
 //! claim again). A claim asks for every
@@ -51,20 +52,25 @@ pub(crate) fn run(
         // waiting for it (at most twice the capacity is ever held). While executors still
         // have jobs waiting, claim only when half the capacity is free, so that a busy worker
         // claims in batches rather than one job per round-trip.
-        let (held, finished) = shared.ledger.held_and_finished();
-        let free = capacity.saturating_sub(held - finished.min(capacity));
-        let threshold = if jobs.is_empty() {
-            1
-        } else {
-            (capacity / 2).max(1)
-        };
-        if free < threshold {
-            // The completer signals on `wake` when it has recorded outcomes.
-            select! {
-                recv(stop) -> _ => return,
-                recv(wake) -> _ => continue,
+        let Some(free) = room(shared, jobs, capacity) else {
+            // Said before the count is read again: an executor that finishes the last
+            // claimed job after that read sees it and wakes us on `room`.
+            shared.wants_room.store(true, Ordering::SeqCst);
+            if room(shared, jobs, capacity).is_none() {
+                // The completer signals on `wake` when it has recorded outcomes; an
+                // executor on `room` when it found no claimed job left to start.
+                select! {
+                    recv(stop) -> _ => {
+                        shared.wants_room.store(false, Ordering::SeqCst);
+                        return;
+                    }
+                    recv(wake) -> _ => {}
+                    recv(shared.room.1) -> _ => {}
+                }
             }
-        }
+            shared.wants_room.store(false, Ordering::SeqCst);
+            continue;
+        };
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
@@ -111,6 +117,18 @@ pub(crate) fn run(
             return;
         }
     }
+}
+
+/// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
+fn room(shared: &Shared, jobs: &Sender<Claimed>, capacity: usize) -> Option<usize> {
+    let (held, finished) = shared.ledger.held_and_finished();
+    let free = capacity.saturating_sub(held - finished.min(capacity));
+    let threshold = if jobs.is_empty() {
+        1
+    } else {
+        (capacity / 2).max(1)
+    };
+    (free >= threshold).then_some(free)
 }
 
 /// Most jobs an adaptive prefetch holds beyond the executors' own. A claim's fixed costs

@@ -168,6 +168,12 @@ pub(crate) struct Shared {
     pub(crate) executors: AtomicUsize,
     /// Wakes the beat thread: a notification asked it to read abort requests now.
     pub(crate) beat_wake: (Sender<()>, Receiver<()>),
+    /// Wakes the fetcher while it waits for room: an executor finished a job and found no
+    /// other claimed job waiting. Sent only while `wants_room` is set (see `fetch`).
+    pub(crate) room: (Sender<()>, Receiver<()>),
+    /// The fetcher waits for room to claim (not for news of jobs: executors never wake an
+    /// idle fetcher, which would claim again for every job that trickles in).
+    pub(crate) wants_room: AtomicBool,
     /// Outcomes the completer could not record before it stopped.
     pub(crate) unrecorded: Mutex<Vec<Outcome>>,
     /// Wakes the listener out of its notification wait at shutdown.
