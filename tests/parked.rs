@@ -348,6 +348,16 @@ fn held_then_free(db: &TestDb, held: i64, free: i64) -> i64 {
     w
 }
 
+/// Claims up to `limit` jobs for `worker` inside `tx` (left open): how many it took.
+fn claim_in(tx: &mut postgres::Transaction<'_>, worker: i64, limit: i32) -> i64 {
+    tx.query_one(
+        "SELECT count(*) FROM postpone_claim_jobs($1, $2, NULL, NULL)",
+        &[&worker, &limit],
+    )
+    .unwrap()
+    .get(0)
+}
+
 /// Schema 14: the claim that parks held-back jobs reads each walked job's key a few times,
 /// never the whole primary key. With version 13, the batch being a twentieth of the table, it
 /// joined by hash over every key, twice a round (191,150 entries read for this claim).
@@ -357,13 +367,7 @@ fn parking_reads_the_keys_of_the_walked_jobs_not_the_whole_table() {
     let w = held_then_free(&db, 5_000, 35_000);
     let mut session = db.client();
     let mut tx = session.transaction().unwrap();
-    let claimed: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM postpone_claim_jobs($1, 2050, NULL, NULL)",
-            &[&w],
-        )
-        .unwrap()
-        .get(0);
+    let claimed = claim_in(&mut tx, w, 2050);
     // This transaction's own counters: no wait for the statistics to be sent.
     let read: i64 = tx
         .query_one(
@@ -401,13 +405,7 @@ fn a_claim_that_parks_jobs_locks_no_free_job_it_does_not_take() {
     let w = held_then_free(&db, 250, 1_000);
     let mut claimer = db.client();
     let mut tx = claimer.transaction().unwrap();
-    let claimed: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM postpone_claim_jobs($1, 100, NULL, NULL)",
-            &[&w],
-        )
-        .unwrap()
-        .get(0);
+    let claimed = claim_in(&mut tx, w, 100);
     assert_eq!(claimed, 100);
     // Another claimer, before the first commits: it sees 1,250 waiting jobs, of which the
     // first holds the 250 it parked and the 100 it took, and should hold no other.
