@@ -7,11 +7,16 @@
 //! ```
 //!
 //! - `openloop`: for each rate (jobs/s; `--rates R1,R2`, or `--load F1,F2` as fractions of a
-//!   capacity measured first: the jobs/s carried while the senders defer flat out, one job per
-//!   `defer`, and the worker consumes; `--capacity-seconds`, 3), an open-loop
-//!   generator defers no-op jobs one at a time by a clock (job i is due to be sent at
-//!   `t0 + i / rate`, whatever happened to the others) from `--senders` threads (4), for
+//!   capacity measured first: the jobs/s carried while `--capacity-senders` threads (4) defer
+//!   flat out, one job per `defer`, and the worker consumes; `--capacity-seconds`, 3), an
+//!   open-loop generator defers no-op jobs one at a time by a clock (job i is due to be sent
+//!   at `t0 + i / rate`, whatever happened to the others) from `--senders` threads (16), for
 //!   `--seconds` (10), while a worker of `--concurrency` threads (the first value; 4) consumes.
+//!   Each job goes to whichever sender is free first (a shared counter), so one slow `defer`
+//!   delays only its own job while another sender is free; the senders are many so that the
+//!   generator, not only the system, is open: with 4 senders striding over the jobs (until
+//!   2026-12-03), a send waited for its sender's previous one, which at 1,356 jobs/s took
+//!   1-2 ms of WAL flush, and the generator's own queue made most of the tail.
 //!   Latency is from the instant a job was due to be sent to its task starting, both read on
 //!   this process's clock, so a sender that falls behind adds its lag to the figures; each
 //!   rate also reports how many sends started over 5 ms late and the largest lag; a sender
@@ -23,7 +28,7 @@
 //!   the claim time minus the scheduled time, both on the database's clock (`started_at -
 //!   scheduled_at`). Also prints the claims per job (from `pg_stat_user_functions`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +47,8 @@ pub struct Opts {
     pub interval: Option<f64>,
     pub concurrency: usize,
     pub senders: usize,
+    /// The threads deferring flat out while the capacity is measured.
+    pub capacity_senders: usize,
     pub csv: Option<String>,
     system: String,
     capacity_seconds: f64,
@@ -66,7 +73,8 @@ pub fn opts() -> Opts {
         seconds: None,
         interval: None,
         concurrency: 4,
-        senders: 4,
+        senders: 16,
+        capacity_senders: 4,
         csv: None,
         system: "postpone".into(),
         capacity_seconds: 3.0,
@@ -97,6 +105,7 @@ pub fn opts() -> Opts {
             "--interval" => o.interval = Some(v.parse().expect("--interval S")),
             "--concurrency" => o.concurrency = list(v, "--concurrency")[0] as usize,
             "--senders" => o.senders = v.parse().expect("--senders N"),
+            "--capacity-senders" => o.capacity_senders = v.parse().expect("--capacity-senders N"),
             "--csv" => o.csv = Some(v.to_owned()),
             "--system" => o.system = v.to_owned(),
             "--capacity-seconds" => o.capacity_seconds = v.parse().expect("--capacity-seconds S"),
@@ -151,7 +160,7 @@ fn percentiles(v: &mut [f64]) -> [f64; 5] {
     [p(0.5), p(0.9), p(0.99), p(0.999), v[v.len() - 1]]
 }
 
-/// Jobs per second the whole system carries when the senders defer as fast as they can (one
+/// Jobs per second the whole system carries when `--capacity-senders` threads defer as fast as they can (one
 /// job per `defer`, as in the open-loop runs) while the worker consumes: the lower of what
 /// the senders can insert and what the worker can drain. Measured over `--capacity-seconds`
 /// (3) after a second of warm-up.
@@ -165,7 +174,7 @@ pub fn capacity(app: &App, o: &Opts) -> f64 {
         .spawn()
         .unwrap();
     let stop_at = Instant::now() + Duration::from_secs_f64(1.0 + o.capacity_seconds);
-    let senders: Vec<_> = (0..o.senders.max(1))
+    let senders: Vec<_> = (0..o.capacity_senders.max(1))
         .map(|_| {
             let app = app.clone();
             thread::spawn(move || {
@@ -276,8 +285,9 @@ pub struct SendCounters {
 }
 
 /// Starts `senders` threads that defer [`OL_TASK`] jobs one at a time (`app.defer`) by the
-/// clock of `s`, sender `j` taking jobs `j`, `j + senders`, ... When `calls` is given, each
-/// `defer` call's own duration (ms) is pushed there. Join the threads to wait for the end.
+/// clock of `s`, each taking the next job not yet taken (a shared counter) and waiting for
+/// its due instant. When `calls` is given, each `defer` call's own duration (ms) is pushed
+/// there. Join the threads to wait for the end.
 pub fn spawn_senders(
     app: &App,
     s: Schedule,
@@ -285,33 +295,34 @@ pub fn spawn_senders(
     counters: &Arc<SendCounters>,
     calls: Option<Arc<Mutex<Vec<f64>>>>,
 ) -> Vec<thread::JoinHandle<()>> {
-    let k = senders.max(1);
-    (0..k)
-        .map(|j| {
+    let next = Arc::new(AtomicI64::new(0));
+    (0..senders.max(1))
+        .map(|_| {
             let (app, counters, calls) = (app.clone(), counters.clone(), calls.clone());
-            thread::spawn(move || {
-                let mut i = j as i64;
-                while i < s.n && now_us() < s.end {
-                    let due = s.t0 + (i as f64 * 1e6 / s.rate) as i64;
-                    sleep_until_us(due);
-                    let lag = now_us() - due;
-                    if lag > BEHIND_US {
-                        counters.behind.fetch_add(1, Ordering::Relaxed);
-                    }
-                    counters
-                        .max_lag_us
-                        .fetch_max(lag.max(0) as u64, Ordering::Relaxed);
-                    let call = Instant::now();
-                    app.defer(OL_TASK, &due).unwrap();
-                    if let Some(calls) = &calls {
-                        calls
-                            .lock()
-                            .unwrap()
-                            .push(call.elapsed().as_secs_f64() * 1000.0);
-                    }
-                    counters.sent.fetch_add(1, Ordering::Relaxed);
-                    i += k as i64;
+            let next = next.clone();
+            thread::spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= s.n || now_us() >= s.end {
+                    break;
                 }
+                let due = s.t0 + (i as f64 * 1e6 / s.rate) as i64;
+                sleep_until_us(due);
+                let lag = now_us() - due;
+                if lag > BEHIND_US {
+                    counters.behind.fetch_add(1, Ordering::Relaxed);
+                }
+                counters
+                    .max_lag_us
+                    .fetch_max(lag.max(0) as u64, Ordering::Relaxed);
+                let call = Instant::now();
+                app.defer(OL_TASK, &due).unwrap();
+                if let Some(calls) = &calls {
+                    calls
+                        .lock()
+                        .unwrap()
+                        .push(call.elapsed().as_secs_f64() * 1000.0);
+                }
+                counters.sent.fetch_add(1, Ordering::Relaxed);
             })
         })
         .collect()
@@ -570,7 +581,7 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
 pub fn run(url: &str, db_name: &str, only: &[String]) {
     let o = opts();
     let app = App::builder(url)
-        .pool_size(o.senders.max(1) as u32 + 2)
+        .pool_size(o.senders.max(o.capacity_senders).max(1) as u32 + 2)
         .build()
         .unwrap();
     if only.iter().any(|w| w == "openloop") {

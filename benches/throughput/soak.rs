@@ -6,7 +6,7 @@
 //! cargo bench --bench throughput -- --only soak --csv /tmp/soak.csv
 //! # the same, spelled out
 //! cargo bench --bench throughput -- --only soak --load 0.5 --seconds 1200 --interval 60 \
-//!     --concurrency 4 --senders 4 --retain 60 --prune-every 10 --csv /tmp/soak.csv
+//!     --concurrency 4 --senders 16 --retain 60 --prune-every 10 --csv /tmp/soak.csv
 //! # its chart
 //! python3 benches/charts.py soak /tmp/soak.csv docs/perf-soak-retention.svg --note "..."
 //! # a smoke run
@@ -15,9 +15,9 @@
 //! ```
 //!
 //! The rate is `--rates R` (jobs/s; the first value), or `--load F` (0.5; the first value)
-//! times the capacity that `--only openloop --load` measures (senders deferring flat out, one
-//! job per `defer`, for `--capacity-seconds`). Then the open-loop generator of
-//! `openloop.rs` defers no-op jobs one at a time at that rate from `--senders` threads (4)
+//! times the capacity that `--only openloop --load` measures (`--capacity-senders` threads
+//! (4) deferring flat out, one job per `defer`, for `--capacity-seconds`). Then the open-loop generator of
+//! `openloop.rs` defers no-op jobs one at a time at that rate from `--senders` threads (16)
 //! for `--seconds` (1200), to one worker of `--concurrency` threads (4) that keeps finished
 //! jobs (no `DeleteJobs`) and deletes those older than `--retain` seconds (60) every
 //! `--prune-every` seconds (10): `Retention::new(retain).interval(prune_every)`. The worker's
@@ -205,7 +205,7 @@ pub fn run(url: &str) {
         "--seconds and --interval must be positive"
     );
     let app = App::builder(url)
-        .pool_size(o.senders.max(1) as u32 + 2)
+        .pool_size(o.senders.max(o.capacity_senders).max(1) as u32 + 2)
         .build()
         .unwrap();
     let mut c = app.connection().unwrap();
