@@ -93,10 +93,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "park_lean",
         sql: include_str!("0014_park_lean.sql"),
     },
+    Migration {
+        version: 15,
+        name: "no_row_trigger",
+        sql: include_str!("0015_no_row_trigger.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 14;
+pub(crate) const LATEST: i32 = 15;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
