@@ -184,23 +184,11 @@ fn any_statement_that_takes_parked_jobs_out_of_the_queue_clears_their_blocker() 
         "a job still waiting stays parked"
     );
     // Back in the queue, it is judged again: behind `stays` again, not stranded.
-    requeue_by_sql(&db, leaves);
+    set_status(&db, leaves, "todo");
     assert!(claim(&db, w, 10).is_empty());
     assert_eq!(blocked_by(&db, leaves), Some(stays));
     set_status(&db, holder, "succeeded");
     assert_eq!(claim(&db, w, 10), vec![stays]);
-}
-
-/// Puts job `id` back in the queue by plain SQL, due now.
-fn requeue_by_sql(db: &TestDb, id: i64) {
-    let n = db
-        .client()
-        .execute(
-            "UPDATE postpone_jobs SET status = 'todo', scheduled_at = now() WHERE id = $1",
-            &[&id],
-        )
-        .unwrap();
-    assert_eq!(n, 1);
 }
 
 #[test]
