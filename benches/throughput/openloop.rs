@@ -160,10 +160,10 @@ fn percentiles(v: &mut [f64]) -> [f64; 5] {
     [p(0.5), p(0.9), p(0.99), p(0.999), v[v.len() - 1]]
 }
 
-/// Jobs per second the whole system carries when `--capacity-senders` threads defer as fast as they can (one
-/// job per `defer`, as in the open-loop runs) while the worker consumes: the lower of what
-/// the senders can insert and what the worker can drain. Measured over `--capacity-seconds`
-/// (3) after a second of warm-up.
+/// Jobs per second the whole system carries when `--capacity-senders` threads defer as fast
+/// as they can (one job per `defer`, as in the open-loop runs) while the worker consumes:
+/// the lower of what the senders can insert and what the worker can drain. Measured over
+/// `--capacity-seconds` (3) after a second of warm-up.
 pub fn capacity(app: &App, o: &Opts) -> f64 {
     truncate(app);
     let mut t = Tasks::new();
