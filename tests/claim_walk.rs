@@ -1,9 +1,12 @@
 //! The claim walks only due jobs: one priority at a time, each walk ending at the first job
 //! not due yet (schema version 11), and still takes jobs in claim order across priorities
-//! and queues.
+//! and queues, through the index of its queues when it names them.
 
 mod support;
 mod worker_util;
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 
 use support::TestDb;
 use worker_util::*;
@@ -121,4 +124,83 @@ fn claims_take_jobs_by_priority_across_queues_then_by_due_time() {
         .unwrap()
         .get(0);
     assert_eq!(left, 1);
+}
+
+/// The plans auto_explain printed (as notices) for the statements run inside one call of
+/// `sql` on `c`, after eight calls that are not looked at (PostgreSQL decides after five
+/// whether a statement of a function keeps being planned for each call's values).
+fn nested_plans(c: &mut postgres::Client, notices: &Mutex<Vec<String>>, sql: &str) -> String {
+    for _ in 0..8 {
+        c.batch_execute(sql).unwrap();
+    }
+    notices.lock().unwrap().clear();
+    c.batch_execute(sql).unwrap();
+    notices.lock().unwrap().join("\n")
+}
+
+/// With two queues of equal size and statistics that know it, a plan made once for any
+/// queue (`plan_cache_mode = force_generic_plan` on postpone_claim_jobs, tried and not kept)
+/// walks the index of every queue and filters on the queue: a claim of a queue whose jobs
+/// are few would walk all the others' first. The walk must use the index of its queues.
+#[test]
+fn a_claim_from_named_queues_walks_the_index_of_its_queues() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut setup_client = db.client();
+    setup_client
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args)
+             SELECT CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 't', 'null'
+               FROM generate_series(1, 20000) g",
+        )
+        .unwrap();
+    setup_client
+        .batch_execute("VACUUM ANALYZE postpone_jobs")
+        .unwrap();
+    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = notices.clone();
+    let mut c = postgres::Config::from_str(&db.url())
+        .unwrap()
+        .notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()))
+        .connect(postgres::NoTls)
+        .unwrap();
+    c.batch_execute(
+        "LOAD 'auto_explain';
+         SET auto_explain.log_min_duration = 0;
+         SET auto_explain.log_nested_statements = on;
+         SET auto_explain.log_level = notice;
+         SET client_min_messages = notice",
+    )
+    .unwrap();
+
+    for (what, sql, index) in [
+        (
+            "a claim from every queue",
+            format!("SELECT id FROM postpone_claim_jobs({w}, 1, NULL, NULL)"),
+            "postpone_jobs_due_idx",
+        ),
+        (
+            "a claim from named queues",
+            format!("SELECT id FROM postpone_claim_jobs({w}, 1, '{{a,b}}', NULL)"),
+            "postpone_jobs_due_queue_idx",
+        ),
+    ] {
+        let plans = nested_plans(&mut c, &notices, &sql);
+        let walk = plans
+            .split("Query Text:")
+            .find(|p| p.contains("FOR UPDATE SKIP LOCKED"))
+            .unwrap_or_else(|| panic!("{what}: no walk among the plans:\n{plans}"));
+        assert!(
+            walk.contains(&format!("Index Scan using {index} ")),
+            "{what}: the walk does not use {index}:\n{walk}"
+        );
+        let cond = walk
+            .lines()
+            .find(|l| l.trim_start().starts_with("Index Cond:"))
+            .unwrap_or_else(|| panic!("{what}: no index condition in the walk:\n{walk}"));
+        assert!(
+            cond.contains("priority =") && cond.contains("ROW(scheduled_at, id) >="),
+            "{what}: the walk does not start at its first job: {cond}"
+        );
+    }
 }
