@@ -385,7 +385,7 @@ impl WorkerBuilder {
             group,
             name: name.clone(),
             identity,
-            job_duration: fetch::Ewma::new(Duration::from_millis(10)),
+            job_duration: fetch::Ewma::guess(Duration::from_millis(10)),
             stopping: AtomicBool::new(false),
             ledger: Ledger::new(id, lease_until),
             executors: AtomicUsize::new(0),
