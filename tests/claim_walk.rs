@@ -1,6 +1,7 @@
 //! The claim walks only due jobs: one priority at a time, each walk ending at the first job
 //! not due yet (schema version 11), and still takes jobs in claim order across priorities
-//! and queues, through the index of its queues when it names them.
+//! and queues, through the index of its queues when it names them, and updates the rows it
+//! walked where it found them (schema version 16).
 
 mod support;
 mod worker_util;
@@ -201,6 +202,16 @@ fn a_claim_from_named_queues_walks_the_index_of_its_queues() {
         assert!(
             cond.contains("priority =") && cond.contains("ROW(scheduled_at, id) >="),
             "{what}: the walk does not start at its first job: {cond}"
+        );
+        // The walked rows stay locked, so their addresses still hold them: the update
+        // reads them there (schema version 16), not through the primary key again.
+        let take = plans
+            .split("Query Text:")
+            .find(|p| p.contains("SET status = 'doing'"))
+            .unwrap_or_else(|| panic!("{what}: no claiming update among the plans:\n{plans}"));
+        assert!(
+            take.contains("Tid Scan on postpone_jobs"),
+            "{what}: the claiming update does not read its rows by address:\n{take}"
         );
     }
 }

@@ -100,9 +100,13 @@ impl Admin {
             "SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at,
                     w.last_heartbeat,
                     date_part('epoch', now()) - date_part('epoch', w.last_heartbeat),
-                    (SELECT count(*) FROM postpone_jobs j
-                      WHERE j.worker_id = w.id AND j.status = 'doing')
+                    coalesce(r.n, 0)
                FROM postpone_workers w
+               -- One pass over the running jobs (postpone_jobs_doing_idx holds them by
+               -- queue, then worker), rather than one per worker.
+               LEFT JOIN (SELECT j.worker_id, count(*) AS n FROM postpone_jobs j
+                           WHERE j.status = 'doing' GROUP BY j.worker_id) r
+                      ON r.worker_id = w.id
               ORDER BY w.id",
             &[],
         )?;

@@ -98,10 +98,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "no_row_trigger",
         sql: include_str!("0015_no_row_trigger.sql"),
     },
+    Migration {
+        version: 16,
+        name: "less_per_claim",
+        sql: include_str!("0016_less_per_claim.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 15;
+pub(crate) const LATEST: i32 = 16;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
