@@ -116,11 +116,17 @@ pub(crate) fn run(
         .to_owned();
     let _alive = ExecutorAlive::new(shared);
     loop {
-        let claimed = select! {
-            recv(stop) -> _ => return,
-            recv(jobs) -> job => match job {
-                Ok(job) => job,
-                Err(_) => return,
+        // A job waiting in the channel is taken without a look at `stop`: that channel has
+        // no buffer, and a look at it takes a lock that every executor shares, once per job
+        // (the stop is seen below, through `stopping`, which the shutdown sets first).
+        let claimed = match jobs.try_recv() {
+            Ok(job) => job,
+            Err(_) => select! {
+                recv(stop) -> _ => return,
+                recv(jobs) -> job => match job {
+                    Ok(job) => job,
+                    Err(_) => return,
+                },
             },
         };
         // Claimed but never started when the worker stops: it stays in the ledger as
