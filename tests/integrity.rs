@@ -86,6 +86,37 @@ fn a_retry_whose_queueing_lock_is_taken_is_superseded_and_recording_goes_on() {
     assert_eq!(worker_rows(&mut client), 0, "the worker row was retired");
 }
 
+/// A job whose attempt count is already the largest integer (written by other means than
+/// this library) once made every claim fail on `attempts + 1`, again at each try, since it
+/// stayed first in line: nothing behind it ran. Its count now stops there, and the worker
+/// fails it as past its attempts.
+#[test]
+fn a_job_at_the_largest_attempt_count_does_not_stop_the_claims() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let bad: i64 = db
+        .client()
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args, priority, attempts)
+             VALUES ('default', 'ok', 'null', 10, 2147483647) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let row = wait_status(&db, JobId(bad), "failed", Duration::from_secs(10));
+    assert_eq!(row.attempts, 2147483647);
+    assert!(
+        row.error_texts()[0].contains("giving up"),
+        "{:?}",
+        row.errors
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the job ran");
+    assert_still_recording(&db, &app);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
 #[test]
 fn a_nul_in_an_error_text_is_recorded_in_a_safe_form() {
     let (db, app) = setup();

@@ -24,6 +24,11 @@
 --   `id = ANY(ids)` as a filter compares each row with the whole array (2,048 rows took
 --   7.7 ms so).
 --
+-- And one row could stop every claim: a job whose attempts column held 2,147,483,647 (a row
+-- written by other means than this library) made `attempts + 1` overflow, and the whole
+-- claim failed, again at each try, since that job stayed first in line. The count now stops
+-- there; the worker sees the attempt past what the task allows and fails the job.
+--
 -- Workers of versions 12 to 15 still running during an upgrade call postpone_claim_jobs with
 -- the same arguments as before. postpone_take, which the function no longer calls, stays:
 -- migrations only add.
@@ -52,7 +57,7 @@ AS $$
 BEGIN
     RETURN QUERY
     UPDATE postpone_jobs j
-       SET status = 'doing', worker_id = p_worker, attempts = j.attempts + 1,
+       SET status = 'doing', worker_id = p_worker, attempts = least(j.attempts, 2147483646) + 1,
            started_at = now()
      WHERE j.ctid = ANY(p_tids) AND j.status = 'todo'
        AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
@@ -62,8 +67,9 @@ BEGIN
 END
 $$;
 
--- Unchanged from version 14 but for the row addresses: the walks gather them with the ids,
--- and the claim's last step is postpone_take_at.
+-- Unchanged from version 14 but for the row addresses (the walks gather them with the ids,
+-- and the claim's last step is postpone_take_at) and the attempts that stop counting at the
+-- largest integer.
 CREATE OR REPLACE FUNCTION postpone_claim_jobs(p_worker bigint, p_limit integer, p_queues text[],
                                     p_tasks text[])
 RETURNS TABLE (id bigint, queue text, task text, args jsonb, attempts integer, priority integer,
@@ -185,8 +191,8 @@ BEGIN
         RETURN QUERY
         WITH claimed AS (
             UPDATE postpone_jobs j
-               SET status = 'doing', worker_id = p_worker, attempts = j.attempts + 1,
-                   started_at = now()
+               SET status = 'doing', worker_id = p_worker,
+                   attempts = least(j.attempts, 2147483646) + 1, started_at = now()
              WHERE j.id = ANY(ARRAY(
                    SELECT x.id
                      FROM unnest(v_queues, v_caps, v_klims, v_kargs) AS q(name, cap, klim, karg),

@@ -104,6 +104,12 @@ where
 /// (a crash or a lost database, then a rescue). Past that it is failed without running.
 const MAX_RESCUES: u32 = 3;
 
+/// Whether attempt number `attempt` is past the `allowed` attempts and the rescues beyond
+/// them (a strategy may allow `u32::MAX` attempts: retry for ever).
+fn past_rescues(attempt: u32, allowed: u32) -> bool {
+    attempt > allowed.saturating_add(MAX_RESCUES)
+}
+
 pub(crate) fn run(
     shared: &Shared,
     stop: &Receiver<()>,
@@ -265,7 +271,7 @@ fn run_one(
         None => std::borrow::Cow::Borrowed(&task.options.retry),
     };
     let allowed = strategy.attempts_allowed();
-    if attempt > allowed + MAX_RESCUES {
+    if past_rescues(attempt, allowed) {
         // Earlier attempts ended with their worker (rescued after a crash, each time): a
         // job that kills its worker must not loop forever.
         let msg = format!(
@@ -569,6 +575,15 @@ fn panic_text(p: &Box<dyn Any + Send>) -> String {
 mod tests {
     use super::*;
     use crate::RetryStrategy;
+
+    #[test]
+    fn a_job_runs_its_allowed_attempts_and_the_rescues_then_gives_up() {
+        assert!(!past_rescues(3 + MAX_RESCUES, 3));
+        assert!(past_rescues(4 + MAX_RESCUES, 3));
+        // Retry for ever: no attempt is past it (the sum used to overflow).
+        assert!(!past_rescues(u32::MAX, u32::MAX));
+        assert!(!past_rescues(7, u32::MAX - 1));
+    }
 
     #[test]
     fn errors_retry_while_the_strategy_allows() {
