@@ -117,6 +117,30 @@ fn a_job_at_the_largest_attempt_count_does_not_stop_the_claims() {
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
 
+/// A job scheduled for '-infinity' (only SQL written by hand can store it) is first in line
+/// and due; the claim's `now() - scheduled_at` (the time it waited) was an error for it, so
+/// every claim failed and nothing ran. It runs now, like any due job.
+#[test]
+fn a_job_scheduled_for_minus_infinity_does_not_stop_the_claims() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let odd: i64 = db
+        .client()
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             VALUES ('default', 'ok', 'null', '-infinity') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, JobId(odd), "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_still_recording(&db, &app);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
 #[test]
 fn a_nul_in_an_error_text_is_recorded_in_a_safe_form() {
     let (db, app) = setup();

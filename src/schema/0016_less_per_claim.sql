@@ -29,6 +29,10 @@
 -- claim failed, again at each try, since that job stayed first in line. The count now stops
 -- there; the worker sees the attempt past what the task allows and fails the job.
 --
+-- So could a job scheduled for '-infinity' (first in line, and due): the time it waited,
+-- `now() - scheduled_at`, is an error for an infinite timestamp. It is now NULL for such a
+-- job (the metrics leave it out).
+--
 -- Workers of versions 12 to 15 still running during an upgrade call postpone_claim_jobs with
 -- the same arguments as before. postpone_take, which the function no longer calls, stays:
 -- migrations only add.
@@ -63,13 +67,15 @@ BEGIN
        AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
     RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
               j.abort_requested, j.scheduled_at,
-              extract(epoch FROM now() - j.scheduled_at)::float8, j.max_attempts;
+              CASE WHEN isfinite(j.scheduled_at)
+                   THEN extract(epoch FROM now() - j.scheduled_at)::float8 END,
+              j.max_attempts;
 END
 $$;
 
 -- Unchanged from version 14 but for the row addresses (the walks gather them with the ids,
--- and the claim's last step is postpone_take_at) and the attempts that stop counting at the
--- largest integer.
+-- and the claim's last step is postpone_take_at), the attempts that stop counting at the
+-- largest integer, and the wait of a job scheduled for '-infinity'.
 CREATE OR REPLACE FUNCTION postpone_claim_jobs(p_worker bigint, p_limit integer, p_queues text[],
                                     p_tasks text[])
 RETURNS TABLE (id bigint, queue text, task text, args jsonb, attempts integer, priority integer,
@@ -241,7 +247,9 @@ BEGIN
                AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
             RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
                       j.abort_requested, j.scheduled_at,
-                      extract(epoch FROM now() - j.scheduled_at)::float8 AS queue_wait,
+                      CASE WHEN isfinite(j.scheduled_at)
+                           THEN extract(epoch FROM now() - j.scheduled_at)::float8
+                      END AS queue_wait,
                       j.max_attempts
         ), logged AS (
             INSERT INTO postpone_rate_starts AS s (queue, until, starts)
