@@ -77,14 +77,17 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// rather than at its next poll. A claim that takes nothing returns one row
 /// with only those (NULL id). See `worker/due.rs`. Those two are computed once per claim
 /// (`n` is materialized): as a plain subquery, the planner pulled them into the join and
-/// called `postpone_next_due` once per job returned.
+/// called `postpone_next_due` once per job returned. The due time is capped at 9e18 µs
+/// (about the year 287,000): PostgreSQL stores times up to the year 294,276, past what a
+/// bigint holds in µs, and a job moved there by hand would otherwise make every claim that
+/// takes fewer jobs than it asks for fail.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
     SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[])
 ), n AS MATERIALIZED (
         SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
                CASE WHEN (SELECT count(*) FROM c) < $2::int
-                    THEN floor(extract(epoch FROM least(
+                    THEN least(9000000000000000000, floor(extract(epoch FROM least(
                              postpone_next_due($3::text[]),
                              (SELECT now() + greatest(w.s, 0.001) * interval '1 second'
                                 FROM postpone_rate_wait(ARRAY(
@@ -98,7 +101,7 @@ WITH c AS MATERIALIZED (
                                WHERE w.s IS NOT NULL
                                  -- Checked first (a one-time filter): without rate limits,
                                  -- the function is not called (0.2 ms a claim).
-                                 AND EXISTS (SELECT 1 FROM postpone_rate_limits)))) * 1000000)::bigint
+                                 AND EXISTS (SELECT 1 FROM postpone_rate_limits)))) * 1000000))::bigint
                END AS next_due
 )
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,

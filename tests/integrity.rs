@@ -142,6 +142,34 @@ fn a_job_scheduled_for_minus_infinity_does_not_stop_the_claims() {
 }
 
 #[test]
+fn a_job_scheduled_at_the_end_of_time_does_not_stop_the_claims() {
+    // The latest time PostgreSQL can store lies past the largest number of microseconds since
+    // 1970 that a bigint holds. A job moved there by hand (no insert trigger runs for an
+    // UPDATE) is the queue's next due job, and the claim converts that time to microseconds
+    // whenever it takes fewer jobs than it asked for.
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let far = app.defer("ok", &()).unwrap();
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET scheduled_at = '294276-12-31 23:59:59+00' WHERE id = $1",
+            &[&far.0],
+        )
+        .unwrap();
+    let due = app.defer("ok", &()).unwrap();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, due, "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let later = app.defer("ok", &()).unwrap();
+    wait_status(&db, later, "succeeded", Duration::from_secs(10));
+    let row = job_row(&mut db.client(), far).unwrap();
+    assert_eq!(row.status, "todo", "the far job is not due");
+    assert_still_recording(&db, &app);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
 fn a_nul_in_an_error_text_is_recorded_in_a_safe_form() {
     let (db, app) = setup();
     let mut tasks = Tasks::new();
