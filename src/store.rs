@@ -289,7 +289,9 @@ pub(crate) const JOB_GET: &str = concat!(
     ", j.errors, w.name,
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts, j.tags, j.meta,
+       j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts,
+       -- Written by hand, the array may hold NULLs (or have two dimensions).
+       ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
        j.blocked_by
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id

@@ -119,13 +119,17 @@ impl JobSort {
         }
     }
 
-    /// The key as text that reads back exactly as its type, whatever the session's settings.
+    /// The key as text that reads back exactly as its type, whatever the session's settings
+    /// (`YYYY` drops the era: a time before the year 1 gets ` BC`, or it would read back
+    /// as a time after Christ).
     fn key_text(self) -> String {
         let (col, ty) = self.key();
         if ty == "timestamptz" {
             format!(
                 "CASE WHEN isfinite({col}) THEN to_char({col} AT TIME ZONE 'UTC', \
-                 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE {col}::text END"
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') \
+                 || CASE WHEN {col} < '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END \
+                 ELSE {col}::text END"
             )
         } else {
             format!("{col}::text")

@@ -97,7 +97,13 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "listing workers",
-            "SELECT w.id, w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at,
+            "SELECT w.id, w.name, w.host, w.pid,
+                    -- NULL is every queue; written by hand, the array may hold NULLs (or
+                    -- have two dimensions), which no worker serves.
+                    CASE WHEN w.queues IS NOT NULL
+                         THEN ARRAY(SELECT q FROM unnest(w.queues) AS q WHERE q IS NOT NULL)
+                    END,
+                    w.concurrency, w.started_at,
                     w.last_heartbeat,
                     date_part('epoch', now()) - date_part('epoch', w.last_heartbeat),
                     coalesce(r.n, 0)

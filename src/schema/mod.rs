@@ -103,10 +103,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "less_per_claim",
         sql: include_str!("0016_less_per_claim.sql"),
     },
+    Migration {
+        version: 17,
+        name: "bounded_inputs",
+        sql: include_str!("0017_bounded_inputs.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 16;
+pub(crate) const LATEST: i32 = 17;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -250,7 +250,20 @@ fn serve(mut stream: TcpStream, opts: &ServerOptions, handle: &dyn Fn(&Request) 
     let _ = stream.set_write_timeout(Some(opts.write_timeout));
     let resp = match read_request(&mut stream, opts.read_timeout) {
         Ok(req) => {
-            let mut resp = handle(&req);
+            // A panic in a handler (a defect, or data it could not read) costs this request
+            // a 500, not the server one of its threads.
+            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(&req)));
+            let mut resp = answered.unwrap_or_else(|_| {
+                log::error!(
+                    "dashboard: answering {} {:?} panicked (see the message above); answered 500",
+                    req.method,
+                    req.path
+                );
+                Response::text(
+                    500,
+                    "internal error: the dashboard's handler panicked (see its log)\n",
+                )
+            });
             if req.method == "HEAD" {
                 resp.body.clear();
             }

@@ -19,6 +19,9 @@ SELECT (59 - floor(extract(epoch FROM date_trunc('minute', now()) - date_trunc('
   FROM postpone_jobs
  WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
    AND finished_at > date_trunc('minute', now()) - interval '59 minutes'
+   -- A time after this minute (written by hand: 'infinity' cannot be subtracted, the year
+   -- 9999 is too many minutes for an int) is no part of the last hour.
+   AND finished_at < date_trunc('minute', now()) + interval '1 minute'
  GROUP BY 1";
 
 pub(crate) fn throughput(conn: &mut Connection) -> Result<Vec<Minute>> {

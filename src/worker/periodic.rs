@@ -250,6 +250,22 @@ fn defer_due(
             let c = link.connection()?;
             let latest = periodic::latest_instant(c, &s.spec)?;
             let from = match latest {
+                // A record after now: another worker's clock runs ahead, or the row was
+                // written by hand (at 'infinity' or in the year 3000, it would stop the
+                // schedule for good). The instants from the window on are deferred as if
+                // there were none; an instant already deferred is recognised by its record.
+                Some(l) if l > now => {
+                    if l > now + Duration::from_secs(60) {
+                        log::warn!(
+                            "worker {}: periodic task {}: its last deferred instant {} lies ahead of this worker's clock ({}); scheduling from now",
+                            shared.name,
+                            describe(&s.spec.task, &s.spec.id),
+                            rfc3339(l),
+                            rfc3339(now)
+                        );
+                    }
+                    window_start
+                }
                 Some(l) if l > window_start => l,
                 _ => window_start,
             };
