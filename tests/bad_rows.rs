@@ -314,3 +314,21 @@ fn a_job_inserted_for_the_end_of_time_is_stored_and_does_not_stop_the_claims() {
     assert_eq!(row.status, "todo");
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// A running job without a start time whose worker row is gone (both written by hand): the
+/// rescue requeued such jobs only once `started_at` was older than `stalled_after`, which a
+/// NULL never is, so the job stayed `doing` for ever.
+#[test]
+fn a_running_job_without_a_start_time_whose_worker_is_gone_is_rescued() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let id = raw_job(
+        &db,
+        "status = 'doing', worker_id = 999, attempts = 1, started_at = NULL",
+    );
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, JobId(id), "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
