@@ -8,23 +8,11 @@ mod support;
 mod web_util;
 mod worker_util;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use postpone::{Dashboard, Job, JobFilter, JobId, JobSort, Tasks};
+use postpone::{Dashboard, JobFilter, JobId, JobSort, Tasks};
 use worker_util::*;
-
-/// A task "ok" that succeeds and counts its runs.
-fn ok_task(tasks: &mut Tasks) -> Arc<AtomicUsize> {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    tasks.register("ok", move |_job: &Job| {
-        r.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    });
-    runs
-}
 
 /// Inserts a job row by hand, `extra` being `column = value` assignments applied after.
 fn raw_job(db: &support::TestDb, set: &str) -> i64 {
@@ -43,6 +31,20 @@ fn raw_job(db: &support::TestDb, set: &str) -> i64 {
     )
     .unwrap();
     id
+}
+
+/// Runs `f`, turning a panic into a test failure that names `what` and quotes the panic.
+fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) => panic!(
+            "{what} panicked: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 fn dashboard(app: &postpone::App) -> postpone::DashboardHandle {
@@ -147,19 +149,8 @@ fn a_descending_listing_by_scheduled_time_ends_with_jobs_scheduled_before_christ
 fn a_job_whose_tags_hold_a_null_is_shown_not_a_panic() {
     let (db, app) = setup();
     let id = raw_job(&db, "tags = ARRAY['a', NULL]::text[]");
-    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        app.admin().job(JobId(id)).map(|d| d.tags)
-    }));
-    match res {
-        Ok(r) => assert_eq!(r.expect("Admin::job"), vec!["a".to_owned()]),
-        Err(p) => panic!(
-            "Admin::job panicked: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
-        ),
-    }
+    let tags = no_panic("Admin::job", || app.admin().job(JobId(id)).map(|d| d.tags));
+    assert_eq!(tags.expect("Admin::job"), vec!["a".to_owned()]);
 }
 
 /// The workers listing reads `queues` as `Option<Vec<String>>`: one worker row whose queues
@@ -173,21 +164,9 @@ fn a_worker_row_whose_queues_hold_a_null_does_not_break_the_workers_listing() {
             &[],
         )
         .unwrap();
-    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| app.admin().workers()));
-    match res {
-        Ok(r) => {
-            let workers = r.expect("Admin::workers");
-            assert_eq!(workers.len(), 1);
-            assert_eq!(workers[0].queues, Some(vec!["a".to_owned()]));
-        }
-        Err(p) => panic!(
-            "Admin::workers panicked: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
-        ),
-    }
+    let workers = no_panic("Admin::workers", || app.admin().workers()).expect("Admin::workers");
+    assert_eq!(workers.len(), 1);
+    assert_eq!(workers[0].queues, Some(vec!["a".to_owned()]));
 }
 
 /// A rate limit whose period was written by hand past what the admin API allows (100

@@ -18,17 +18,6 @@ use postpone::{ErrorKind, Job, JobId, RetryStrategy, TaskError, Tasks};
 use support::{wait_until, FaultProxy, NewConns};
 use worker_util::*;
 
-/// A task "ok" that succeeds and counts its runs.
-fn ok_task(tasks: &mut Tasks) -> Arc<AtomicUsize> {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    tasks.register("ok", move |_job: &Job| {
-        r.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    });
-    runs
-}
-
 /// After a hostile outcome, the worker still records the outcomes of ordinary jobs.
 fn assert_still_recording(db: &support::TestDb, app: &postpone::App) {
     let ids: Vec<JobId> = (0..5).map(|i| app.defer("ok", &i).unwrap()).collect();

@@ -9,7 +9,10 @@
 use std::time::Duration;
 
 use postgres::Client;
-use postpone::{App, JobId, Tasks, Worker, WorkerBuilder};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use postpone::{App, Job, JobId, Tasks, Worker, WorkerBuilder};
 
 use crate::support::{wait_until, TestDb};
 
@@ -148,4 +151,15 @@ pub fn listening_backends(db: &TestDb) -> i64 {
         )
         .expect("reading pg_stat_activity")
         .get(0)
+}
+
+/// Registers a task "ok" that succeeds and counts its runs.
+pub fn ok_task(tasks: &mut Tasks) -> Arc<AtomicUsize> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    tasks.register("ok", move |_job: &Job| {
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    runs
 }
