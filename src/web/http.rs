@@ -427,6 +427,51 @@ fn decode(s: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Sends one GET and returns the response's status line.
+    fn status_line(addr: SocketAddr, path: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.lines().next().unwrap_or_default().to_owned()
+    }
+
+    #[test]
+    fn a_panicking_handler_costs_its_request_a_500_and_not_the_thread() {
+        let opts = ServerOptions {
+            threads: 1,
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+        };
+        let server = Server::start(
+            "127.0.0.1:0".parse().unwrap(),
+            opts,
+            Arc::new(|req: &Request| {
+                if req.path == "/boom" {
+                    panic!("a handler's defect");
+                }
+                Response::text(200, "fine\n")
+            }),
+        )
+        .unwrap();
+        assert_eq!(
+            status_line(server.addr, "/boom"),
+            "HTTP/1.1 500 Internal Server Error"
+        );
+        // The server's only thread still answers.
+        assert_eq!(status_line(server.addr, "/"), "HTTP/1.1 200 OK");
+        assert_eq!(
+            status_line(server.addr, "/boom"),
+            "HTTP/1.1 500 Internal Server Error"
+        );
+        server.stop();
+    }
+
     #[test]
     fn pairs_decode_plus_and_percent() {
         let p = parse_pairs("a=1&b=x+y%3Cz&&c&d=%00");
