@@ -311,3 +311,42 @@ fn a_running_job_without_a_start_time_whose_worker_is_gone_is_rescued() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// The other side of the periodic fix above: a record only a little ahead of this worker's
+/// clock (another worker's clock runs a few seconds fast) still counts as done, so the
+/// worker does not catch up ten minutes of instants that were never due for it.
+#[test]
+fn a_periodic_record_a_little_ahead_still_counts_as_deferred() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    tasks.periodic("ok", "* * * * * *");
+    let ahead: std::time::SystemTime = db
+        .client()
+        .query_one(
+            "INSERT INTO postpone_periodic (task, instant)
+             VALUES ('ok', date_trunc('second', now()) + interval '3 seconds') RETURNING instant",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "no instant before the record is deferred"
+    );
+    let ran = support::wait_until(Duration::from_secs(8), || runs.load(Ordering::SeqCst) > 0);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(ran, "no periodic job ran after the record's instant");
+    let before: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM postpone_periodic WHERE task = 'ok' AND instant < $1",
+            &[&ahead],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(before, 0);
+}

@@ -222,6 +222,10 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
     }
 }
 
+/// How far ahead of a worker's clock a periodic task's last deferred instant may lie and
+/// still be believed (see `defer_due`).
+const PERIODIC_SKEW: Duration = Duration::from_secs(60);
+
 /// Primes the schedules not primed yet, then defers every due instant inside its window.
 fn defer_due(
     shared: &Shared,
@@ -250,20 +254,20 @@ fn defer_due(
             let c = link.connection()?;
             let latest = periodic::latest_instant(c, &s.spec)?;
             let from = match latest {
-                // A record after now: another worker's clock runs ahead, or the row was
-                // written by hand (at 'infinity' or in the year 3000, it would stop the
-                // schedule for good). The instants from the window on are deferred as if
-                // there were none; an instant already deferred is recognised by its record.
-                Some(l) if l > now => {
-                    if l > now + Duration::from_secs(60) {
-                        log::warn!(
-                            "worker {}: periodic task {}: its last deferred instant {} lies ahead of this worker's clock ({}); scheduling from now",
-                            shared.name,
-                            describe(&s.spec.task, &s.spec.id),
-                            rfc3339(l),
-                            rfc3339(now)
-                        );
-                    }
+                // A record more than a minute after now: a worker whose clock runs far
+                // ahead, or a row written by hand (at 'infinity' or in the year 3000, it
+                // would stop the schedule for good). The schedule starts as if there were
+                // no record; an instant already deferred is recognised by its record. A
+                // record less far ahead (clocks a little apart) counts as usual.
+                Some(l) if l > now + PERIODIC_SKEW => {
+                    log::warn!(
+                        "worker {}: periodic task {}: its last deferred instant {} lies more than {} ahead of this worker's clock ({}); scheduling as if it had none",
+                        shared.name,
+                        describe(&s.spec.task, &s.spec.id),
+                        rfc3339(l),
+                        fmt_duration(PERIODIC_SKEW),
+                        rfc3339(now)
+                    );
                     window_start
                 }
                 Some(l) if l > window_start => l,
