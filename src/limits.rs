@@ -6,7 +6,7 @@
 //! behalf (error texts, retry delays) are made safe instead: a task cannot be refused its
 //! outcome.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 
@@ -73,6 +73,53 @@ pub(crate) fn check_schedule(ahead: Duration) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Seconds from the year 1 (0001-01-01T00:00:00Z) to 1970.
+const YEAR_1_SECS: u64 = 62_135_596_800;
+/// Seconds from 1970 to the year 10000 (10000-01-01T00:00:00Z).
+const YEAR_10000_SECS: u64 = 253_402_300_800;
+
+/// Checks that a time given by the caller lies in the years 1 to 9999. PostgreSQL stores
+/// times from 4713 BC, but the driver's conversion overflows far outside that range (a time a
+/// million years ahead panics, or wraps into the past in a release build), and no job needs
+/// a time outside it.
+pub(crate) fn check_time(what: &str, t: SystemTime) -> Result<()> {
+    let inside = match t.duration_since(UNIX_EPOCH) {
+        Ok(ahead) => ahead.as_secs() < YEAR_10000_SECS,
+        Err(e) => {
+            let back = e.duration();
+            back.as_secs() < YEAR_1_SECS
+                || (back.as_secs() == YEAR_1_SECS && back.subsec_nanos() == 0)
+        }
+    };
+    if inside {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "invalid {what}: {} lies outside the years 1 to 9999",
+            crate::admin::info::rfc3339(t)
+        )))
+    }
+}
+
+/// Checks that a value compared with stored text holds no NUL character (PostgreSQL text
+/// cannot hold one, and refuses the statement).
+pub(crate) fn check_no_nul(what: &str, value: &str) -> Result<()> {
+    if value.contains('\0') {
+        return Err(Error::invalid(format!(
+            "invalid {what} {:?}: it contains a NUL character, which PostgreSQL text cannot hold",
+            shorten(value)
+        )));
+    }
+    Ok(())
+}
+
+/// An age or a window (how far back from now) in whole milliseconds, clamped to
+/// [`MAX_DELAY`]: the database cannot subtract much more from its clock (`Duration::MAX`,
+/// "everything", reads as the last 100 years).
+pub(crate) fn age_millis(d: Duration) -> i64 {
+    clamp_delay(d).as_millis() as i64
 }
 
 /// An error text the database can always store: NUL characters become U+FFFD, and a text

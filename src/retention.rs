@@ -56,7 +56,8 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// Deletes jobs that finished more than `older_than` ago.
+    /// Deletes jobs that finished more than `older_than` ago (an age over 100 years reads as
+    /// 100 years: the database cannot count much further back from its clock).
     pub fn new(older_than: Duration) -> Retention {
         Retention {
             older_than,
@@ -149,7 +150,7 @@ impl fmt::Display for PruneReport {
 }
 
 fn millis(d: Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
+    crate::limits::age_millis(d)
 }
 
 /// Runs the batches of `r` on `conn`. `go_on` is asked before each batch: when it says

@@ -33,28 +33,6 @@ fn raw_job(db: &support::TestDb, set: &str) -> i64 {
     id
 }
 
-/// Runs `f`, turning a panic into a test failure that names `what` and quotes the panic.
-fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(p) => panic!(
-            "{what} panicked: {}",
-            p.downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default()
-        ),
-    }
-}
-
-fn dashboard(app: &postpone::App) -> postpone::DashboardHandle {
-    Dashboard::new(app)
-        .listen("127.0.0.1:0")
-        .unwrap()
-        .spawn()
-        .expect("dashboard")
-}
-
 /// The dashboard's overview reads the last hour's throughput with
 /// `date_trunc('minute', now()) - date_trunc('minute', finished_at)` for every job that
 /// finished "after an hour ago": a job finished at 'infinity' makes that an error ("cannot
@@ -64,7 +42,7 @@ fn the_dashboard_overview_survives_a_job_finished_at_infinity() {
     let (db, app) = setup();
     app.defer("ok", &1).unwrap();
     raw_job(&db, "status = 'succeeded', finished_at = 'infinity'");
-    let dash = dashboard(&app);
+    let dash = web_util::dashboard(&app);
     let r = web_util::get(dash.addr(), "/");
     assert_eq!(r.status, 200, "{}", r.body);
 }
@@ -79,7 +57,7 @@ fn the_dashboard_overview_survives_a_job_finished_in_the_year_9999() {
         &db,
         "status = 'succeeded', finished_at = '9999-01-01 00:00:00+00'",
     );
-    let dash = dashboard(&app);
+    let dash = web_util::dashboard(&app);
     let r = web_util::get(dash.addr(), "/");
     assert_eq!(r.status, 200, "{}", r.body);
 }

@@ -184,6 +184,10 @@ impl Admin {
                 action.as_str()
             )));
         }
+        filter.validate()?;
+        if let BulkAction::Reschedule(at) = action {
+            crate::limits::check_time("reschedule time", at)?;
+        }
         let mut conn = self.conn()?;
         let mut q = Query::default();
         let cond = filter.conditions(&mut q);

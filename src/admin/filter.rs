@@ -193,7 +193,9 @@ impl JobFilter {
         self
     }
 
-    /// Only jobs deferred at or after `t`.
+    /// Only jobs deferred at or after `t`. Like the other times of a filter, `t` must lie in
+    /// the years 1 to 9999: outside them, the listing is an
+    /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error.
     pub fn created_after(mut self, t: SystemTime) -> JobFilter {
         self.created_after = Some(t);
         self
@@ -328,8 +330,39 @@ impl JobFilter {
         c.join("\n   AND ")
     }
 
+    /// Checks the values the conditions compare with stored ones: no NUL in a text, and
+    /// times in the years 1 to 9999 (see [`limits::check_time`](crate::limits::check_time)).
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (what, v) in [
+            ("queue filter", &self.queue),
+            ("task filter", &self.task),
+            ("lock filter", &self.lock),
+            ("queueing lock filter", &self.queueing_lock),
+            ("error text filter", &self.error_contains),
+        ] {
+            if let Some(v) = v {
+                crate::limits::check_no_nul(what, v)?;
+            }
+        }
+        for t in &self.tags {
+            crate::limits::check_no_nul("tag filter", t)?;
+        }
+        for (what, t) in [
+            ("created_after time", self.created_after),
+            ("created_before time", self.created_before),
+            ("finished_after time", self.finished_after),
+            ("finished_before time", self.finished_before),
+        ] {
+            if let Some(t) = t {
+                crate::limits::check_time(what, t)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The listing statement: one row more than the limit, to know if another page exists.
     pub(crate) fn list_sql(&self, q: &mut Query) -> Result<(String, usize)> {
+        self.validate()?;
         let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
         if limit == 0 {
             return Err(Error::invalid("invalid limit 0: use 1 or more"));
@@ -385,8 +418,58 @@ impl JobFilter {
             )));
         }
         let id: i64 = id.parse().map_err(|_| bad("malformed id"))?;
+        let key_ok = match self.sort {
+            JobSort::Id => key.parse::<i64>().is_ok(),
+            JobSort::Priority => key.parse::<i32>().is_ok(),
+            JobSort::Scheduled | JobSort::Finished => cursor_time_ok(key),
+        };
+        if !key_ok {
+            return Err(bad("malformed key"));
+        }
         Ok((key.to_owned(), id))
     }
+}
+
+/// Whether `key` reads as the cursor of a time sort writes it (see `JobSort::key_text`):
+/// RFC 3339 in UTC to the microsecond, ` BC` after a time before the year 1, or
+/// `infinity` / `-infinity`.
+fn cursor_time_ok(key: &str) -> bool {
+    if key == "infinity" || key == "-infinity" {
+        return true;
+    }
+    let (date, time) = match key.strip_suffix(" BC").unwrap_or(key).split_once('T') {
+        Some(parts) => parts,
+        None => return false,
+    };
+    // The year may have more than four digits (PostgreSQL counts to 294276).
+    let mut d = date.rsplitn(3, '-');
+    let (Some(day), Some(month), Some(year)) = (d.next(), d.next(), d.next()) else {
+        return false;
+    };
+    let digits = |s: &str, n: std::ops::RangeInclusive<usize>| {
+        n.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit())
+    };
+    let Some(clock) = time.strip_suffix('Z') else {
+        return false;
+    };
+    let (hms, micros) = clock.split_once('.').unwrap_or((clock, "0"));
+    let mut t = hms.split(':');
+    let (Some(h), Some(m), Some(sec), None) = (t.next(), t.next(), t.next(), t.next()) else {
+        return false;
+    };
+    let within = |s: &str, max: u32| s.parse::<u32>().is_ok_and(|v| v <= max);
+    digits(year, 4..=6)
+        && digits(month, 2..=2)
+        && digits(day, 2..=2)
+        && digits(h, 2..=2)
+        && digits(m, 2..=2)
+        && digits(sec, 2..=2)
+        && digits(micros, 1..=6)
+        && (1..=12).contains(&month.parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&day.parse::<u32>().unwrap_or(0))
+        && within(h, 23)
+        && within(m, 59)
+        && within(sec, 59)
 }
 
 /// A statement's parameters, numbered as they are bound.
@@ -413,6 +496,33 @@ impl Query {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_cursor_keys_are_read_as_key_text_writes_them() {
+        for ok in [
+            "2024-05-01T12:00:00.123456Z",
+            "0001-01-01T00:00:00.000000Z",
+            "4713-11-24T00:00:00.000000Z BC",
+            "294276-12-31T23:59:59.000000Z",
+            "infinity",
+            "-infinity",
+        ] {
+            assert!(cursor_time_ok(ok), "{ok}");
+        }
+        for bad in [
+            "not a time",
+            "",
+            "2024-05-01",
+            "2024-05-01T12:00:00.123456",
+            "2024-13-01T12:00:00.000000Z",
+            "2024-05-01T24:00:00.000000Z",
+            "2024-05-01T12:00:00.1234567Z",
+            "2024-05-01T12:00:00.000000Z AD",
+            "-2024-05-01T12:00:00.000000Z",
+        ] {
+            assert!(!cursor_time_ok(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn filter_collects_distinct_statuses_and_ids() {

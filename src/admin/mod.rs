@@ -243,7 +243,9 @@ impl Admin {
         Ok(outcome)
     }
 
-    /// Makes a waiting (`todo`) job due at `at` instead; workers of its queue are woken.
+    /// Makes a waiting (`todo`) job due at `at` instead; workers of its queue are woken. A
+    /// time outside the years 1 to 9999 is an [`InvalidInput`](crate::ErrorKind::InvalidInput)
+    /// error.
     pub fn reschedule(&self, id: JobId, at: SystemTime) -> Result<()> {
         self.one(id, BulkAction::Reschedule(at), "reschedule")
     }
@@ -275,7 +277,7 @@ impl Admin {
         } else {
             retention.statuses.iter().map(|s| s.as_str()).collect()
         };
-        let ms = retention.older_than.as_millis().min(i64::MAX as u128) as i64;
+        let ms = crate::limits::age_millis(retention.older_than);
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "counting jobs to prune",

@@ -163,13 +163,14 @@ impl Admin {
 
     /// Jobs per queue or per task: waiting, scheduled and running now; finished ones (all
     /// kept, or those that finished within `window`) with the failure rate and run-time
-    /// percentiles; and the lag of the oldest due job.
+    /// percentiles; and the lag of the oldest due job. A window over 100 years reads as 100
+    /// years.
     pub fn stats(&self, by: StatsBy, window: Option<Duration>) -> Result<Vec<QueueCounts>> {
         let group = match by {
             StatsBy::Queue => "queue",
             StatsBy::Task => "task",
         };
-        let ms: Option<i64> = window.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        let ms: Option<i64> = window.map(crate::limits::age_millis);
         let sql = STATS_SQL.replace("{group}", group);
         let mut conn = self.conn()?;
         let rows = conn.query_named("computing job statistics", &sql, &[&ms])?;

@@ -81,7 +81,7 @@ const STALLED_CONDITION: &str = "j.status = 'doing'
                       AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')";
 
 fn millis(d: Duration) -> i64 {
-    d.as_millis().min(i64::MAX as u128) as i64
+    crate::limits::age_millis(d)
 }
 
 impl Admin {

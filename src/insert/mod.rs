@@ -211,7 +211,9 @@ impl<S> NewJob<S> {
         self
     }
 
-    /// Not before `at`. Defaults to now.
+    /// Not before `at`. Defaults to now. A time in the past is due at once; one before the
+    /// year 1, or more than 100 years ahead, is an
+    /// [`InvalidInput`](ErrorKind::InvalidInput) error when the job is deferred.
     pub fn schedule_at(mut self, at: SystemTime) -> Self {
         self.schedule = Schedule::At(at);
         self
@@ -327,6 +329,7 @@ impl<S> NewJob<S> {
         match self.schedule {
             Schedule::In(d) => crate::limits::check_schedule(d)?,
             Schedule::At(t) => {
+                crate::limits::check_time("schedule", t)?;
                 if let Ok(d) = t.duration_since(SystemTime::now()) {
                     crate::limits::check_schedule(d)?;
                 }

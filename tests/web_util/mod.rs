@@ -282,3 +282,12 @@ impl Drop for Fixture {
         }
     }
 }
+
+/// A dashboard of `app` on a free loopback port, with its defaults.
+pub fn dashboard(app: &App) -> postpone::DashboardHandle {
+    postpone::Dashboard::new(app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .spawn()
+        .expect("dashboard")
+}

@@ -163,3 +163,17 @@ pub fn ok_task(tasks: &mut Tasks) -> Arc<AtomicUsize> {
     });
     runs
 }
+
+/// Runs `f`, turning a panic into a test failure that names `what` and quotes the panic.
+pub fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(p) => panic!(
+            "{what} panicked: {}",
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        ),
+    }
+}

@@ -25,6 +25,11 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
             })
             .transpose()
     };
+    for name in ["queue", "task", "lock"] {
+        if let Some(v) = req.param(name) {
+            crate::limits::check_no_nul(&format!("{name} filter"), v)?;
+        }
+    }
     let q = JobQuery {
         queue: req.param("queue").map(str::to_owned),
         task: req.param("task").map(str::to_owned),
