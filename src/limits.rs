@@ -85,20 +85,22 @@ const YEAR_10000_SECS: u64 = 253_402_300_800;
 /// million years ahead panics, or wraps into the past in a release build), and no job needs
 /// a time outside it.
 pub(crate) fn check_time(what: &str, t: SystemTime) -> Result<()> {
-    let inside = match t.duration_since(UNIX_EPOCH) {
-        Ok(ahead) => ahead.as_secs() < YEAR_10000_SECS,
+    let (inside, secs, side) = match t.duration_since(UNIX_EPOCH) {
+        Ok(ahead) => (ahead.as_secs() < YEAR_10000_SECS, ahead.as_secs(), "after"),
         Err(e) => {
             let back = e.duration();
-            back.as_secs() < YEAR_1_SECS
-                || (back.as_secs() == YEAR_1_SECS && back.subsec_nanos() == 0)
+            let inside = back.as_secs() < YEAR_1_SECS
+                || (back.as_secs() == YEAR_1_SECS && back.subsec_nanos() == 0);
+            (inside, back.as_secs(), "before")
         }
     };
     if inside {
         Ok(())
     } else {
         Err(Error::invalid(format!(
-            "invalid {what}: {} lies outside the years 1 to 9999",
-            crate::admin::info::rfc3339(t)
+            "invalid {what}: {secs} s {side} 1970 lies outside the years 1 to 9999 \
+             (about {} years {side} 1970)",
+            secs / 31_556_952
         )))
     }
 }
@@ -155,6 +157,20 @@ pub(crate) fn delay_micros(d: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_accepted_in_the_years_1_to_9999() {
+        let year_1 = UNIX_EPOCH - Duration::from_secs(YEAR_1_SECS);
+        let year_10000 = UNIX_EPOCH + Duration::from_secs(YEAR_10000_SECS);
+        assert!(check_time("t", year_1).is_ok());
+        assert!(check_time("t", SystemTime::now()).is_ok());
+        assert!(check_time("t", year_10000 - Duration::from_nanos(1)).is_ok());
+        assert!(check_time("t", year_10000).is_err());
+        assert!(check_time("t", year_1 - Duration::from_nanos(1)).is_err());
+        let e = check_time("reschedule time", year_10000).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("reschedule time"), "{e}");
+    }
 
     #[test]
     fn texts_lose_their_nuls_and_their_excess_only() {
