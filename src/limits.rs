@@ -37,12 +37,7 @@ pub(crate) fn check_lock(what: &str, lock: &str) -> Result<()> {
 }
 
 fn check_text(what: &str, value: &str, max: usize) -> Result<()> {
-    if value.contains('\0') {
-        return Err(Error::invalid(format!(
-            "{what} {:?} contains a NUL character, which PostgreSQL text cannot hold",
-            shorten(value)
-        )));
-    }
+    check_no_nul(what, value)?;
     if value.len() > max {
         return Err(Error::invalid(format!(
             "{what} is {} bytes long; at most {max} are allowed ({:?})",
@@ -79,6 +74,8 @@ pub(crate) fn check_schedule(ahead: Duration) -> Result<()> {
 const YEAR_1_SECS: u64 = 62_135_596_800;
 /// Seconds from 1970 to the year 10000 (10000-01-01T00:00:00Z).
 const YEAR_10000_SECS: u64 = 253_402_300_800;
+/// Seconds in a mean Gregorian year (365.2425 days), to say roughly how far a time lies.
+const SECS_PER_YEAR: u64 = 31_556_952;
 
 /// Checks that a time given by the caller lies in the years 1 to 9999. PostgreSQL stores
 /// times from 4713 BC, but the driver's conversion overflows far outside that range (a time a
@@ -100,17 +97,17 @@ pub(crate) fn check_time(what: &str, t: SystemTime) -> Result<()> {
         Err(Error::invalid(format!(
             "invalid {what}: {secs} s {side} 1970 lies outside the years 1 to 9999 \
              (about {} years {side} 1970)",
-            secs / 31_556_952
+            secs / SECS_PER_YEAR
         )))
     }
 }
 
-/// Checks that a value compared with stored text holds no NUL character (PostgreSQL text
-/// cannot hold one, and refuses the statement).
+/// Checks that a text holds no NUL character (PostgreSQL text cannot hold one, and refuses
+/// the statement that sends it).
 pub(crate) fn check_no_nul(what: &str, value: &str) -> Result<()> {
     if value.contains('\0') {
         return Err(Error::invalid(format!(
-            "invalid {what} {:?}: it contains a NUL character, which PostgreSQL text cannot hold",
+            "{what} {:?} contains a NUL character, which PostgreSQL text cannot hold",
             shorten(value)
         )));
     }
