@@ -21,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 pg() { psql -h 127.0.0.1 -U postgres -XAtq -v ON_ERROR_STOP=1 "$@"; }
 pg -d postgres -c "DROP DATABASE IF EXISTS postpone_floor" -c "CREATE DATABASE postpone_floor"
-for f in "$root"/src/schema/0*.sql; do pg -d postpone_floor -f "$f" >/dev/null; done
+for f in "$root"/src/schema/0*.sql; do pg -1 -d postpone_floor -f "$f" >/dev/null; done
 pg -d postpone_floor -c "INSERT INTO postpone_workers (id, name) OVERRIDING SYSTEM VALUE
                          SELECT g, 'floor-' || g FROM generate_series(1, 64) g"
 echo "== floor: $(nproc) cores, $(pg -d postgres -c 'SHOW server_version'), synchronous_commit=$(pg -d postgres -c 'SHOW synchronous_commit'), $n jobs, ${secs}s per run"
