@@ -107,7 +107,7 @@ def collect(out):
     runs, steady, lat, soak = {}, {}, [], {}
     for path in sorted(out.glob("*.txt")):
         system = path.stem
-        if system == "command":  # compare.sh's record of how it was called
+        if system not in SYSTEMS:  # command.txt, or a log someone kept in the folder
             continue
         for rec in json_lines(path):
             what = str(rec["what"])
