@@ -98,7 +98,7 @@ impl fmt::Display for ShutdownReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "stopped in {}: {} job(s) finished, {} requeued, {} thread(s) joined, {} abandoned, {} socket(s) severed",
+            "stopped in {}: {} job(s) finished while stopping, {} requeued, {} thread(s) joined, {} abandoned, {} socket(s) severed",
             fmt_duration(self.elapsed),
             self.jobs_finished,
             self.jobs_requeued,
