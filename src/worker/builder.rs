@@ -371,8 +371,8 @@ impl WorkerBuilder {
         // outcome is recorded, beyond `capacity` finished ones), so neither channel can be
         // full when something is sent.
         let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
-        let (jobs_tx, jobs_rx) = crossbeam_channel::bounded(capacity);
         let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(2 * capacity);
+        let board = super::board::Board::new(opts.concurrency, capacity);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
@@ -389,6 +389,7 @@ impl WorkerBuilder {
             stopping: AtomicBool::new(false),
             ledger: Ledger::new(id, lease_until),
             executors: AtomicUsize::new(0),
+            board,
             beat_wake: crossbeam_channel::bounded(1),
             room: crossbeam_channel::bounded(1),
             wants_room: AtomicBool::new(false),
@@ -435,16 +436,11 @@ impl WorkerBuilder {
                 )?;
             }
             for i in 0..shared.opts.concurrency {
-                let (s, stop, jobs, out) = (
-                    shared.clone(),
-                    stop_rx.clone(),
-                    jobs_rx.clone(),
-                    outcome_tx.clone(),
-                );
+                let (s, stop, out) = (shared.clone(), stop_rx.clone(), outcome_tx.clone());
                 spawn(
                     Role::Exec,
                     format!("postpone-exec-{i}"),
-                    Box::new(move || exec::run(&s, &stop, &jobs, &out)),
+                    Box::new(move || exec::run(&s, i, &stop, &out)),
                 )?;
             }
             {
@@ -461,16 +457,15 @@ impl WorkerBuilder {
                 )?;
             }
             {
-                let (s, stop, jobs, wake) = (
-                    shared.clone(),
-                    stop_rx.clone(),
-                    jobs_tx.clone(),
-                    wake_rx.clone(),
-                );
+                let (s, stop, wake) = (shared.clone(), stop_rx.clone(), wake_rx.clone());
                 spawn(
                     Role::Fetch,
                     "postpone-fetch".into(),
-                    Box::new(move || fetch::run(&s, &stop, &jobs, &wake)),
+                    Box::new(move || {
+                        // Executors stop waiting for jobs once no one can hand them any.
+                        let _close = super::board::CloseOnDrop(&s.board);
+                        fetch::run(&s, &stop, &wake)
+                    }),
                 )?;
             }
             if shared.opts.listen {
@@ -505,7 +500,6 @@ impl WorkerBuilder {
             Ok(())
         })();
         drop(outcome_tx);
-        drop(jobs_tx);
 
         let handle = WorkerHandle {
             running: Some(Running {

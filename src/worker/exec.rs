@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::ledger::{AttemptKey, Begin, RunningJob};
 use super::{Claimed, DeleteJobs, Outcome, Shared};
@@ -110,30 +110,16 @@ fn past_rescues(attempt: u32, allowed: u32) -> bool {
     attempt > allowed.saturating_add(MAX_RESCUES)
 }
 
-pub(crate) fn run(
-    shared: &Shared,
-    stop: &Receiver<()>,
-    jobs: &Receiver<Claimed>,
-    outcomes: &Sender<Outcome>,
-) {
+pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Sender<Outcome>) {
     let thread_name = std::thread::current()
         .name()
         .unwrap_or("postpone-exec")
         .to_owned();
     let _alive = ExecutorAlive::new(shared);
     loop {
-        // A job waiting in the channel is taken without a look at `stop`: that channel has
-        // no buffer, and a look at it takes a lock that every executor shares, once per job
-        // (the stop is seen below, through `stopping`, which the shutdown sets first).
-        let claimed = match jobs.try_recv() {
-            Ok(job) => job,
-            Err(_) => select! {
-                recv(stop) -> _ => return,
-                recv(jobs) -> job => match job {
-                    Ok(job) => job,
-                    Err(_) => return,
-                },
-            },
+        // The shutdown sets `stopping`, then closes the board.
+        let Some(claimed) = shared.board.take(me) else {
+            return;
         };
         // Claimed but never started when the worker stops: it stays in the ledger as
         // waiting, and the shutdown gives it back with its attempt.
@@ -151,7 +137,7 @@ pub(crate) fn run(
         let _ = outcomes.send(outcome);
         // The last claimed job has started: a fetcher waiting for room may claim now,
         // without waiting for the completer to record these outcomes first.
-        if jobs.is_empty() && shared.wants_room.load(Ordering::SeqCst) {
+        if shared.board.is_empty() && shared.wants_room.load(Ordering::SeqCst) {
             let _ = shared.room.0.try_send(());
         }
     }

@@ -8,7 +8,7 @@
 //! claim again). A claim asks for every
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::{select, Receiver};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
@@ -20,12 +20,7 @@ use crate::error::Result;
 use crate::job::JobId;
 use crate::store;
 
-pub(crate) fn run(
-    shared: &Shared,
-    stop: &Receiver<()>,
-    jobs: &Sender<Claimed>,
-    wake: &Receiver<()>,
-) {
+pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Receiver<()>) {
     let task_names: Option<Vec<String>> = shared
         .opts
         .only_registered
@@ -52,11 +47,11 @@ pub(crate) fn run(
         // waiting for it (at most twice the capacity is ever held). While executors still
         // have jobs waiting, claim only when half the capacity is free, so that a busy worker
         // claims in batches rather than one job per round-trip.
-        let Some(free) = room(shared, jobs, capacity) else {
+        let Some(free) = room(shared, capacity) else {
             // Said before the count is read again: an executor that finishes the last
             // claimed job after that read sees it and wakes us on `room`.
             shared.wants_room.store(true, Ordering::SeqCst);
-            if room(shared, jobs, capacity).is_none() {
+            if room(shared, capacity).is_none() {
                 // The completer signals on `wake` when it has recorded outcomes; an
                 // executor on `room` when it found no claimed job left to start.
                 select! {
@@ -99,18 +94,18 @@ pub(crate) fn run(
         if n > 0 {
             shared.ledger.hold(claimed.iter().map(Claimed::key));
             shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
-            for job in claimed {
-                log::debug!(
-                    "worker {}: claimed job {} ({}, attempt {})",
-                    shared.name,
-                    job.id,
-                    job.task,
-                    job.attempts
-                );
-                // The channel holds as many jobs as the worker can hold attempts, and
-                // executors keep the receiver until they have all stopped: never blocks.
-                let _ = jobs.send(job);
+            if log::log_enabled!(log::Level::Debug) {
+                for job in &claimed {
+                    log::debug!(
+                        "worker {}: claimed job {} ({}, attempt {})",
+                        shared.name,
+                        job.id,
+                        job.task,
+                        job.attempts
+                    );
+                }
             }
+            shared.board.push(claimed);
         }
         // The queue had less than we could take: wait for news or the next due job.
         if n < free && super::due::idle_wait(shared, stop, wake) {
@@ -120,10 +115,10 @@ pub(crate) fn run(
 }
 
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
-fn room(shared: &Shared, jobs: &Sender<Claimed>, capacity: usize) -> Option<usize> {
+fn room(shared: &Shared, capacity: usize) -> Option<usize> {
     let (held, finished) = shared.ledger.held_and_finished();
     let free = capacity.saturating_sub(held - finished.min(capacity));
-    let threshold = if jobs.is_empty() {
+    let threshold = if shared.board.is_empty() {
         1
     } else {
         (capacity / 2).max(1)

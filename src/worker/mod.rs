@@ -24,6 +24,7 @@
 
 mod backoff;
 mod beat;
+mod board;
 mod builder;
 mod complete;
 mod due;
@@ -166,6 +167,8 @@ pub(crate) struct Shared {
     pub(crate) ledger: Ledger,
     /// Executor threads running: a stopping worker's beat goes on until they are gone.
     pub(crate) executors: AtomicUsize,
+    /// Claimed jobs on their way from the fetcher to the executors.
+    pub(crate) board: board::Board<Claimed>,
     /// Wakes the beat thread: a notification asked it to read abort requests now.
     pub(crate) beat_wake: (Sender<()>, Receiver<()>),
     /// Wakes the fetcher while it waits for room: an executor finished a job and found no
