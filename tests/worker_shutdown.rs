@@ -220,7 +220,7 @@ fn every_connection_stranded_mid_round_trip() {
         .listen_ping_interval(Duration::from_millis(200))
         .spawn()
         .unwrap();
-    // A first job, so the completer has its connection too.
+    // A first job, so every connection has carried a round-trip.
     let warm = direct.defer("sleep", &0u64).unwrap();
     wait_status(&db, warm, "succeeded", Duration::from_secs(5));
     // Two jobs finish after the strand: the completer is stuck recording them.
@@ -517,9 +517,10 @@ fn short_timeouts_are_kept_too() {
     let mut client = db.client();
     // The first worker's row is gone, the second's is there.
     assert_eq!(worker_rows(&mut client), 1);
-    // Beat, fetch and listen connected and settled (no job ran, so no completer).
+    // Beat, fetch, listen and complete connected and settled (the completer connects at
+    // start, to plan its statement before the first outcome).
     assert!(wait_until(Duration::from_secs(5), || handle.open_sockets()
-        == 3
+        == 4
         && listening_backends(&db) == 1));
     proxy.strand_all();
     proxy.set_new_conns(NewConns::Strand);
