@@ -922,3 +922,49 @@ fn the_next_claim_does_not_wait_for_the_last_outcomes_to_be_recorded() {
     }));
     stop(handle);
 }
+
+/// Jobs handed out together reach every thread at once, however the hand-off wakes them:
+/// eight jobs that each wait until all eight have started can only succeed if eight threads
+/// run them side by side.
+#[test]
+fn a_claim_of_long_jobs_runs_on_every_thread_at_once() {
+    let (db, app) = setup();
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Tasks::new();
+    {
+        let started = started.clone();
+        tasks.register("together", move |_job: &Job| {
+            started.fetch_add(1, Ordering::SeqCst);
+            if wait_until(Duration::from_secs(5), || {
+                started.load(Ordering::SeqCst) >= 8
+            }) {
+                Ok(())
+            } else {
+                Err(TaskError::fail(format!(
+                    "only {} of 8 jobs started together",
+                    started.load(Ordering::SeqCst)
+                )))
+            }
+        });
+    }
+    // Deferred in one statement before the worker starts, so that its first claim takes all.
+    let jobs: Vec<_> = (0..8)
+        .map(|_| postpone::NewJob::new("together", &()).unwrap())
+        .collect();
+    let ids = app.defer_batch(&jobs).unwrap();
+    let handle = fast_worker(&app, tasks).concurrency(8).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let s = handle.stats();
+        s.succeeded + s.failed == 8
+    }));
+    let stats = handle.stats();
+    stop(handle);
+    assert_eq!(
+        stats.failed, 0,
+        "a job waited for a thread while others slept"
+    );
+    let mut client = db.client();
+    for id in ids {
+        assert_eq!(job_row(&mut client, id).unwrap().status, "succeeded");
+    }
+}
