@@ -1,7 +1,8 @@
 //! Queue semantics of a worker against the real PostgreSQL: priority and FIFO order,
 //! scheduling, locks, queueing locks, queue filters, unknown tasks, bad arguments, panics,
 //! retries and their timing, the task error actions, task timeouts, deletion of finished
-//! jobs, `only_registered_tasks`, and the LISTEN wake-up latency.
+//! jobs, `only_registered_tasks`, the LISTEN wake-up latency, and a claim's jobs running on
+//! every thread at once.
 
 mod support;
 mod worker_util;
