@@ -3,8 +3,9 @@
 //! A plain channel wakes a sleeping executor for every job sent while one sleeps. The fetcher
 //! hands out a claim's jobs in a burst, so a worker of sixteen threads woke about one thread
 //! per job when its jobs were short: a 30,000-job drain of no-op jobs at concurrency 16 made
-//! about one voluntary context switch per job, against one per ten jobs at concurrency 1, and
-//! ran 8-18% slower (measured 2026-12-04, two cores shared with the database).
+//! about one voluntary context switch per job, against one per twenty to thirty jobs at
+//! concurrency 1, and ran 8-19% slower (measured 2026-12-04, two cores shared with the
+//! database).
 //!
 //! The board wakes executors one after the other instead. Whenever jobs wait and executors
 //! sleep, exactly one woken executor is on its way to take a job (it is *searching*); when it
