@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
+use super::idhash::IdMap;
 use super::link::Link;
 use super::{AttemptKey, Outcome, Shared};
 use crate::conn::Connection;
@@ -349,7 +350,7 @@ fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Re
         .iter()
         .map(|o| o.error.as_deref().map(limits::safe_text))
         .collect();
-    let done: HashMap<i64, String> = if group[0].word == "snooze" {
+    let done: IdMap<i64, String> = if group[0].word == "snooze" {
         let delays: Vec<i64> = group
             .iter()
             .map(|o| limits::delay_micros(o.delay))
@@ -436,7 +437,7 @@ pub(crate) fn settle(
     shared: &Shared,
     conn: &mut Connection,
     group: &[&Outcome],
-    done: &HashMap<i64, String>,
+    done: &IdMap<i64, String>,
 ) {
     shared.ledger.settle(group.iter().map(|o| o.key));
     shared

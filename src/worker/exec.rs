@@ -111,10 +111,8 @@ fn past_rescues(attempt: u32, allowed: u32) -> bool {
 }
 
 pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Sender<Outcome>) {
-    let thread_name = std::thread::current()
-        .name()
-        .unwrap_or("postpone-exec")
-        .to_owned();
+    // Shared by every job this thread runs, not copied for each.
+    let thread_name: Arc<str> = Arc::from(std::thread::current().name().unwrap_or("postpone-exec"));
     let _alive = ExecutorAlive::new(shared);
     loop {
         // The shutdown sets `stopping`, then closes the board.
@@ -167,7 +165,7 @@ const START_RECHECK: Duration = Duration::from_millis(50);
 fn run_one(
     shared: &Shared,
     claimed: Claimed,
-    thread_name: &str,
+    thread_name: &Arc<str>,
     stop: &Receiver<()>,
 ) -> Option<Outcome> {
     let key = claimed.key();
@@ -337,14 +335,14 @@ fn run_one(
 fn running_job(
     abort: &Arc<AbortFlag>,
     timeout: Option<Duration>,
-    thread: &str,
+    thread: &Arc<str>,
     task: &str,
 ) -> RunningJob {
     RunningJob {
         abort: abort.clone(),
         started: Instant::now(),
         timeout,
-        thread: thread.to_owned(),
+        thread: thread.clone(),
         task: task.to_owned(),
     }
 }

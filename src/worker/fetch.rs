@@ -9,10 +9,10 @@
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
 
 use crossbeam_channel::{select, Receiver};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::idhash::IdMap;
 use super::link::Link;
 use super::{sleep_or_stop, Claimed, Outcome, Shared};
 use crate::conn::Connection;
@@ -284,7 +284,7 @@ fn claim_with_riders(
 /// puts, once the transaction committed, each recorded job's id.
 type Riders<'a, 'b> = (
     &'a [&'a (dyn postgres::types::ToSql + Sync)],
-    &'b mut Option<HashMap<i64, String>>,
+    &'b mut Option<IdMap<i64, String>>,
 );
 
 fn claim(

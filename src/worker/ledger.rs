@@ -20,10 +20,10 @@
 //!   one), so it holds the start until the beat thread has read the table; an abort the
 //!   table confirms ends the attempt `aborted` without running it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::idhash::IdMap;
 use crate::job::{AbortFlag, JobId, ABORT_LOST, ABORT_REQUESTED};
 
 /// One attempt of a job, as claimed by one worker identity.
@@ -41,7 +41,7 @@ pub(crate) struct RunningJob {
     pub(crate) abort: Arc<AbortFlag>,
     pub(crate) started: Instant,
     pub(crate) timeout: Option<Duration>,
-    pub(crate) thread: String,
+    pub(crate) thread: Arc<str>,
     pub(crate) task: String,
 }
 
@@ -58,9 +58,9 @@ struct Entry {
 }
 
 struct State {
-    entries: HashMap<AttemptKey, Entry>,
+    entries: IdMap<AttemptKey, Entry>,
     /// Jobs named by an `abort:<id>` notification, with the poll generation they arrived in.
-    suspects: HashMap<JobId, u64>,
+    suspects: IdMap<JobId, u64>,
     generation: u64,
     worker: i64,
     lease_until: Instant,
@@ -88,8 +88,8 @@ impl Ledger {
     pub(crate) fn new(worker: i64, lease_until: Instant) -> Ledger {
         Ledger {
             state: Mutex::new(State {
-                entries: HashMap::new(),
-                suspects: HashMap::new(),
+                entries: IdMap::default(),
+                suspects: IdMap::default(),
                 generation: 0,
                 worker,
                 lease_until,

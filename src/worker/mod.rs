@@ -30,6 +30,7 @@ mod complete;
 mod due;
 mod exec;
 mod fetch;
+mod idhash;
 mod ledger;
 mod link;
 mod listen;

@@ -231,7 +231,7 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
             } else {
                 let job = running
                     .iter()
-                    .find(|(_, thread, _)| *thread == t.name)
+                    .find(|(_, thread, _)| **thread == *t.name)
                     .map(|(id, _, task)| (*id, task.clone()));
                 match job {
                     Some((id, task)) => {
