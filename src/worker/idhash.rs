@@ -4,11 +4,10 @@
 //! attempt keys of the worker's ledger (a lookup when a job is claimed, started, finished
 //! and recorded) was a tenth of the instructions of a process that filled a queue with
 //! 20,000 no-op jobs and drained it (callgrind, 2026-12-04; 1% with this hasher). These
-//! keys are integers the database hands out, not text a
-//! client can choose, so a multiply-and-mix hash does: each integer is folded into the
-//! state with a multiplication by an odd 64-bit constant, and `finish` mixes the state once
-//! more so that the low bits (the bucket) and the high bits (the control byte) both depend
-//! on every input bit.
+//! keys are integers the database hands out, not text a client can choose, so a
+//! multiply-and-mix hash does: each integer is folded into the state with a multiplication
+//! by an odd 64-bit constant, and `finish` mixes the state once more so that the low bits
+//! (the bucket) and the high bits (the control byte) both depend on every input bit.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
