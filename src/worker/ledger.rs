@@ -66,7 +66,7 @@ struct State {
     lease_until: Instant,
 }
 
-/// What an executor may do with the attempt it took from the channel.
+/// What an executor may do with the attempt it took from the board.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Begin {
     /// Run the task.

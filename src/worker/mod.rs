@@ -4,7 +4,7 @@
 //! database, its own deadline-bounded connection registered in the worker's watchdog group:
 //!
 //! - `postpone-fetch` claims due jobs in batches (as many as there are free slots) and hands
-//!   them to the executors through a channel;
+//!   them to the executors through a board that wakes one sleeping executor at a time;
 //! - `postpone-exec-N` (`concurrency` of them) run tasks under `catch_unwind`; they never
 //!   touch the database themselves;
 //! - `postpone-complete` records outcomes in batches, retrying on a fresh connection until

@@ -253,7 +253,7 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     }
 
     // Jobs claimed and never started (waiting in the ledger, whether an executor took
-    // them from the channel or not): their attempt is given back.
+    // them from the board or not): their attempt is given back.
     let never_started = shared.ledger.never_started();
     // Outcomes the completer could not record, and those it never took from its channel
     // (it stops at the hard deadline, or when severed, with more waiting behind its batch):
