@@ -14,7 +14,8 @@
 //!   `spawn()` to the last outcome recorded in the database; each run also prints a
 //!   `drain_profile_cC` line: milliseconds from the start to `spawn()` returning, to the
 //!   first outcome recorded, and to a quarter, half, three quarters and all of them (where a
-//!   short drain's time goes: start-up, ramp, tail);
+//!   short drain's time goes: start-up, ramp, tail); `--timeline` adds the worker's counters
+//!   every 4 ms, on stderr (claims, jobs claimed and run, outcomes recorded, and how);
 //! - `latency`: an idle worker with LISTEN/NOTIFY on; time from `defer` returning to the task
 //!   starting, p50/p99 over `--n-latency` jobs deferred one at a time;
 //! - `shutdown`: `shutdown(10 s)` of a worker with 16 idle threads;
@@ -250,8 +251,26 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             let n = a.n_work as u64;
             let marks = [1, n / 4, n / 2, 3 * n / 4];
             let mut at = [Duration::ZERO; 4];
+            // `--timeline`: the worker's counters every 4 ms (to stderr), to see which of
+            // the claims, the executors and the recording holds a drain back.
+            let tl = std::env::args().any(|a| a == "--timeline");
+            let mut last_tl = Duration::ZERO;
             loop {
-                let done = h.stats().recorded;
+                let st = h.stats();
+                if tl && t.elapsed() >= last_tl + Duration::from_millis(4) {
+                    last_tl = t.elapsed();
+                    eprintln!(
+                        "timeline {:.1} ms: claims {} claimed {} succeeded {} recorded {} (with claims {}, by the fetcher {})",
+                        last_tl.as_secs_f64() * 1e3,
+                        st.claims,
+                        st.claimed,
+                        st.succeeded,
+                        st.recorded,
+                        st.outcomes_on_claims,
+                        st.outcomes_by_fetcher
+                    );
+                }
+                let done = st.recorded;
                 for (m, slot) in marks.iter().zip(at.iter_mut()) {
                     if slot.is_zero() && done >= *m {
                         *slot = t.elapsed();

@@ -457,14 +457,19 @@ impl WorkerBuilder {
                 )?;
             }
             {
-                let (s, stop, wake) = (shared.clone(), stop_rx.clone(), wake_rx.clone());
+                let (s, stop, wake, out) = (
+                    shared.clone(),
+                    stop_rx.clone(),
+                    wake_rx.clone(),
+                    outcome_rx.clone(),
+                );
                 spawn(
                     Role::Fetch,
                     "postpone-fetch".into(),
                     Box::new(move || {
                         // Executors stop waiting for jobs once no one can hand them any.
                         let _close = super::board::CloseOnDrop(&s.board);
-                        fetch::run(&s, &stop, &wake)
+                        fetch::run(&s, &stop, &wake, &out)
                     }),
                 )?;
             }

@@ -5,6 +5,8 @@
 //!
 //! - `postpone-fetch` claims due jobs in batches (as many as there are free slots) and hands
 //!   them to the executors through a board that wakes one sleeping executor at a time;
+//!   when it has nothing to claim (or no room) while outcomes wait behind the completer's
+//!   batch, it records a batch of them itself;
 //! - `postpone-exec-N` (`concurrency` of them) run tasks under `catch_unwind`; they never
 //!   touch the database themselves;
 //! - `postpone-complete` records outcomes in batches, retrying on a fresh connection until
@@ -146,6 +148,8 @@ pub(crate) struct Stats {
     pub(crate) interrupted: AtomicU64,
     pub(crate) snoozed: AtomicU64,
     pub(crate) rode: AtomicU64,
+    /// Outcomes the fetcher recorded for a completer that was behind (`fetch.rs`, `Helper`).
+    pub(crate) helped: AtomicU64,
     pub(crate) recorded: AtomicU64,
     pub(crate) db_errors: AtomicU64,
     pub(crate) reconnects: AtomicU64,
@@ -320,6 +324,10 @@ pub struct WorkerStats {
     /// Outcomes recorded in a claim's transaction rather than a commit of their own
     /// ([`WorkerBuilder::outcomes_ride_claims`]); counted in `recorded` too.
     pub outcomes_on_claims: u64,
+    /// Outcomes the fetcher recorded on its own connection while the completer was behind
+    /// (its batches waited behind the completer's, and the fetcher had nothing to claim or
+    /// no room for more); counted in `recorded` too.
+    pub outcomes_by_fetcher: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -386,6 +394,7 @@ impl WorkerHandle {
             connections_opened: get(&s.reconnects),
             snoozed: get(&s.snoozed),
             outcomes_on_claims: get(&s.rode),
+            outcomes_by_fetcher: get(&s.helped),
             vacuums: get(&r.shared.vacuum.runs),
         }
     }

@@ -1,0 +1,228 @@
+//! The fetcher's share of the recording: a fetcher with nothing to claim (or no room for
+//! more) records a batch of the outcomes waiting behind the completer's, on its own
+//! connection. Every job still ends once, with the right status; what the fetcher cannot
+//! record goes back to the completer; resets and a shutdown in the middle lose nothing.
+//!
+//! The completer is made slow on purpose: a statement trigger sleeps 20 ms in every UPDATE
+//! that makes a job succeed, so that outcomes pile up behind each of its batches.
+
+mod support;
+mod worker_util;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use postpone::{App, Job, JobId, NewJob, Tasks};
+use worker_util::*;
+
+const N: usize = 5000;
+
+/// A task "ok" that counts its runs per job.
+fn counting_tasks() -> (Tasks, Arc<Mutex<HashMap<i64, usize>>>) {
+    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
+    let r = runs.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("ok", move |job: &Job| {
+        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
+        Ok(())
+    });
+    (tasks, runs)
+}
+
+/// Every statement that makes jobs succeed takes 20 ms more.
+fn slow_successes(db: &support::TestDb) {
+    db.client()
+        .batch_execute(
+            "CREATE FUNCTION slow_success() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 IF EXISTS (SELECT 1 FROM slow_new WHERE status = 'succeeded') THEN
+                     PERFORM pg_sleep(0.02);
+                 END IF;
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER slow_success AFTER UPDATE ON postpone_jobs
+                 REFERENCING NEW TABLE AS slow_new
+                 FOR EACH STATEMENT EXECUTE FUNCTION slow_success();",
+        )
+        .unwrap();
+}
+
+fn defer_n(app: &App, n: usize) -> Vec<JobId> {
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|i| NewJob::new("ok", &(i as i64)).unwrap())
+        .collect();
+    jobs.chunks(1000)
+        .flat_map(|c| app.defer_batch(c).unwrap())
+        .collect()
+}
+
+fn count(db: &support::TestDb, status: &str) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status = $1",
+            &[&status],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn wait_all(db: &support::TestDb, status: &str, n: usize, timeout: Duration) {
+    let done = support::wait_until(timeout, || count(db, status) == n as i64);
+    assert!(
+        done,
+        "{} of {n} jobs are {status} after {timeout:?}",
+        count(db, status)
+    );
+}
+
+fn assert_ran_once(runs: &Mutex<HashMap<i64, usize>>, ids: &[JobId]) {
+    let runs = runs.lock().unwrap();
+    for id in ids {
+        assert_eq!(runs.get(&id.0), Some(&1), "job {id} ran once");
+    }
+}
+
+#[test]
+fn a_completer_that_falls_behind_is_helped_and_every_job_ends_once() {
+    let (db, app) = setup();
+    slow_successes(&db);
+    let ids = defer_n(&app, N);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    let stats = w.stats();
+    println!("{stats:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert_ran_once(&runs, &ids);
+    assert_eq!(stats.recorded, N as u64, "{stats:?}");
+    assert!(
+        stats.outcomes_by_fetcher > 0,
+        "the fetcher recorded nothing although the completer was behind: {stats:?}"
+    );
+    assert!(stats.outcomes_by_fetcher < N as u64, "{stats:?}");
+}
+
+/// The database refuses every success the fetcher's session records (a trigger that knows
+/// its backend); the completer's are accepted. The fetcher hands what it took back, and
+/// the completer records it: every job succeeds, once.
+#[test]
+fn what_the_fetcher_cannot_record_goes_back_to_the_completer() {
+    let (db, app) = setup();
+    slow_successes(&db);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
+    // An idle worker's fetcher has sent its claim; the completer has planned its recording.
+    let mut c = db.client();
+    let mut fetcher: Vec<i32> = Vec::new();
+    let found = support::wait_until(Duration::from_secs(10), || {
+        fetcher = c
+            .query(
+                "SELECT pid FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND query LIKE '%postpone_claim_jobs%'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        fetcher.len() == 1
+    });
+    assert!(found, "the fetcher's session: {fetcher:?}");
+    c.batch_execute(&format!(
+        "CREATE SEQUENCE fetcher_refusals;
+         CREATE FUNCTION refuse_fetcher() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.status = 'succeeded' AND pg_backend_pid() = {} THEN
+                 PERFORM nextval('fetcher_refusals');
+                 RAISE EXCEPTION 'not from the fetcher';
+             END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_fetcher BEFORE UPDATE ON postpone_jobs
+             FOR EACH ROW EXECUTE FUNCTION refuse_fetcher();",
+        fetcher[0]
+    ))
+    .unwrap();
+    let ids = defer_n(&app, N);
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    let stats = w.stats();
+    println!("{stats:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert_ran_once(&runs, &ids);
+    let refused: i64 = c
+        .query_one(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM fetcher_refusals",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        refused > 0,
+        "the fetcher never tried to record (the test shows nothing): {stats:?}"
+    );
+    assert_eq!(stats.outcomes_by_fetcher, 0, "{stats:?}");
+    assert_eq!(stats.recorded, N as u64, "{stats:?}");
+}
+
+/// Reset connections while both the completer and the fetcher record: a recording cut off
+/// before its reply goes back to the completer, which records it (or finds it recorded);
+/// every job succeeds, and none runs twice.
+#[test]
+fn resets_while_the_fetcher_records_lose_no_outcome_and_run_no_job_twice() {
+    let (db, direct) = setup();
+    slow_successes(&db);
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(2));
+    let (tasks, runs) = counting_tasks();
+    let ids = defer_n(&direct, N);
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        // Long enough that no reset makes the worker presumed dead (which would allow a rerun).
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let mut resets = 0;
+    while count(&db, "succeeded") < N as i64 && resets < 8 {
+        std::thread::sleep(Duration::from_millis(60));
+        proxy.reset_all();
+        resets += 1;
+    }
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    let stats = w.stats();
+    println!("{resets} resets; {stats:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert_ran_once(&runs, &ids);
+    assert!(resets > 0);
+}
+
+/// A shutdown in the middle of a drain whose fetcher records too: what was recorded stays
+/// recorded, what was not is recorded by the shutdown or given back to the queue, and a
+/// second worker finishes the rest. Every job succeeds, and none runs twice.
+#[test]
+fn a_shutdown_while_the_fetcher_records_loses_nothing() {
+    let (db, app) = setup();
+    slow_successes(&db);
+    let ids = defer_n(&app, N);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
+    let helped = support::wait_until(Duration::from_secs(30), || {
+        w.stats().outcomes_by_fetcher > 0
+    });
+    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    println!("{report}");
+    assert_eq!(count(&db, "doing"), 0, "no job is left running");
+    let (tasks2, runs2) = counting_tasks();
+    let w2 = fast_worker(&app, tasks2).concurrency(4).spawn().unwrap();
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
+    let first = runs.lock().unwrap();
+    let second = runs2.lock().unwrap();
+    for id in &ids {
+        let n = first.get(&id.0).unwrap_or(&0) + second.get(&id.0).unwrap_or(&0);
+        assert_eq!(n, 1, "job {id} ran {n} times");
+    }
+}
