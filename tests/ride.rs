@@ -7,23 +7,10 @@ mod support;
 mod worker_util;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use postpone::{App, Job, JobId, Tasks, WorkerStats};
 use worker_util::*;
-
-/// A task "ok" that counts its runs per job.
-fn counting_tasks() -> (Tasks, Arc<Mutex<HashMap<i64, usize>>>) {
-    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
-    let r = runs.clone();
-    let mut tasks = Tasks::new();
-    tasks.register("ok", move |job: &Job| {
-        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
-        Ok(())
-    });
-    (tasks, runs)
-}
 
 /// Defers `n` jobs one at a time, one every `gap`, so that each claim finds one or two
 /// (the regime where outcomes ride: the fetcher claims often and finds less than it asks).

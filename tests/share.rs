@@ -10,25 +10,13 @@ mod support;
 mod worker_util;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use postpone::{App, Job, JobId, NewJob, Tasks};
+use postpone::{App, JobId, NewJob};
 use worker_util::*;
 
 const N: usize = 5000;
-
-/// A task "ok" that counts its runs per job.
-fn counting_tasks() -> (Tasks, Arc<Mutex<HashMap<i64, usize>>>) {
-    let runs: Arc<Mutex<HashMap<i64, usize>>> = Arc::default();
-    let r = runs.clone();
-    let mut tasks = Tasks::new();
-    tasks.register("ok", move |job: &Job| {
-        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
-        Ok(())
-    });
-    (tasks, runs)
-}
 
 /// Every statement that makes jobs succeed takes 20 ms more.
 fn slow_successes(db: &support::TestDb) {

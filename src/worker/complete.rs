@@ -275,40 +275,6 @@ pub(crate) fn record(
     Ok(locked)
 }
 
-/// Records `batch` for a thread other than the completer (the fetcher, when the completer is
-/// behind): one statement per kind, as [`record`], but nothing is isolated or waited for. On
-/// the first statement that fails, its outcomes and those of the kinds after it are returned
-/// with the error, unrecorded, for the caller to hand back to the completer, which records
-/// them with all its care (splitting a refused batch, setting locked rows aside).
-pub(crate) fn record_share(
-    shared: &Shared,
-    conn: &mut Connection,
-    batch: Vec<Outcome>,
-) -> std::result::Result<(), (Error, Vec<Outcome>)> {
-    let (requeues, finals): (Vec<Outcome>, Vec<Outcome>) =
-        batch.into_iter().partition(Outcome::requeues);
-    let (snoozes, requeues): (Vec<Outcome>, Vec<Outcome>) =
-        requeues.into_iter().partition(|o| o.word == "snooze");
-    let mut groups = [finals, requeues, snoozes].into_iter();
-    while let Some(group) = groups.next() {
-        if group.is_empty() {
-            continue;
-        }
-        let refs: Vec<&Outcome> = group.iter().collect();
-        if let Err(e) = record_once(shared, conn, &refs) {
-            drop(refs);
-            let mut left = group;
-            left.extend(groups.flatten());
-            return Err((e, left));
-        }
-        shared
-            .stats
-            .helped
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
 /// True when a statement gave up waiting for a row lock (`lock_not_available`) and the link
 /// is fine: some other session holds one of the rows.
 fn is_lock_wait(e: &Error, conn: &Connection) -> bool {
@@ -376,7 +342,11 @@ fn warm_up(link: &mut Link<'_>) {
 }
 
 /// One statement for `group`; settles the attempts in the ledger when it commits.
-fn record_once(shared: &Shared, conn: &mut Connection, group: &[&Outcome]) -> Result<()> {
+pub(crate) fn record_once(
+    shared: &Shared,
+    conn: &mut Connection,
+    group: &[&Outcome],
+) -> Result<()> {
     let ids: Vec<i64> = group.iter().map(|o| o.key.id.0).collect();
     let workers: Vec<i64> = group.iter().map(|o| o.key.worker).collect();
     let attempts: Vec<i32> = group.iter().map(|o| o.key.attempt).collect();

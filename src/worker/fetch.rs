@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::idhash::IdMap;
 use super::link::Link;
+use super::share::{Help, Helper};
 use super::{sleep_or_stop, Claimed, Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
@@ -148,98 +149,6 @@ pub(crate) fn run(
             }
             if super::due::idle_wait(shared, stop, wake) {
                 return;
-            }
-        }
-    }
-}
-
-/// Outcomes waiting in the completer's channel from which the fetcher, when it has no room
-/// to claim or the queue is empty, records a batch of them itself.
-const HELP_MIN: usize = 256;
-
-/// How long the fetcher leaves every outcome to the completer after a recording of its own
-/// failed.
-const HELP_PAUSE: Duration = Duration::from_secs(1);
-
-/// The fetcher's share of the recording. The completer records one batch at a time, on its
-/// own connection, while the fetcher's connection claims; but a fetcher that waits for room,
-/// or found the queue empty, leaves its connection (and a core of the server) idle while
-/// outcomes pile up behind the completer's batch. Then it takes a batch from the channel and
-/// records it. Draining 10,000 no-op jobs at concurrency 4, the last claim came 130 ms after
-/// the start and the completer, alone, took 70 ms more to record the 7,000 outcomes left.
-///
-/// Whatever the fetcher cannot record (the link failed, the database refused a statement, a
-/// row was locked past the lock timeout) goes back to the completer, which records it with
-/// all its care; the fetcher then leaves the recording alone for [`HELP_PAUSE`].
-struct Helper<'r> {
-    outcomes: &'r Receiver<Outcome>,
-    paused_until: Option<Instant>,
-}
-
-enum Help {
-    /// The completer keeps up (or helping is paused): nothing recorded.
-    Nothing,
-    /// A batch was recorded.
-    Helped,
-    /// The link failed: wait this long before the next round-trip.
-    Failed(Duration),
-}
-
-impl<'r> Helper<'r> {
-    fn new(outcomes: &'r Receiver<Outcome>) -> Helper<'r> {
-        Helper {
-            outcomes,
-            paused_until: None,
-        }
-    }
-
-    fn help(&mut self, shared: &Shared, link: &mut Link<'_>) -> Help {
-        if self.outcomes.len() < HELP_MIN || shared.stopping() {
-            return Help::Nothing;
-        }
-        if let Some(t) = self.paused_until {
-            if Instant::now() < t {
-                return Help::Nothing;
-            }
-            self.paused_until = None;
-        }
-        let batch: Vec<Outcome> = self
-            .outcomes
-            .try_iter()
-            .take(super::complete::MAX_BATCH)
-            .collect();
-        if batch.is_empty() {
-            return Help::Nothing;
-        }
-        // Busy now: the completer leaves nothing to ride on a claim meanwhile.
-        shared.ride.set_idle(false);
-        let conn = match link.get() {
-            Ok((c, ())) => c,
-            Err(wait) => {
-                shared.ride.hand_back(batch);
-                self.paused_until = Some(Instant::now() + HELP_PAUSE);
-                return Help::Failed(wait);
-            }
-        };
-        let n = batch.len();
-        match super::complete::record_share(shared, conn, batch) {
-            Ok(()) => Help::Helped,
-            Err((e, left)) => {
-                log::debug!(
-                    "worker {}: the fetcher's recording of {n} outcomes failed ({e}); the completer records {} of them",
-                    shared.name,
-                    left.len()
-                );
-                shared.ride.hand_back(left);
-                self.paused_until = Some(Instant::now() + HELP_PAUSE);
-                if conn.is_broken() {
-                    match link.judge(Err::<(), _>(e)) {
-                        Err(wait) => Help::Failed(wait),
-                        Ok(()) => Help::Helped,
-                    }
-                } else {
-                    Help::Helped
-                }
             }
         }
     }

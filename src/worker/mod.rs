@@ -39,6 +39,7 @@ mod listen;
 mod observe;
 mod periodic;
 mod ride;
+mod share;
 mod shutdown;
 mod vacuum;
 

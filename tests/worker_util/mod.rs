@@ -177,3 +177,18 @@ pub fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> T {
         ),
     }
 }
+
+/// A task "ok" that counts its runs per job id.
+pub fn counting_tasks() -> (
+    Tasks,
+    Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>,
+) {
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>> = Arc::default();
+    let r = runs.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("ok", move |job: &Job| {
+        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
+        Ok(())
+    });
+    (tasks, runs)
+}
