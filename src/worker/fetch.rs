@@ -58,11 +58,12 @@ pub(crate) fn run(
             // When what fills the slots is outcomes waiting for the completer (not jobs
             // waiting for an executor), record some of them.
             let behind = shared.ledger.held_and_finished().1 >= capacity;
-            match if behind {
+            let help = if behind {
                 helper.help(shared, &mut link)
             } else {
                 Help::Nothing
-            } {
+            };
+            match help {
                 Help::Nothing => {}
                 Help::Helped => continue,
                 Help::Failed(wait) => {

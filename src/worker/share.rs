@@ -109,11 +109,11 @@ impl<'r> Helper<'r> {
 }
 
 /// Records `batch` for a thread other than the completer (the fetcher, when the completer is
-/// behind): one statement per kind, as [`record`], but nothing is isolated or waited for. On
+/// behind): one statement per kind, as the completer's `record`, but nothing is isolated or waited for. On
 /// the first statement that fails, its outcomes and those of the kinds after it are returned
 /// with the error, unrecorded, for the caller to hand back to the completer, which records
 /// them with all its care (splitting a refused batch, setting locked rows aside).
-pub(crate) fn record_share(
+fn record_share(
     shared: &Shared,
     conn: &mut Connection,
     batch: Vec<Outcome>,
