@@ -214,3 +214,79 @@ fn a_shutdown_while_the_fetcher_records_loses_nothing() {
         assert_eq!(n, 1, "job {id} ran {n} times");
     }
 }
+
+/// Half-open links (the server stops answering, the sockets stay open) in the middle of a
+/// drain whose fetcher records too: each round-trip stuck on them is cut at its deadline,
+/// what it carried goes back to the completer, and the worker goes on. Every job succeeds,
+/// and none runs twice.
+#[test]
+fn half_open_links_while_the_fetcher_records_are_cut_and_lose_nothing() {
+    let (db, direct) = setup();
+    slow_successes(&db);
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(1));
+    let (tasks, runs) = counting_tasks();
+    let ids = defer_n(&direct, N);
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        // Long enough that no stuck round-trip makes the worker presumed dead.
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let helped = support::wait_until(Duration::from_secs(30), || {
+        w.stats().outcomes_by_fetcher > 0
+    });
+    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    proxy.strand_all();
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    let stats = w.stats();
+    println!("{stats:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert_ran_once(&runs, &ids);
+    assert!(
+        stats.db_errors > 0,
+        "round-trips on the stranded links were cut: {stats:?}"
+    );
+}
+
+/// A shutdown right after every link went half-open, in the middle of a drain whose fetcher
+/// records too, returns within its timeout; a second worker finishes the rest, and no job
+/// runs twice.
+#[test]
+fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
+    let (db, direct) = setup();
+    slow_successes(&db);
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(5));
+    let (tasks, runs) = counting_tasks();
+    let ids = defer_n(&direct, N);
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let helped = support::wait_until(Duration::from_secs(30), || {
+        w.stats().outcomes_by_fetcher > 0
+    });
+    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    proxy.strand_all();
+    let t = std::time::Instant::now();
+    let report = w.shutdown(Duration::from_secs(2));
+    let took = t.elapsed();
+    println!("{report}");
+    assert!(
+        took < Duration::from_secs(3),
+        "shutdown(2 s) took {took:?}: {report}"
+    );
+    assert!(report.abandoned_threads().is_empty(), "{report}");
+    let (tasks2, runs2) = counting_tasks();
+    let w2 = fast_worker(&direct, tasks2).concurrency(4).spawn().unwrap();
+    wait_all(&db, "succeeded", N, Duration::from_secs(60));
+    assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
+    let first = runs.lock().unwrap();
+    let second = runs2.lock().unwrap();
+    for id in &ids {
+        let n = first.get(&id.0).unwrap_or(&0) + second.get(&id.0).unwrap_or(&0);
+        assert_eq!(n, 1, "job {id} ran {n} times");
+    }
+}
