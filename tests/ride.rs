@@ -35,7 +35,7 @@ fn run_stream(ride: bool) -> (WorkerStats, HashMap<i64, usize>, Vec<JobId>) {
     for id in &ids {
         wait_status(&db, *id, "succeeded", Duration::from_secs(10));
     }
-    let stats = w.stats();
+    let stats = stats_once_recorded(&w, ids.len() as u64);
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
     let runs = runs.lock().unwrap().clone();
     (stats, runs, ids)

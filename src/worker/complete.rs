@@ -291,7 +291,7 @@ fn record_isolating(
     locked: &mut Vec<AttemptKey>,
 ) -> Result<()> {
     match record_once(shared, conn, group) {
-        Ok(()) => Ok(()),
+        Ok(_) => Ok(()),
         // Checked before `is_transient`, which counts a lock wait too.
         Err(e) if is_lock_wait(&e, conn) => match group {
             [one] => {
@@ -341,12 +341,14 @@ fn warm_up(link: &mut Link<'_>) {
     let _ = link.judge(res);
 }
 
-/// One statement for `group`; settles the attempts in the ledger when it commits.
+/// One statement for `group`; settles the attempts in the ledger when it commits, and
+/// returns how many of the outcomes it applied (the others were recorded before, or their
+/// attempts are no longer this worker's).
 pub(crate) fn record_once(
     shared: &Shared,
     conn: &mut Connection,
     group: &[&Outcome],
-) -> Result<()> {
+) -> Result<usize> {
     let ids: Vec<i64> = group.iter().map(|o| o.key.id.0).collect();
     let workers: Vec<i64> = group.iter().map(|o| o.key.worker).collect();
     let attempts: Vec<i32> = group.iter().map(|o| o.key.attempt).collect();
@@ -394,7 +396,7 @@ pub(crate) fn record_once(
         .collect()
     };
     settle(shared, conn, group, &done);
-    Ok(())
+    Ok(done.len())
 }
 
 /// The parameters of [`store::JOB_FINISH_BATCH`] for `group` (final outcomes only).

@@ -128,16 +128,19 @@ fn record_share(
             continue;
         }
         let refs: Vec<&Outcome> = group.iter().collect();
-        if let Err(e) = record_once(shared, conn, &refs) {
-            drop(refs);
-            let mut left = group;
-            left.extend(groups.flatten());
-            return Err((e, left));
-        }
+        let applied = match record_once(shared, conn, &refs) {
+            Ok(applied) => applied,
+            Err(e) => {
+                drop(refs);
+                let mut left = group;
+                left.extend(groups.flatten());
+                return Err((e, left));
+            }
+        };
         shared
             .stats
             .helped
-            .fetch_add(group.len() as u64, Ordering::Relaxed);
+            .fetch_add(applied as u64, Ordering::Relaxed);
     }
     Ok(())
 }

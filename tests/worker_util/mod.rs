@@ -12,7 +12,7 @@ use postgres::Client;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use postpone::{App, Job, JobId, Tasks, Worker, WorkerBuilder};
+use postpone::{App, Job, JobId, Tasks, Worker, WorkerBuilder, WorkerHandle, WorkerStats};
 
 use crate::support::{wait_until, TestDb};
 
@@ -34,6 +34,17 @@ pub fn setup() -> (TestDb, App) {
     let app = app_at(&db.url(), Duration::from_secs(5));
     app.migrate().expect("migrate");
     (db, app)
+}
+
+/// The worker's counters once it has counted `recorded` outcomes (waiting up to 10 s).
+///
+/// A batch's jobs show their new status as soon as its statement commits, a moment before
+/// the worker reads the reply and counts them: a test that saw every job finish in the
+/// table reads the counters through this, not straight away. Past 10 s it returns what they
+/// say then, for the test's own assertion to report.
+pub fn stats_once_recorded(w: &WorkerHandle, recorded: u64) -> WorkerStats {
+    wait_until(Duration::from_secs(10), || w.stats().recorded >= recorded);
+    w.stats()
 }
 
 /// A worker builder with the tests' short intervals: poll 100 ms, heartbeat 200 ms,
