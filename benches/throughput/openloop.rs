@@ -23,6 +23,8 @@
 //!   stops at the end of the run even when behind (`sent` < `planned`). Prints a
 //!   table of p50, p90, p99, p99.9 and max; `--csv PATH` writes
 //!   `system,rate,p50_ms,p90_ms,p99_ms,p999_ms` (`--system`, default `postpone`).
+//!   `--breakdown` splits each job's time into its parts (send, wait for a claim, hand-over);
+//!   `--no-vacuum` turns the worker's own vacuum off, to see what it costs the tail.
 //! - `scheduled`: `--sched-rate` (50) jobs/s deferred for 100 to 1,000 ms later, for
 //!   `--seconds`, to a worker with the default poll interval (or `--poll-ms`); lateness is
 //!   the claim time minus the scheduled time, both on the database's clock (`started_at -
@@ -33,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use postpone::{App, Job, TaskError, Tasks, Worker, WorkerHandle};
+use postpone::{App, Job, TaskError, Tasks, Vacuum, Worker, WorkerHandle};
 
 /// A send that starts this late counts as behind.
 const BEHIND_US: i64 = 5_000;
@@ -58,7 +60,7 @@ pub struct Opts {
     pub retain: Duration,
     /// `soak`: how often the worker prunes.
     pub prune_every: Duration,
-    /// `soak`: the worker leaves vacuuming to autovacuum (`Vacuum::off()`).
+    /// `soak` and `openloop`: the worker leaves vacuuming to autovacuum (`Vacuum::off()`).
     pub no_vacuum: bool,
     /// `soak`: storage parameters set on `postpone_jobs` before the run, e.g. `fillfactor=80`.
     pub table_options: Option<String>,
@@ -170,6 +172,11 @@ pub fn capacity(app: &App, o: &Opts) -> f64 {
     t.register(OL_TASK, |_: &Job| Ok(()));
     let h = Worker::builder(app, t)
         .outcomes_ride_claims(crate::common::ride())
+        .vacuum(if o.no_vacuum {
+            Vacuum::off()
+        } else {
+            Vacuum::default()
+        })
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
@@ -345,6 +352,11 @@ fn openloop_at(app: &App, o: &Opts, rate: f64) -> Row {
     let lat = Latencies::default();
     let h = Worker::builder(app, lat.tasks())
         .outcomes_ride_claims(crate::common::ride())
+        .vacuum(if o.no_vacuum {
+            Vacuum::off()
+        } else {
+            Vacuum::default()
+        })
         .concurrency(o.concurrency)
         .spawn()
         .unwrap();
@@ -501,6 +513,11 @@ fn scheduled(app: &App, db_name: &str, o: &Opts) {
     t.register("sched", |_: &Job| Ok(()));
     let mut b = Worker::builder(app, t)
         .outcomes_ride_claims(crate::common::ride())
+        .vacuum(if o.no_vacuum {
+            Vacuum::off()
+        } else {
+            Vacuum::default()
+        })
         .concurrency(o.concurrency);
     if let Some(p) = o.poll {
         b = b.poll_interval(p);
