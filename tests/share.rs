@@ -71,6 +71,58 @@ fn assert_ran_once(runs: &Mutex<HashMap<i64, usize>>, ids: &[JobId]) {
     }
 }
 
+/// Each job ran once on one of two workers, one after the other.
+fn assert_ran_once_across(
+    first: &Mutex<HashMap<i64, usize>>,
+    second: &Mutex<HashMap<i64, usize>>,
+    ids: &[JobId],
+) {
+    let first = first.lock().unwrap();
+    let second = second.lock().unwrap();
+    for id in ids {
+        let n = first.get(&id.0).unwrap_or(&0) + second.get(&id.0).unwrap_or(&0);
+        assert_eq!(n, 1, "job {id} ran {n} times");
+    }
+}
+
+/// A drain of `N` jobs behind a fault proxy (round-trips cut after `io_timeout`), whose
+/// fetcher has begun to record: what the half-open tests start from.
+struct HelpedBehindProxy {
+    db: support::TestDb,
+    direct: App,
+    proxy: support::FaultProxy,
+    w: postpone::WorkerHandle,
+    runs: std::sync::Arc<Mutex<HashMap<i64, usize>>>,
+    ids: Vec<JobId>,
+}
+
+fn helped_behind_proxy(io_timeout: Duration) -> HelpedBehindProxy {
+    let (db, direct) = setup();
+    slow_successes(&db);
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), io_timeout);
+    let (tasks, runs) = counting_tasks();
+    let ids = defer_n(&direct, N);
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        // Long enough that no stuck round-trip makes the worker presumed dead.
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let helped = support::wait_until(Duration::from_secs(30), || {
+        w.stats().outcomes_by_fetcher > 0
+    });
+    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    HelpedBehindProxy {
+        db,
+        direct,
+        proxy,
+        w,
+        runs,
+        ids,
+    }
+}
+
 #[test]
 fn a_completer_that_falls_behind_is_helped_and_every_job_ends_once() {
     let (db, app) = setup();
@@ -207,12 +259,7 @@ fn a_shutdown_while_the_fetcher_records_loses_nothing() {
     let w2 = fast_worker(&app, tasks2).concurrency(4).spawn().unwrap();
     wait_all(&db, "succeeded", N, Duration::from_secs(60));
     assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
-    let first = runs.lock().unwrap();
-    let second = runs2.lock().unwrap();
-    for id in &ids {
-        let n = first.get(&id.0).unwrap_or(&0) + second.get(&id.0).unwrap_or(&0);
-        assert_eq!(n, 1, "job {id} ran {n} times");
-    }
+    assert_ran_once_across(&runs, &runs2, &ids);
 }
 
 /// Half-open links (the server stops answering, the sockets stay open) in the middle of a
@@ -221,27 +268,18 @@ fn a_shutdown_while_the_fetcher_records_loses_nothing() {
 /// jobs deferred after the strand. Every job succeeds, and none runs twice.
 #[test]
 fn half_open_links_while_the_fetcher_records_are_cut_and_lose_nothing() {
-    let (db, direct) = setup();
-    slow_successes(&db);
-    let proxy = support::FaultProxy::start(&db.server_addr());
-    let app = app_at(&db.url_via(&proxy), Duration::from_secs(1));
-    let (tasks, runs) = counting_tasks();
-    let ids = defer_n(&direct, N);
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        // Long enough that no stuck round-trip makes the worker presumed dead.
-        .stalled_after(Duration::from_secs(30))
-        .spawn()
-        .unwrap();
-    let helped = support::wait_until(Duration::from_secs(30), || {
-        w.stats().outcomes_by_fetcher > 0
-    });
-    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    let HelpedBehindProxy {
+        db,
+        direct,
+        proxy,
+        w,
+        runs,
+        mut ids,
+    } = helped_behind_proxy(Duration::from_secs(1));
     proxy.strand_all();
     // The strand may come after the last of the first wave's round-trips went out; a second
     // wave, deferred behind the proxy's back, can only be claimed over the stranded links or
     // new ones, so the worker has to notice them.
-    let mut ids = ids;
     ids.extend(defer_n(&direct, N / 5));
     wait_all(&db, "succeeded", N + N / 5, Duration::from_secs(60));
     let stats = w.stats();
@@ -259,21 +297,14 @@ fn half_open_links_while_the_fetcher_records_are_cut_and_lose_nothing() {
 /// runs twice.
 #[test]
 fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
-    let (db, direct) = setup();
-    slow_successes(&db);
-    let proxy = support::FaultProxy::start(&db.server_addr());
-    let app = app_at(&db.url_via(&proxy), Duration::from_secs(5));
-    let (tasks, runs) = counting_tasks();
-    let ids = defer_n(&direct, N);
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        .stalled_after(Duration::from_secs(30))
-        .spawn()
-        .unwrap();
-    let helped = support::wait_until(Duration::from_secs(30), || {
-        w.stats().outcomes_by_fetcher > 0
-    });
-    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
+    let HelpedBehindProxy {
+        db,
+        direct,
+        proxy,
+        w,
+        runs,
+        ids,
+    } = helped_behind_proxy(Duration::from_secs(5));
     proxy.strand_all();
     let t = std::time::Instant::now();
     let report = w.shutdown(Duration::from_secs(2));
@@ -288,10 +319,5 @@ fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
     let w2 = fast_worker(&direct, tasks2).concurrency(4).spawn().unwrap();
     wait_all(&db, "succeeded", N, Duration::from_secs(60));
     assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
-    let first = runs.lock().unwrap();
-    let second = runs2.lock().unwrap();
-    for id in &ids {
-        let n = first.get(&id.0).unwrap_or(&0) + second.get(&id.0).unwrap_or(&0);
-        assert_eq!(n, 1, "job {id} ran {n} times");
-    }
+    assert_ran_once_across(&runs, &runs2, &ids);
 }
