@@ -85,9 +85,9 @@ fn assert_ran_once_across(
     }
 }
 
-/// A drain of `N` jobs behind a fault proxy (round-trips cut after `io_timeout`), whose
-/// fetcher has begun to record: what the half-open tests start from.
-struct HelpedBehindProxy {
+/// A drain of `N` jobs behind a fault proxy (round-trips cut after `io_timeout`): what the
+/// fault tests start from.
+struct BehindProxy {
     db: support::TestDb,
     direct: App,
     proxy: support::FaultProxy,
@@ -96,7 +96,7 @@ struct HelpedBehindProxy {
     ids: Vec<JobId>,
 }
 
-fn helped_behind_proxy(io_timeout: Duration) -> HelpedBehindProxy {
+fn behind_proxy(io_timeout: Duration) -> BehindProxy {
     let (db, direct) = setup();
     slow_successes(&db);
     let proxy = support::FaultProxy::start(&db.server_addr());
@@ -105,15 +105,12 @@ fn helped_behind_proxy(io_timeout: Duration) -> HelpedBehindProxy {
     let ids = defer_n(&direct, N);
     let w = fast_worker(&app, tasks)
         .concurrency(4)
-        // Long enough that no stuck round-trip makes the worker presumed dead.
+        // Long enough that no stuck round-trip or reset makes the worker presumed dead
+        // (which would allow a rerun).
         .stalled_after(Duration::from_secs(30))
         .spawn()
         .unwrap();
-    let helped = support::wait_until(Duration::from_secs(30), || {
-        w.stats().outcomes_by_fetcher > 0
-    });
-    assert!(helped, "the fetcher never recorded: {:?}", w.stats());
-    HelpedBehindProxy {
+    BehindProxy {
         db,
         direct,
         proxy,
@@ -121,6 +118,16 @@ fn helped_behind_proxy(io_timeout: Duration) -> HelpedBehindProxy {
         runs,
         ids,
     }
+}
+
+/// [`behind_proxy`], once the fetcher has begun to record.
+fn helped_behind_proxy(io_timeout: Duration) -> BehindProxy {
+    let b = behind_proxy(io_timeout);
+    let helped = support::wait_until(Duration::from_secs(30), || {
+        b.w.stats().outcomes_by_fetcher > 0
+    });
+    assert!(helped, "the fetcher never recorded: {:?}", b.w.stats());
+    b
 }
 
 #[test]
@@ -211,18 +218,14 @@ fn what_the_fetcher_cannot_record_goes_back_to_the_completer() {
 /// every job succeeds, and none runs twice.
 #[test]
 fn resets_while_the_fetcher_records_lose_no_outcome_and_run_no_job_twice() {
-    let (db, direct) = setup();
-    slow_successes(&db);
-    let proxy = support::FaultProxy::start(&db.server_addr());
-    let app = app_at(&db.url_via(&proxy), Duration::from_secs(2));
-    let (tasks, runs) = counting_tasks();
-    let ids = defer_n(&direct, N);
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        // Long enough that no reset makes the worker presumed dead (which would allow a rerun).
-        .stalled_after(Duration::from_secs(30))
-        .spawn()
-        .unwrap();
+    let BehindProxy {
+        db,
+        proxy,
+        w,
+        runs,
+        ids,
+        ..
+    } = behind_proxy(Duration::from_secs(2));
     let mut resets = 0;
     while count(&db, "succeeded") < N as i64 && resets < 8 {
         std::thread::sleep(Duration::from_millis(60));
@@ -268,7 +271,7 @@ fn a_shutdown_while_the_fetcher_records_loses_nothing() {
 /// jobs deferred after the strand. Every job succeeds, and none runs twice.
 #[test]
 fn half_open_links_while_the_fetcher_records_are_cut_and_lose_nothing() {
-    let HelpedBehindProxy {
+    let BehindProxy {
         db,
         direct,
         proxy,
@@ -297,7 +300,7 @@ fn half_open_links_while_the_fetcher_records_are_cut_and_lose_nothing() {
 /// runs twice.
 #[test]
 fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
-    let HelpedBehindProxy {
+    let BehindProxy {
         db,
         direct,
         proxy,
