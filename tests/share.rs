@@ -10,7 +10,7 @@ mod support;
 mod worker_util;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use postpone::{App, JobId, NewJob};
@@ -323,4 +323,102 @@ fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
     wait_all(&db, "succeeded", N, Duration::from_secs(60));
     assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
     assert_ran_once_across(&runs, &runs2, &ids);
+}
+
+/// Outcomes whose jobs are gone (deleted by hand while they ran) are applied by no
+/// statement: when the fetcher records them, it counts none of them, as the completer
+/// counts none; `outcomes_by_fetcher` stays a part of `recorded`.
+#[test]
+fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
+    const JOBS: usize = 5000;
+    let (db, app) = setup();
+    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    let mut tasks = postpone::Tasks::new();
+    {
+        let gate = gate.clone();
+        tasks.register("ok", move |_: &postpone::Job| {
+            let (open, cv) = &*gate;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+            Ok(())
+        });
+    }
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        // Room for every job, whatever the jobs' duration (they wait at the gate), with half
+        // the room still free (the fetcher claims again only then).
+        .prefetch(2 * JOBS)
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let mut c = db.client();
+    let mut fetcher: Vec<i32> = Vec::new();
+    let found = support::wait_until(Duration::from_secs(10), || {
+        fetcher = c
+            .query(
+                "SELECT pid FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND query LIKE '%postpone_claim_jobs%'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        fetcher.len() == 1
+    });
+    assert!(found, "the fetcher's session: {fetcher:?}");
+    // Every update of jobs that is not the fetcher's takes 20 ms more (the completer falls
+    // behind); the fetcher's statements other than its claims are written down.
+    c.batch_execute(&format!(
+        "CREATE TABLE fetcher_statements (query text);
+         CREATE FUNCTION watch_updates() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF pg_backend_pid() <> {0} THEN
+                 PERFORM pg_sleep(0.02);
+             ELSIF current_query() NOT LIKE '%postpone_claim_jobs%' THEN
+                 INSERT INTO fetcher_statements VALUES (current_query());
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER watch_updates AFTER UPDATE ON postpone_jobs
+             FOR EACH STATEMENT EXECUTE FUNCTION watch_updates();",
+        fetcher[0]
+    ))
+    .unwrap();
+    defer_n(&app, JOBS);
+    let claimed = support::wait_until(Duration::from_secs(30), || w.stats().claimed == JOBS as u64);
+    assert!(claimed, "the worker claimed every job: {:?}", w.stats());
+    // The jobs go while they run; then they all finish at once.
+    c.batch_execute("DELETE FROM postpone_jobs").unwrap();
+    {
+        let (open, cv) = &*gate;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    let fetcher_recorded = support::wait_until(Duration::from_secs(30), || {
+        c.query_one("SELECT count(*) FROM fetcher_statements", &[])
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    });
+    assert!(
+        fetcher_recorded,
+        "the fetcher never recorded (the test shows nothing): {:?}",
+        w.stats()
+    );
+    // The fetcher counts right after its statement returns: give a wrong count time to show.
+    let counted = support::wait_until(Duration::from_secs(2), || w.stats().outcomes_by_fetcher > 0);
+    let stats = w.stats();
+    println!("{stats:?}");
+    assert!(
+        !counted,
+        "the fetcher counted outcomes no statement applied: {stats:?}"
+    );
+    assert_eq!(stats.recorded, 0, "{stats:?}");
+    assert_eq!(stats.succeeded, JOBS as u64, "{stats:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert_eq!(count(&db, "succeeded") + count(&db, "doing"), 0);
 }
