@@ -71,6 +71,28 @@ fn assert_ran_once(runs: &Mutex<HashMap<i64, usize>>, ids: &[JobId]) {
     }
 }
 
+/// The backend pid of the worker's fetcher: the one session of the test's database (other
+/// than `c`'s) whose last statement was a claim. Waits up to 10 s for the first claim.
+fn fetcher_pid(c: &mut postgres::Client) -> i32 {
+    let mut fetcher: Vec<i32> = Vec::new();
+    let found = support::wait_until(Duration::from_secs(10), || {
+        fetcher = c
+            .query(
+                "SELECT pid FROM pg_stat_activity
+                  WHERE datname = current_database() AND pid <> pg_backend_pid()
+                    AND query LIKE '%postpone_claim_jobs%'",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        fetcher.len() == 1
+    });
+    assert!(found, "the fetcher's session: {fetcher:?}");
+    fetcher[0]
+}
+
 /// Each job ran once on one of two workers, one after the other.
 fn assert_ran_once_across(
     first: &Mutex<HashMap<i64, usize>>,
@@ -161,22 +183,7 @@ fn what_the_fetcher_cannot_record_goes_back_to_the_completer() {
     let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
     // An idle worker's fetcher has sent its claim; the completer has planned its recording.
     let mut c = db.client();
-    let mut fetcher: Vec<i32> = Vec::new();
-    let found = support::wait_until(Duration::from_secs(10), || {
-        fetcher = c
-            .query(
-                "SELECT pid FROM pg_stat_activity
-                  WHERE datname = current_database() AND pid <> pg_backend_pid()
-                    AND query LIKE '%postpone_claim_jobs%'",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        fetcher.len() == 1
-    });
-    assert!(found, "the fetcher's session: {fetcher:?}");
+    let fetcher = fetcher_pid(&mut c);
     c.batch_execute(&format!(
         "CREATE SEQUENCE fetcher_refusals;
          CREATE FUNCTION refuse_fetcher() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -189,7 +196,7 @@ fn what_the_fetcher_cannot_record_goes_back_to_the_completer() {
          END $$;
          CREATE TRIGGER refuse_fetcher BEFORE UPDATE ON postpone_jobs
              FOR EACH ROW EXECUTE FUNCTION refuse_fetcher();",
-        fetcher[0]
+        fetcher
     ))
     .unwrap();
     let ids = defer_n(&app, N);
@@ -354,22 +361,7 @@ fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
         .spawn()
         .unwrap();
     let mut c = db.client();
-    let mut fetcher: Vec<i32> = Vec::new();
-    let found = support::wait_until(Duration::from_secs(10), || {
-        fetcher = c
-            .query(
-                "SELECT pid FROM pg_stat_activity
-                  WHERE datname = current_database() AND pid <> pg_backend_pid()
-                    AND query LIKE '%postpone_claim_jobs%'",
-                &[],
-            )
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        fetcher.len() == 1
-    });
-    assert!(found, "the fetcher's session: {fetcher:?}");
+    let fetcher = fetcher_pid(&mut c);
     // Every update of jobs that is not the fetcher's takes 20 ms more (the completer falls
     // behind); the fetcher's statements other than its claims are written down.
     c.batch_execute(&format!(
@@ -385,7 +377,7 @@ fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
          END $$;
          CREATE TRIGGER watch_updates AFTER UPDATE ON postpone_jobs
              FOR EACH STATEMENT EXECUTE FUNCTION watch_updates();",
-        fetcher[0]
+        fetcher
     ))
     .unwrap();
     defer_n(&app, JOBS);
