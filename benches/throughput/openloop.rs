@@ -25,6 +25,7 @@
 //!   `system,rate,p50_ms,p90_ms,p99_ms,p999_ms` (`--system`, default `postpone`).
 //!   `--breakdown` splits each job's time into its parts (send, wait for a claim, hand-over);
 //!   `--no-vacuum` turns the worker's own vacuum off, to see what it costs the tail.
+//!   `--table-options OPTS` sets storage parameters on `postpone_jobs` first (as in `soak`).
 //! - `scheduled`: `--sched-rate` (50) jobs/s deferred for 100 to 1,000 ms later, for
 //!   `--seconds`, to a worker with the default poll interval (or `--poll-ms`); lateness is
 //!   the claim time minus the scheduled time, both on the database's clock (`started_at -
@@ -137,6 +138,17 @@ pub fn sleep_until_us(t: i64) {
     let d = t - now_us();
     if d > 0 {
         thread::sleep(Duration::from_micros(d as u64));
+    }
+}
+
+/// `--table-options`: storage parameters set on `postpone_jobs` before the run, e.g.
+/// `autovacuum_vacuum_cost_delay=2` (the `soak` and `openloop` modes).
+pub fn apply_table_options(app: &App, o: &Opts) {
+    if let Some(t) = &o.table_options {
+        let mut c = app.connection().unwrap();
+        c.set_io_timeout(Duration::from_secs(600));
+        c.batch_execute(&format!("ALTER TABLE postpone_jobs SET ({t})"))
+            .unwrap_or_else(|e| panic!("--table-options {t}: {e}"));
     }
 }
 
@@ -440,6 +452,7 @@ fn breakdown(app: &App, starts: &[(i64, i64)]) {
 }
 
 fn openloop(app: &App, o: &Opts) {
+    apply_table_options(app, o);
     let mut rates = o.rates.clone();
     if !o.load.is_empty() {
         let cap = capacity(app, o);

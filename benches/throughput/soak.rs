@@ -57,8 +57,8 @@ use postpone::{App, PooledConnection, Retention, Vacuum, Worker};
 
 use crate::common::median;
 use crate::openloop::{
-    capacity, now_us, opts, percentiles_ms, sleep_until_us, spawn_senders, stop, truncate,
-    Latencies, Schedule, SendCounters,
+    apply_table_options, capacity, now_us, opts, percentiles_ms, sleep_until_us, spawn_senders,
+    stop, truncate, Latencies, Schedule, SendCounters,
 };
 
 /// What the database says about `postpone_jobs` at one instant.
@@ -208,12 +208,9 @@ pub fn run(url: &str) {
         .pool_size(o.senders.max(o.capacity_senders).max(1) as u32 + 2)
         .build()
         .unwrap();
+    apply_table_options(&app, &o);
     let mut c = app.connection().unwrap();
     c.set_io_timeout(Duration::from_secs(600));
-    if let Some(t) = &o.table_options {
-        c.batch_execute(&format!("ALTER TABLE postpone_jobs SET ({t})"))
-            .unwrap_or_else(|e| panic!("--table-options {t}: {e}"));
-    }
     let (rate, load, cap) = match o.rates.first() {
         Some(&r) => (r, None, None),
         None => {
