@@ -55,7 +55,7 @@ fn every_page_shows_real_jobs_and_escapes_hostile_values() {
         .body
         .contains("q&quot;&gt;&lt;img src=x onerror=&quot;window.pwned=2&quot;&gt;"));
     assert!(overview.body.contains("<svg"), "no chart");
-    assert!(overview.body.contains("http-equiv=refresh"));
+    assert!(overview.body.contains("http-equiv=\"refresh\""));
     assert!(overview
         .header("content-security-policy")
         .unwrap()
@@ -66,7 +66,7 @@ fn every_page_shows_real_jobs_and_escapes_hostile_values() {
     assert_inert(&jobs.body);
     assert!(jobs
         .body
-        .contains("&lt;script&gt;window.pwned=1&lt;/script&gt;&quot;&#39;&amp;task"));
+        .contains("&lt;script&gt;window.pwned=1&lt;/script&gt;&quot;'&amp;task"));
     for id in [fx.flaky, fx.hostile, fx.ok, fx.later] {
         assert!(
             jobs.body.contains(&format!("href=\"/jobs/{id}\"")),
@@ -79,7 +79,9 @@ fn every_page_shows_real_jobs_and_escapes_hostile_values() {
     assert_inert(&job.body);
     // The error, its quotes and its NUL shown as text; the arguments pretty-printed.
     assert!(
-        job.body.contains("boom &lt;script&gt;window.pwned=4&lt;/script&gt; &quot;double&quot; &#39;single&#39; NUL:"),
+        job.body.contains(
+            "boom &lt;script&gt;window.pwned=4&lt;/script&gt; &quot;double&quot; 'single' NUL:"
+        ),
         "{}",
         job.body
     );
@@ -109,9 +111,9 @@ fn every_page_shows_real_jobs_and_escapes_hostile_values() {
     let workers = get(addr, "/workers");
     assert_eq!(workers.status, 200);
     assert_inert(&workers.body);
-    assert!(workers.body.contains("&lt;b&gt;host&lt;/b&gt;&quot;&#39;"));
+    assert!(workers.body.contains("&lt;b&gt;host&lt;/b&gt;&quot;'"));
     assert_eq!(
-        workers.body.matches("class=stalled").count(),
+        workers.body.matches("class=\"stalled\"").count(),
         1,
         "{}",
         workers.body
@@ -198,7 +200,7 @@ fn actions_are_posts_with_a_csrf_token_and_refused_read_only() {
     // The `done` flash is a fixed text: a crafted link cannot put words on the page.
     let crafted = get(addr, &format!("/jobs/{}?done=%3Cb%3Ehi", fx.ok));
     assert!(!crafted.body.contains("hi") || !crafted.body.contains("<b>hi"));
-    assert!(!crafted.body.contains("class=flash>"));
+    assert!(!crafted.body.contains("class=\"flash\">"));
     dash.shutdown();
 
     let ro = Dashboard::new(&fx.app)
@@ -210,7 +212,7 @@ fn actions_are_posts_with_a_csrf_token_and_refused_read_only() {
     let page = get(ro.addr(), &format!("/jobs/{}", fx.hostile)).body;
     assert!(page.contains("read-only"));
     assert!(
-        !page.contains("<form class=inline"),
+        !page.contains("<form class=\"inline\""),
         "buttons in read-only mode"
     );
     let r = request(
@@ -705,7 +707,7 @@ fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     assert!(p.is_paused("emails") && !p.is_paused("reports"));
     let page = get(addr, "/").body;
     assert_eq!(
-        page.matches("<span class=err>paused</span>").count(),
+        page.matches("<span class=\"err\">paused</span>").count(),
         1,
         "{page}"
     );
@@ -722,7 +724,7 @@ fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     assert_eq!(r.status, 303);
     let page = get(addr, "/").body;
     assert!(page.contains("Every queue is paused"), "{page}");
-    assert_eq!(page.matches("<span class=err>paused</span>").count(), 2);
+    assert_eq!(page.matches("<span class=\"err\">paused</span>").count(), 2);
     let r = request(
         addr,
         "POST",
@@ -794,4 +796,16 @@ fn a_jobs_output_and_progress_are_shown_on_its_page() {
     assert!(page.body.contains("<h2>Output</h2>"), "{}", page.body);
     assert!(page.body.contains("&lt;b&gt;x&lt;/b&gt;"), "{}", page.body);
     assert!(page.body.contains("&quot;done&quot;: 3"), "{}", page.body);
+    // The heading's time is an element, not its markup shown as text (the old pages
+    // escaped it twice and printed `<time datetime=...>`).
+    let at = page
+        .body
+        .find("id=\"progress-heading\"")
+        .expect("a progress heading");
+    let heading = &page.body[at..at + page.body[at..].find("</h2>").unwrap()];
+    assert!(
+        heading.contains("<small>(at <time datetime=\""),
+        "{heading}"
+    );
+    assert!(!heading.contains("&lt;"), "markup shown as text: {heading}");
 }

@@ -7,6 +7,9 @@
 //! periodic schedules. No script anywhere: the pages work with JavaScript off and reload
 //! themselves with an HTML refresh where the figures move.
 //!
+//! HTML comes from maud templates (`html.rs`, `pages/`): every value spliced into a page is
+//! escaped at compile time, and raw markup has to be written `PreEscaped`.
+//!
 //! How it fails: every database call goes through the App's pool, so under its
 //! `pool_timeout` and `io_timeout`; a database that is down or half-open gives an error
 //! page within those deadlines, never a hung request. Changes (retry, cancel, abort) are
@@ -196,6 +199,7 @@ impl Dashboard {
             stalled_after: self.stalled_after,
             overview: std::sync::Mutex::new(None),
             schedules: self.schedules.clone(),
+            base: String::new(),
         });
         let opts = ServerOptions {
             threads: self.threads,

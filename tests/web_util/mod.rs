@@ -144,10 +144,9 @@ pub fn get(addr: SocketAddr, path: &str) -> Resp {
 
 /// The CSRF token of a page's forms.
 pub fn csrf_of(page: &str) -> String {
-    let at = page
-        .find("name=csrf value=\"")
-        .expect("a form with a csrf field");
-    let rest = &page[at + "name=csrf value=\"".len()..];
+    const FIELD: &str = "name=\"csrf\" value=\"";
+    let at = page.find(FIELD).expect("a form with a csrf field");
+    let rest = &page[at + FIELD.len()..];
     rest[..rest.find('"').unwrap()].to_owned()
 }
 

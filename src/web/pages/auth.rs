@@ -32,15 +32,16 @@ pub(super) fn check_auth(st: &State, req: &Request) -> Option<Response> {
                         .filter(|(k, _)| k != "token")
                         .map(|(k, v)| format!("{}={}", url_enc(k), url_enc(v)))
                         .collect();
-                    let mut to = local_path(&req.path);
+                    let mut to = st.link(&local_path(&req.path));
                     if !rest.is_empty() {
                         to = format!("{to}?{}", rest.join("&"));
                     }
                     return Some(Response::redirect(to).header(
                         "Set-Cookie",
                         format!(
-                            "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-                            url_enc(token)
+                            "{TOKEN_COOKIE}={}; HttpOnly; SameSite=Strict; Path={}/",
+                            url_enc(token),
+                            st.base
                         ),
                     ));
                 }
@@ -197,7 +198,7 @@ pub(super) fn act_queue(st: &State, req: &Request, action: &str) -> Result<Respo
     match res {
         Ok(()) => {
             *st.overview.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            Ok(Response::redirect("/".to_owned()))
+            Ok(Response::redirect(st.link("/")))
         }
         Err(e) if e.kind() == ErrorKind::InvalidInput => Ok(Response::text(400, format!("{e}\n"))),
         Err(e) => Err(e),
@@ -218,7 +219,9 @@ pub(super) fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<
         _ => return Ok(Response::text(404, "no such action\n")),
     };
     match result {
-        Ok(done) => Ok(Response::redirect(format!("/jobs/{id}?done={done}"))),
+        Ok(done) => Ok(Response::redirect(
+            st.link(&format!("/jobs/{id}?done={done}")),
+        )),
         Err(e)
             if matches!(
                 e.kind(),

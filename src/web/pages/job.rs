@@ -12,16 +12,6 @@ pub(super) fn job(
     let d = st.admin.job(id)?;
     cost.queries += 1;
     let j = &d.job;
-    let mut b = String::new();
-    let _ = write!(
-        b,
-        "<h1>Job {} <small>{}</small></h1>",
-        j.id,
-        status(j.status.as_str())
-    );
-    if let Some(p) = problem {
-        let _ = write!(b, "<p class=\"flash bad\">{}</p>", esc(p));
-    }
     // Fixed texts only: a crafted link cannot make the page say anything else.
     let done_text = match done {
         Some("retried") => Some("Retried: the job is waiting again."),
@@ -31,127 +21,111 @@ pub(super) fn job(
         }
         _ => None,
     };
-    if let Some(t) = done_text {
-        let _ = write!(b, "<p class=flash>{t}</p>");
-    }
-
-    if !st.read_only {
-        b.push_str("<p>");
-        let mut button = |action: &str, label: &str, enabled: bool| {
-            if enabled {
-                let _ = write!(
-                    b,
-                    "<form class=inline method=post action=\"/jobs/{}/{action}\">\
-                     <input type=hidden name=csrf value=\"{}\">\
-                     <button name=go value=1 id=\"{action}\">{label}</button></form> ",
-                    j.id,
-                    esc(&st.csrf)
-                );
-            }
-        };
-        let s = j.status;
-        button(
-            "retry",
-            "Retry",
-            matches!(
-                s,
-                JobStatus::Failed | JobStatus::Cancelled | JobStatus::Aborted
-            ),
-        );
-        button("cancel", "Cancel", s == JobStatus::Todo);
-        button(
-            "abort",
-            "Abort",
-            s == JobStatus::Doing && !j.abort_requested,
-        );
-        b.push_str("</p>");
-    }
-
-    b.push_str("<table>");
-    let mut row = |k: &str, v: String| {
-        let _ = write!(b, "<tr><th>{k}</th><td>{v}</td></tr>");
-    };
-    row(
-        "Queue",
-        format!(
-            "<a href=\"/jobs?queue={}\">{}</a>",
-            url_enc(&j.queue),
-            esc(&j.queue)
-        ),
-    );
-    row(
-        "Task",
-        format!(
-            "<a href=\"/jobs?task={}\">{}</a>",
-            url_enc(&j.task),
-            esc(&j.task)
-        ),
-    );
-    row("Priority", j.priority.to_string());
-    row("Attempts", j.attempts.to_string());
-    row(
-        "Lock",
-        j.lock
-            .as_deref()
-            .map(|l| format!("<a href=\"/jobs?lock={}\">{}</a>", url_enc(l), esc(l)))
-            .unwrap_or_default(),
-    );
-    row(
-        "Queueing lock",
-        esc(j.queueing_lock.as_deref().unwrap_or("")),
-    );
-    let worker = match (j.worker_id, &d.worker_name) {
-        (Some(w), Some(name)) => format!("{} (id {w})", esc(name)),
-        (Some(w), None) => format!("id {w} <span class=dim>(no longer registered)</span>"),
-        (None, _) => String::new(),
-    };
-    row("Worker", worker);
-    row(
-        "Periodic",
-        match (&d.periodic_id, d.periodic_instant) {
-            (Some(pid), Some(at)) => format!(
-                "instant {}{}",
-                time(at),
-                if pid.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (id {})", esc(pid))
+    let s = j.status;
+    let button = |action: &str, label: &str, enabled: bool| -> Markup {
+        html! {
+            @if enabled {
+                form.inline method="post" action=(st.link(&format!("/jobs/{}/{action}", j.id))) {
+                    input type="hidden" name="csrf" value=(st.csrf);
+                    button name="go" value="1" id=(action) { (label) }
                 }
-            ),
-            _ => String::new(),
-        },
-    );
-    if let Some(by) = d.blocked_by {
-        row(
-            "Waits for",
-            format!("<a href=\"/jobs/{by}\" id=blocked-by>job {by}</a> (its lock)"),
-        );
-    }
-    if j.abort_requested {
-        row("Abort", "requested".to_owned());
-    }
-    b.push_str("</table>");
-
+                " "
+            }
+        }
+    };
+    let worker = html! {
+        @match (j.worker_id, &d.worker_name) {
+            (Some(w), Some(name)) => { (Shown(name)) " (id " (w) ")" }
+            (Some(w), None) => { "id " (w) " " span.dim { "(no longer registered)" } }
+            (None, _) => {}
+        }
+    };
     let args = pretty_json(j.args.get());
-    let _ = write!(b, "<h2>Arguments</h2><pre id=args>{}</pre>", esc(&args));
-    if let Some(output) = &d.output {
-        let text = pretty_json(&output.to_string());
-        let _ = write!(b, "<h2>Output</h2><pre id=output>{}</pre>", esc(&text));
-    }
-    if let Some(progress) = &d.progress {
-        let text = pretty_json(&progress.to_string());
-        let when = d
-            .progress_at
-            .map(|at| format!(" <small>(at {})</small>", esc(&time(at))))
-            .unwrap_or_default();
-        let _ = write!(
-            b,
-            "<h2>Progress{when}</h2><pre id=progress>{}</pre>",
-            esc(&text)
-        );
-    }
+    let body = html! {
+        h1 { "Job " (j.id) " " small { (status(j.status.as_str())) } }
+        @if let Some(p) = problem {
+            p.flash.bad { (Shown(p)) }
+        }
+        @if let Some(t) = done_text {
+            p.flash { (t) }
+        }
+        @if !st.read_only {
+            p {
+                (button("retry", "Retry", matches!(s, JobStatus::Failed | JobStatus::Cancelled | JobStatus::Aborted)))
+                (button("cancel", "Cancel", s == JobStatus::Todo))
+                (button("abort", "Abort", s == JobStatus::Doing && !j.abort_requested))
+            }
+        }
+        div.scroll { table.kv {
+            tr { th { "Queue" } td { a href={ (st.link("/jobs")) "?queue=" (url_enc(&j.queue)) } { (Shown(&j.queue)) } } }
+            tr { th { "Task" } td { a href={ (st.link("/jobs")) "?task=" (url_enc(&j.task)) } { (Shown(&j.task)) } } }
+            tr { th { "Priority" } td { (j.priority) } }
+            tr { th { "Attempts" } td { (j.attempts) } }
+            tr { th { "Lock" } td {
+                @if let Some(l) = &j.lock {
+                    a href={ (st.link("/jobs")) "?lock=" (url_enc(l)) } { (Shown(l)) }
+                }
+            } }
+            tr { th { "Queueing lock" } td { (Shown(j.queueing_lock.as_deref().unwrap_or(""))) } }
+            tr { th { "Worker" } td { (worker) } }
+            tr { th { "Periodic" } td {
+                @if let (Some(pid), Some(at)) = (&d.periodic_id, d.periodic_instant) {
+                    "instant " (Time(at))
+                    @if !pid.is_empty() { " (id " (Shown(pid)) ")" }
+                }
+            } }
+            @if let Some(by) = d.blocked_by {
+                tr { th { "Waits for" } td {
+                    a href=(st.link(&format!("/jobs/{by}"))) id="blocked-by" { "job " (by) }
+                    " (its lock)"
+                } }
+            }
+            @if j.abort_requested {
+                tr { th { "Abort" } td { "requested" } }
+            }
+        } }
+        h2 { "Arguments" }
+        pre #args { (Shown(&args)) }
+        @if let Some(output) = &d.output {
+            h2 { "Output" }
+            pre #output { (Shown(&pretty_json(&output.to_string()))) }
+        }
+        @if let Some(progress) = &d.progress {
+            h2 #progress-heading {
+                "Progress"
+                @if let Some(at) = d.progress_at {
+                    " " small { "(at " (Time(at)) ")" }
+                }
+            }
+            pre #progress { (Shown(&pretty_json(&progress.to_string()))) }
+        }
+        (timeline(&d))
+        h2 { "Attempts with errors" }
+        @if d.errors.is_empty() {
+            p.dim { "None." }
+        } @else {
+            div.scroll { table #errors {
+                tr { th { "Attempt" } th { "When" } th { "Error" } }
+                @for e in &d.errors {
+                    tr { td.n { (e.attempt) } td { (opt_time(e.at)) } td { pre { (Shown(&e.error)) } } }
+                }
+            } }
+        }
+        (cost.footer())
+    };
+    let active = matches!(j.status, JobStatus::Todo | JobStatus::Doing);
+    Ok(st.page(
+        200,
+        &format!("Job {}", j.id),
+        "Jobs",
+        if active { Some(5) } else { None },
+        body,
+    ))
+}
 
-    // Timeline: every instant the row and its errors record, in order.
+/// Every instant the row and its errors record, in order, with the time since deferral.
+fn timeline(d: &crate::admin::JobDetail) -> Markup {
+    let j = &d.job;
     let mut events: Vec<(SystemTime, String)> = vec![(j.created_at, "deferred".to_owned())];
     if j.scheduled_at > j.created_at {
         events.push((j.scheduled_at, "scheduled to run".to_owned()));
@@ -165,52 +139,26 @@ pub(super) fn job(
         events.push((t, format!("attempt {} started", j.attempts)));
     }
     if let Some(t) = j.finished_at {
-        events.push((t, format!("finished: {}", j.status)));
+        let took = j
+            .duration()
+            .map(|d| format!(" after running {}", age(d)))
+            .unwrap_or_default();
+        events.push((t, format!("finished: {}{took}", j.status)));
     }
     events.sort_by_key(|e| e.0);
-    b.push_str(
-        "<h2>Timeline</h2><table><tr><th>When</th><th>After deferral</th><th>What</th></tr>",
-    );
-    for (at, what) in &events {
-        let since = at.duration_since(j.created_at).unwrap_or_default();
-        let _ = write!(
-            b,
-            "<tr><td>{}</td><td class=n>+{}</td><td>{}</td></tr>",
-            time(*at),
-            age(since),
-            esc(what)
-        );
+    html! {
+        h2 { "Timeline" }
+        div.scroll { table {
+            tr { th { "When" } th.n { "After deferral" } th { "What" } }
+            @for (at, what) in &events {
+                tr {
+                    td { (Time(*at)) }
+                    td.n { "+" (age(at.duration_since(j.created_at).unwrap_or_default())) }
+                    td { (what) }
+                }
+            }
+        } }
     }
-    b.push_str("</table>");
-
-    b.push_str("<h2>Attempts with errors</h2>");
-    if d.errors.is_empty() {
-        b.push_str("<p class=dim>None.</p>");
-    } else {
-        b.push_str("<table id=errors><tr><th>Attempt</th><th>When</th><th>Error</th></tr>");
-        for e in &d.errors {
-            let _ = write!(
-                b,
-                "<tr><td class=n>{}</td><td>{}</td><td><pre>{}</pre></td></tr>",
-                e.attempt,
-                opt_time(e.at),
-                esc(&e.error)
-            );
-        }
-        b.push_str("</table>");
-    }
-    b.push_str(&cost.footer());
-    let active = matches!(j.status, JobStatus::Todo | JobStatus::Doing);
-    Ok(Response::html(
-        200,
-        page(
-            &format!("Job {}", j.id),
-            "Jobs",
-            if active { Some(5) } else { None },
-            st.read_only,
-            &b,
-        ),
-    ))
 }
 
 /// Indents JSON text two spaces a level, keeping every value's text as stored (numbers too

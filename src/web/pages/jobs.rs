@@ -45,38 +45,6 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
     };
     cost.queries += 1;
 
-    let mut b = String::from("<h1>Jobs</h1>");
-    // Filters (GET: the address is the state; works without script).
-    b.push_str("<form class=filters method=get action=\"/jobs\">");
-    for (name, v) in [("queue", &q.queue), ("task", &q.task), ("lock", &q.lock)] {
-        let _ = write!(
-            b,
-            "<label>{name} <input name={name} value=\"{}\" size=14></label>",
-            esc(v.as_deref().unwrap_or(""))
-        );
-    }
-    b.push_str("<label>status <select name=status><option value=\"\">any</option>");
-    for s in [
-        "todo",
-        "doing",
-        "succeeded",
-        "failed",
-        "cancelled",
-        "aborted",
-    ] {
-        let sel = if q.status.as_deref() == Some(s) {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(b, "<option{sel}>{s}</option>");
-    }
-    b.push_str("</select></label><button>Filter</button> <a href=\"/jobs\">clear</a></form>");
-    b.push_str(
-        "<form class=filters method=get action=\"/jobs\"><label>Jump to job \
-         <input name=id size=10 inputmode=numeric></label><button>Go</button></form>",
-    );
-
     let filters: String = [
         ("queue", &q.queue),
         ("task", &q.task),
@@ -84,66 +52,71 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
         ("lock", &q.lock),
     ]
     .iter()
-    .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}&amp;", url_enc(v))))
+    .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}&", url_enc(v))))
     .collect();
     let (has_newer, has_older) = if q.after.is_some() && q.before.is_none() {
         (more, !rows.is_empty())
     } else {
         (q.before.is_some(), more)
     };
-    let mut nav = String::from("<nav class=pages>");
-    if has_newer {
-        let _ = write!(nav, "<a href=\"/jobs?{filters}\">« newest</a>");
-        if let Some(first) = rows.first() {
-            let _ = write!(
-                nav,
-                "<a href=\"/jobs?{filters}after={}\">‹ newer</a>",
-                first.id
-            );
+    let here = st.link("/jobs");
+    let nav = html! {
+        nav.pages {
+            @if has_newer {
+                a href={ (here) "?" (filters) } { "« newest" }
+                @if let Some(first) = rows.first() {
+                    a href={ (here) "?" (filters) "after=" (first.id) } { "‹ newer" }
+                }
+            }
+            @if has_older {
+                @if let Some(last) = rows.last() {
+                    a href={ (here) "?" (filters) "before=" (last.id) } { "older ›" }
+                }
+            }
         }
-    }
-    if has_older {
-        if let Some(last) = rows.last() {
-            let _ = write!(
-                nav,
-                "<a href=\"/jobs?{filters}before={}\">older ›</a>",
-                last.id
-            );
+    };
+    let body = html! {
+        h1 { "Jobs" }
+        // Filters (GET: the address is the state; works without script).
+        form.filters method="get" action=(here) {
+            @for (name, v) in [("queue", &q.queue), ("task", &q.task), ("lock", &q.lock)] {
+                label { (name) " " input name=(name) value=(v.as_deref().unwrap_or("")) size="14"; }
+            }
+            label { "status "
+                select name="status" {
+                    option value="" { "any" }
+                    @for s in ["todo", "doing", "succeeded", "failed", "cancelled", "aborted"] {
+                        option selected[q.status.as_deref() == Some(s)] { (s) }
+                    }
+                }
+            }
+            button { "Filter" } " " a href=(here) { "clear" }
         }
-    }
-    nav.push_str("</nav>");
-
-    if rows.is_empty() {
-        b.push_str("<p class=dim>No jobs match.</p>");
-    } else {
-        b.push_str(&nav);
-        b.push_str(
-            "<table><tr><th>Id</th><th>Queue</th><th>Task</th><th>Status</th><th>Priority</th>\
-             <th>Attempts</th><th>Lock</th><th>Scheduled</th><th>Finished</th><th>Arguments</th></tr>",
-        );
-        for j in &rows {
-            let _ = write!(
-                b,
-                "<tr><td><a href=\"/jobs/{id}\">{id}</a></td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td class=n>{}</td><td class=n>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                esc(&j.queue),
-                esc(&j.task),
-                status(&j.status),
-                j.priority,
-                j.attempts,
-                esc(j.lock.as_deref().unwrap_or("")),
-                time(j.scheduled_at),
-                opt_time(j.finished_at),
-                esc(&j.args),
-                id = j.id,
-            );
+        form.filters method="get" action=(here) {
+            label { "Jump to job " input name="id" size="10" inputmode="numeric"; }
+            button { "Go" }
         }
-        b.push_str("</table>");
-        b.push_str(&nav);
-    }
-    b.push_str(&cost.footer());
-    Ok(Response::html(
-        200,
-        page("Jobs", "Jobs", None, st.read_only, &b),
-    ))
+        @if rows.is_empty() {
+            p.dim { "No jobs match." }
+        } @else {
+            (nav)
+            div.scroll { table {
+                tr { th { "Id" } th { "Queue" } th { "Task" } th { "Status" } th { "Priority" }
+                     th { "Attempts" } th { "Lock" } th { "Scheduled" } th { "Finished" } th { "Arguments" } }
+                @for j in &rows {
+                    tr {
+                        td { a href=(st.link(&format!("/jobs/{}", j.id))) { (j.id) } }
+                        td { (Shown(&j.queue)) } td { (Shown(&j.task)) } td { (status(&j.status)) }
+                        td.n { (j.priority) } td.n { (j.attempts) }
+                        td { (Shown(j.lock.as_deref().unwrap_or(""))) }
+                        td { (Time(j.scheduled_at)) } td { (opt_time(j.finished_at)) }
+                        td { code { (Shown(&j.args)) } }
+                    }
+                }
+            } }
+            (nav)
+        }
+        (cost.footer())
+    };
+    Ok(st.page(200, "Jobs", "Jobs", None, body))
 }

@@ -3,11 +3,12 @@
 //! status says what kind of failure it was (503 for a database that cannot be reached in
 //! time, 404 for a missing job, 409 for an action the job's status does not allow).
 
-use std::fmt::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::html::{self, age, esc, opt_time, page, status, time, url_enc};
+use maud::{html, Markup};
+
+use super::html::{self, age, dash, opt_time, status, url_enc, Frame, Shown, Time};
 use super::http::{Request, Response};
 use super::queries::{self, JobQuery};
 use super::DashboardAuth;
@@ -46,6 +47,8 @@ pub(crate) struct State {
     pub(crate) overview: Mutex<Option<(Instant, Arc<OverviewData>)>>,
     /// Schedules the program registered, from `Dashboard::schedules`.
     pub(crate) schedules: Vec<crate::periodic::PeriodicOptions>,
+    /// The path the dashboard is served under: `""` at the root of its own server.
+    pub(crate) base: String,
 }
 
 /// How long the overview's figures are shared between requests.
@@ -104,13 +107,40 @@ impl Cost {
         }
     }
 
-    fn footer(&self) -> String {
-        format!(
-            "<p class=dim>{} quer{} in {} ms</p>",
-            self.queries,
-            if self.queries == 1 { "y" } else { "ies" },
-            self.started.elapsed().as_millis()
-        )
+    fn footer(&self) -> Markup {
+        html! {
+            p.dim.footer {
+                (self.queries) " quer" (if self.queries == 1 { "y" } else { "ies" })
+                " in " (self.started.elapsed().as_millis()) " ms"
+            }
+        }
+    }
+}
+
+impl State {
+    /// A path of the dashboard as a link: under its base path.
+    pub(crate) fn link(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn frame(&self) -> Frame<'_> {
+        Frame {
+            base: &self.base,
+            read_only: self.read_only,
+        }
+    }
+
+    /// A whole page: the frame around `body`.
+    pub(crate) fn page(
+        &self,
+        status: u16,
+        title: &str,
+        active: &str,
+        refresh: Option<u32>,
+        body: Markup,
+    ) -> Response {
+        let markup = html::page(&self.frame(), title, active, refresh, body);
+        Response::html(status, markup.into_string())
     }
 }
 
@@ -155,15 +185,12 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         (_, ["jobs", _, _] | ["queues", _]) => {
             Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
         }
-        ("GET" | "HEAD" | "POST", _) => Ok(Response::html(
+        ("GET" | "HEAD" | "POST", _) => Ok(st.page(
             404,
-            page(
-                "Not found",
-                "",
-                None,
-                st.read_only,
-                "<h1>Not found</h1><p>No such page. <a href=\"/\">Overview</a></p>",
-            ),
+            "Not found",
+            "",
+            None,
+            html! { h1 { "Not found" } p { "No such page. " a href=(st.link("/")) { "Overview" } } },
         )),
         _ => Ok(Response::text(405, "method not allowed\n").header("Allow", "GET, POST")),
     }
@@ -199,19 +226,19 @@ fn error_page(st: &State, e: &Error) -> Response {
     if code >= 500 {
         log::warn!("dashboard: {e}");
     }
-    let hint = match code {
-        503 | 504 => {
-            "<p>The database did not answer in time or cannot be reached: this page \
-                      shows the error instead of waiting. It reloads every 10 s.</p>"
+    let body = html! {
+        h1 { "Error" }
+        p.flash.bad { (Shown(&e.to_string())) }
+        @if matches!(code, 503 | 504) {
+            p {
+                "The database did not answer in time or cannot be reached: this page shows \
+                 the error instead of waiting. It reloads every 10 s."
+            }
         }
-        _ => "",
+        p { a href=(st.link("/")) { "Overview" } }
     };
-    let body = format!(
-        "<h1>Error</h1><p class=\"flash bad\">{}</p>{hint}<p><a href=\"/\">Overview</a></p>",
-        esc(&e.to_string())
-    );
     let refresh = if code >= 500 { Some(10) } else { None };
-    Response::html(code, page("Error", "", refresh, st.read_only, &body))
+    st.page(code, "Error", "", refresh, body)
 }
 
 // --- access --------------------------------------------------------------------------

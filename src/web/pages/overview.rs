@@ -17,146 +17,135 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
         .filter(|w| w.heartbeat_age > st.stalled_after)
         .count();
 
-    let mut b = String::new();
-    b.push_str("<h1>Overview</h1><h2>Queues</h2>");
     // A pause button (or resume) for a queue, or for every queue with `None`.
-    let flow_button = |queue: Option<&str>, paused: bool| -> String {
-        if st.read_only {
-            return String::new();
-        }
+    let flow_button = |queue: Option<&str>, paused: bool| -> Markup {
         let (action, label) = if paused {
             ("resume", "Resume")
         } else {
             ("pause", "Pause")
         };
-        let (field, id) = match queue {
-            Some(q) => (
-                format!("<input type=hidden name=queue value=\"{}\">", esc(q)),
-                String::new(),
-            ),
-            None => (String::new(), format!(" id=\"{action}-all\"")),
-        };
-        format!(
-            "<form class=inline method=post action=\"/queues/{action}\">{field}\
-             <input type=hidden name=csrf value=\"{}\">\
-             <button name=go value=1{id}>{label}{}</button></form>",
-            esc(&st.csrf),
-            if queue.is_none() { " every queue" } else { "" }
-        )
-    };
-    if let Some(at) = data.pauses.all {
-        let _ = write!(
-            b,
-            "<p class=err>Every queue is paused (since {} UTC): no job starts. {}</p>",
-            esc(&crate::admin::rfc3339(at)),
-            flow_button(None, true)
-        );
-    } else {
-        let _ = write!(b, "<p>{}</p>", flow_button(None, false));
-    }
-    if counts.is_empty() {
-        b.push_str("<p class=dim>No jobs yet.</p>");
-    } else {
-        b.push_str(
-            "<table><tr><th>Queue</th><th>Due</th><th>Scheduled</th><th>Running</th>\
-             <th>Succeeded</th><th>Failed</th><th>Cancelled</th><th>Aborted</th>\
-             <th>Oldest due job waits</th><th>Limits</th><th>Due jobs wait for</th>\
-             <th>Flow</th></tr>",
-        );
-        let link = |q: &str, s: &str, n: u64| -> String {
-            if n == 0 {
-                "<td class=\"n dim\">0</td>".to_owned()
-            } else {
-                format!(
-                    "<td class=n><a href=\"/jobs?queue={}&amp;status={s}\">{n}</a></td>",
-                    url_enc(q)
-                )
+        html! {
+            @if !st.read_only {
+                form.inline method="post" action=(st.link(&format!("/queues/{action}"))) {
+                    @if let Some(q) = queue {
+                        input type="hidden" name="queue" value=(q);
+                    }
+                    input type="hidden" name="csrf" value=(st.csrf);
+                    @if queue.is_none() {
+                        button name="go" value="1" id={ (action) "-all" } { (label) " every queue" }
+                    } @else {
+                        button name="go" value="1" { (label) }
+                    }
+                }
             }
-        };
-        for c in counts {
-            let _ = write!(
-                b,
-                "<tr><td><a href=\"/jobs?queue={}\">{}</a></td>{}{}{}{}{}{}{}<td class=n>{}</td><td class=limits>{}</td><td class=why>{}</td><td>{}</td></tr>",
-                url_enc(&c.queue),
-                esc(&c.queue),
-                link(&c.queue, "todo", c.todo),
-                link(&c.queue, "todo", c.scheduled),
-                link(&c.queue, "doing", c.doing),
-                link(&c.queue, "succeeded", c.succeeded),
-                link(&c.queue, "failed", c.failed),
-                link(&c.queue, "cancelled", c.cancelled),
-                link(&c.queue, "aborted", c.aborted),
-                c.oldest_todo_age.map(age).unwrap_or_else(|| "–".to_owned()),
-                limits_cell(c),
-                why_cell(c),
-                {
-                    // Its own pause can be lifted here; the pause of all, above.
-                    let own = data.pauses.queues.iter().any(|p| p.queue.as_deref() == Some(c.queue.as_str()));
-                    let mark = if c.paused { "<span class=err>paused</span> " } else { "" };
-                    let button = if data.pauses.all.is_some() && !own {
-                        String::new()
-                    } else {
-                        flow_button(Some(&c.queue), own)
-                    };
-                    format!("{mark}{button}")
-                },
-            );
         }
-        b.push_str("</table>");
-    }
-    b.push_str("<h2>Last hour</h2>");
-    b.push_str(&html::throughput_svg(minutes));
-    b.push_str(
-        "<p class=dim>Jobs finished per minute (jobs deleted on completion are not counted).</p>",
-    );
-    let _ = write!(
-        b,
-        "<h2>Workers</h2><p><a href=\"/workers\">{} registered</a>{}</p>",
-        workers.len(),
-        if stalled > 0 {
-            format!(", <span class=err>{stalled} stalled</span>")
-        } else {
-            String::new()
+    };
+    let jobs = st.link("/jobs");
+    let link = |q: &str, s: &str, n: u64| -> Markup {
+        html! {
+            @if n == 0 {
+                td.n.dim { "0" }
+            } @else {
+                td.n { a href={ (jobs) "?queue=" (url_enc(q)) "&status=" (s) } { (n) } }
+            }
         }
-    );
-    b.push_str(&cost.footer());
-    if !fresh {
-        b.push_str("<p class=dim>(figures shared with a request of the last 5 s)</p>");
-    }
+    };
+    let body = html! {
+        h1 { "Overview" }
+        h2 { "Queues" }
+        @if let Some(at) = data.pauses.all {
+            p.err {
+                "Every queue is paused (since " (crate::admin::rfc3339(at)) " UTC): no job starts. "
+                (flow_button(None, true))
+            }
+        } @else {
+            p { (flow_button(None, false)) }
+        }
+        @if counts.is_empty() {
+            p.dim { "No jobs yet." }
+        } @else {
+            div.scroll { table #queues {
+                tr { th { "Queue" } th.n { "Due" } th.n { "Scheduled" } th.n { "Running" }
+                     th.n { "Succeeded" } th.n { "Failed" } th.n { "Cancelled" } th.n { "Aborted" }
+                     th { "Oldest due job waits" } th { "Limits" } th { "Due jobs wait for" } th { "Flow" } }
+                @for c in counts.iter() {
+                    @let own = data.pauses.queues.iter().any(|p| p.queue.as_deref() == Some(c.queue.as_str()));
+                    tr {
+                        td { a href={ (jobs) "?queue=" (url_enc(&c.queue)) } { (Shown(&c.queue)) } }
+                        (link(&c.queue, "todo", c.todo))
+                        (link(&c.queue, "todo", c.scheduled))
+                        (link(&c.queue, "doing", c.doing))
+                        (link(&c.queue, "succeeded", c.succeeded))
+                        (link(&c.queue, "failed", c.failed))
+                        (link(&c.queue, "cancelled", c.cancelled))
+                        (link(&c.queue, "aborted", c.aborted))
+                        td.n { (c.oldest_todo_age.map(age).unwrap_or_else(|| "–".to_owned())) }
+                        td.limits { (limits_cell(c)) }
+                        td.why { (why_cell(c)) }
+                        td {
+                            // Its own pause can be lifted here; the pause of all, above.
+                            @if c.paused { span.err { "paused" } " " }
+                            @if data.pauses.all.is_none() || own {
+                                (flow_button(Some(&c.queue), own))
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        h2 { "Last hour" }
+        div.chart { (html::throughput_svg(minutes)) }
+        p.dim { "Jobs finished per minute (jobs deleted on completion are not counted)." }
+        h2 { "Workers" }
+        p {
+            a href=(st.link("/workers")) { (workers.len()) " registered" }
+            @if stalled > 0 { ", " span.err { (stalled) " stalled" } }
+        }
+        (cost.footer())
+        @if !fresh {
+            p.dim { "(figures shared with a request of the last 5 s)" }
+        }
+    };
     // A table large enough to make the figures slow is reloaded less often.
     let refresh = if data.took > Duration::from_millis(500) {
         30
     } else {
         10
     };
-    Ok(Response::html(
-        200,
-        page("Overview", "Overview", Some(refresh), st.read_only, &b),
-    ))
+    Ok(st.page(200, "Overview", "Overview", Some(refresh), body))
 }
 
 /// The queue's limits, one per line: concurrency, per key, rate.
-fn limits_cell(c: &crate::QueueCounts) -> String {
+fn limits_cell(c: &crate::QueueCounts) -> Markup {
     let mut parts = Vec::new();
     if let Some(n) = c.max_running {
         parts.push(format!("at most {n} running"));
     }
     if let (Some(n), Some(arg)) = (c.max_per_key, c.key_arg.as_deref()) {
-        parts.push(format!("at most {n} running per {}", esc(arg)));
+        parts.push(format!("at most {n} running per {arg}"));
     }
     if let (Some(n), Some(per)) = (c.max_starts, c.rate_period) {
         let starts = if n == 1 { "start" } else { "starts" };
         parts.push(format!("at most {n} {starts} per {}", age(per)));
     }
-    if parts.is_empty() {
-        "<span class=dim>–</span>".to_owned()
-    } else {
-        parts.join("<br>")
+    lines(parts)
+}
+
+/// One line per part; a dim dash when there is none.
+fn lines(parts: Vec<String>) -> Markup {
+    html! {
+        @if parts.is_empty() {
+            (dash())
+        }
+        @for (i, p) in parts.iter().enumerate() {
+            @if i > 0 { br; }
+            (Shown(p))
+        }
     }
 }
 
 /// Why the queue's due jobs do not all run now, with the detail of each reason.
-fn why_cell(c: &crate::QueueCounts) -> String {
+fn why_cell(c: &crate::QueueCounts) -> Markup {
     let parts: Vec<String> = c
         .waiting_reasons()
         .into_iter()
@@ -169,11 +158,14 @@ fn why_cell(c: &crate::QueueCounts) -> String {
             },
             _ => r.to_owned(),
         })
-        .map(|r| format!("<span class=\"err why\">{}</span>", esc(&r)))
         .collect();
-    if parts.is_empty() {
-        "<span class=dim>–</span>".to_owned()
-    } else {
-        parts.join("<br>")
+    html! {
+        @if parts.is_empty() {
+            (dash())
+        }
+        @for (i, p) in parts.iter().enumerate() {
+            @if i > 0 { br; }
+            span.err.why { (Shown(p)) }
+        }
     }
 }

@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// One line of the page: a schedule the program gave or the database recorded.
+struct Line<'a> {
+    task: String,
+    id: String,
+    /// The cron expression, when the program gave it.
+    schedule: Option<String>,
+    row: Option<&'a queries::PeriodicRow>,
+    next: Markup,
+}
+
 pub(super) fn periodic(st: &State) -> Result<Response, Error> {
     let mut cost = Cost::new();
     let rows = {
@@ -10,106 +20,108 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
     };
     cost.queries += 1;
     let now = SystemTime::now();
-    let in_or_overdue = |next: SystemTime| -> String {
-        let when = match next.duration_since(now) {
-            Ok(d) => format!("in {}", age(d)),
-            Err(e) => format!("<span class=err>overdue by {}</span>", age(e.duration())),
-        };
-        format!("{} ({when})", time(next))
+    let in_or_overdue = |next: SystemTime| -> Markup {
+        html! {
+            (Time(next)) " ("
+            @match next.duration_since(now) {
+                Ok(d) => { "in " (age(d)) }
+                Err(e) => span.err { "overdue by " (age(e.duration())) },
+            }
+            ")"
+        }
     };
     // Schedules known from the program, then those only the database knows.
-    let mut lines: Vec<(
-        String,
-        String,
-        String,
-        Option<&queries::PeriodicRow>,
-        String,
-    )> = Vec::new();
+    let mut lines: Vec<Line<'_>> = Vec::new();
     for s in &st.schedules {
         let row = rows
             .iter()
             .find(|r| r.task == s.task() && r.periodic_id == s.id);
         let next = match s.next_after(now) {
             Some(n) => in_or_overdue(n),
-            None => "<span class=dim>never</span>".to_owned(),
+            None => html! { span.dim { "never" } },
         };
-        lines.push((
-            s.task().to_owned(),
-            s.id.clone(),
-            format!("<code>{}</code>", esc(s.schedule())),
+        lines.push(Line {
+            task: s.task().to_owned(),
+            id: s.id.clone(),
+            schedule: Some(s.schedule().to_owned()),
             row,
             next,
-        ));
+        });
     }
     for r in &rows {
-        if lines.iter().any(|l| l.0 == r.task && l.1 == r.periodic_id) {
+        if lines
+            .iter()
+            .any(|l| l.task == r.task && l.id == r.periodic_id)
+        {
             continue;
         }
         let next = match r.previous {
             Some(prev) => match r.last.duration_since(prev) {
                 Ok(step) if !step.is_zero() => {
-                    format!(
-                        "{} <span class=dim>(inferred)</span>",
-                        in_or_overdue(r.last + step)
-                    )
+                    html! { (in_or_overdue(r.last + step)) " " span.dim { "(inferred)" } }
                 }
-                _ => "<span class=dim>–</span>".to_owned(),
+                _ => dash(),
             },
-            None => "<span class=dim>after a second instant</span>".to_owned(),
+            None => html! { span.dim { "after a second instant" } },
         };
-        lines.push((
-            r.task.clone(),
-            r.periodic_id.clone(),
-            "<span class=dim>not known here</span>".to_owned(),
-            Some(r),
+        lines.push(Line {
+            task: r.task.clone(),
+            id: r.periodic_id.clone(),
+            schedule: None,
+            row: Some(r),
             next,
-        ));
+        });
     }
-    let mut b = String::from("<h1>Periodic schedules</h1>");
-    if lines.is_empty() {
-        b.push_str("<p class=dim>No periodic instant has been deferred yet.</p>");
-    } else {
-        b.push_str(
-            "<p class=dim>Schedules live in the workers' code. Those this dashboard was given \
-             show their exact next instant; for the others it is inferred from the distance \
-             between the last two instants recorded.</p>\
-             <table><tr><th>Task</th><th>Periodic id</th><th>Schedule</th><th>Last instant</th>\
-             <th>Its job</th><th>Next instant</th><th>Instants kept</th></tr>",
-        );
-        for (task, id, schedule, row, next) in &lines {
-            let (last, job, kept) = match row {
-                Some(p) => (
-                    time(p.last),
-                    match (p.last_job, &p.last_status) {
-                        (Some(id), Some(s)) => {
-                            format!("<a href=\"/jobs/{id}\">{id}</a> {}", status(s))
+    let body = html! {
+        h1 { "Periodic schedules" }
+        @if lines.is_empty() {
+            p.dim { "No periodic instant has been deferred yet." }
+        } @else {
+            p.dim {
+                "Schedules live in the workers' code. Those this dashboard was given show their \
+                 exact next instant; for the others it is inferred from the distance between \
+                 the last two instants recorded."
+            }
+            div.scroll { table #schedules {
+                tr { th { "Task" } th { "Periodic id" } th { "Schedule" } th { "Last instant" }
+                     th { "Its job" } th { "Next instant" } th.n { "Instants kept" } }
+                @for l in &lines {
+                    tr {
+                        td { (Shown(&l.task)) }
+                        td { (Shown(&l.id)) }
+                        td {
+                            @match &l.schedule {
+                                Some(s) => code { (Shown(s)) },
+                                None => span.dim { "not known here" },
+                            }
                         }
-                        (Some(id), None) => format!("{id} <span class=dim>(deleted)</span>"),
-                        (None, _) => {
-                            "<span class=dim>skipped (a job was still waiting)</span>".to_owned()
+                        @match l.row {
+                            Some(p) => {
+                                td { (Time(p.last)) }
+                                td {
+                                    @match (p.last_job, &p.last_status) {
+                                        (Some(id), Some(s)) => {
+                                            a href=(st.link(&format!("/jobs/{id}"))) { (id) } " " (status(s))
+                                        }
+                                        (Some(id), None) => { (id) " " span.dim { "(deleted)" } }
+                                        (None, _) => span.dim { "skipped (a job was still waiting)" },
+                                    }
+                                }
+                                td { (l.next) }
+                                td.n { (p.instants) }
+                            }
+                            None => {
+                                td { span.dim { "none yet" } }
+                                td {}
+                                td { (l.next) }
+                                td.n { "0" }
+                            }
                         }
-                    },
-                    p.instants.to_string(),
-                ),
-                None => (
-                    "<span class=dim>none yet</span>".to_owned(),
-                    String::new(),
-                    "0".to_owned(),
-                ),
-            };
-            let _ = write!(
-                b,
-                "<tr><td>{}</td><td>{}</td><td>{schedule}</td><td>{last}</td><td>{job}</td>\
-                 <td>{next}</td><td class=n>{kept}</td></tr>",
-                esc(task),
-                esc(id),
-            );
+                    }
+                }
+            } }
         }
-        b.push_str("</table>");
-    }
-    b.push_str(&cost.footer());
-    Ok(Response::html(
-        200,
-        page("Periodic", "Periodic", Some(30), st.read_only, &b),
-    ))
+        (cost.footer())
+    };
+    Ok(st.page(200, "Periodic", "Periodic", Some(30), body))
 }
