@@ -243,12 +243,7 @@ fn jobs_pages_walk_by_keyset_with_filters() {
     let dash = dashboard(&app);
     let addr = dash.addr();
 
-    let ids_on = |body: &str| -> Vec<i64> {
-        body.split("<tr><td><a href=\"/jobs/")
-            .skip(1)
-            .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
-            .collect()
-    };
+    let ids_on = listed;
     let next = |body: &str, label: &str| -> Option<String> {
         let end = body.find(label)?;
         let start = body[..end].rfind("href=\"")? + 6;
@@ -808,4 +803,373 @@ fn a_jobs_output_and_progress_are_shown_on_its_page() {
         "{heading}"
     );
     assert!(!heading.contains("&lt;"), "markup shown as text: {heading}");
+}
+
+/// Ids of the jobs a list page shows, in order.
+fn listed(body: &str) -> Vec<i64> {
+    let Some(table) = body.find("<table id=\"jobs\"") else {
+        return Vec::new();
+    };
+    let table = &body[table..table + body[table..].find("</table>").unwrap()];
+    table
+        .split("<td class=\"n\"><a href=\"/jobs/")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_jobs_list_filters_counts_and_shows_errors_tags_and_durations() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mk = |task: &str, args: serde_json::Value, tags: &[&str]| -> i64 {
+        let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
+        let job = NewJob::new(task, &args).unwrap().queue("mail").tags(&tags);
+        app.defer_batch(&[job]).unwrap()[0].get()
+    };
+    let timeout_a = mk("send", json!({"user": 1, "to": "a"}), &["vip"]);
+    let timeout_b = mk("send", json!({"user": 2, "to": "b"}), &[]);
+    let other = mk("send", json!({"user": 1, "to": "c"}), &["vip", "eu"]);
+    let ok = mk("report", json!({"user": 3}), &[]);
+    let waiting = mk("report", json!(null), &[]);
+    let mut c = db.client();
+    // Outcomes written as a worker records them: errors, start and finish times.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'failed', attempts = 1,
+                started_at = now() - interval '95 seconds', finished_at = now() - interval '5 seconds',
+                errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now(),
+                         'error', 'smtp: Connection TIMEOUT after 30s'))
+          WHERE id = ANY($1)",
+        &[&vec![timeout_a, timeout_b]],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'failed', attempts = 1, started_at = now(),
+                finished_at = now(), errors = '[{\"attempt\": 1, \"error\": \"refused\"}]'
+          WHERE id = $1",
+        &[&other],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'succeeded', attempts = 1,
+                started_at = now() - interval '2 seconds', finished_at = now()
+          WHERE id = $1",
+        &[&ok],
+    )
+    .unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+
+    let all = get(addr, "/jobs");
+    assert_eq!(all.status, 200, "{}", all.body);
+    assert_eq!(
+        listed(&all.body),
+        vec![waiting, ok, other, timeout_b, timeout_a]
+    );
+    assert!(all.body.contains("5 jobs match"), "{}", all.body);
+    // The last error, the tags and the duration of a finished attempt are columns.
+    assert!(all.body.contains("smtp: Connection TIMEOUT after 30s"));
+    assert!(all.body.contains("href=\"/jobs?tag=vip\""), "{}", all.body);
+    assert!(
+        all.body.contains(">1m 30s<"),
+        "no duration of 1m 30s: {}",
+        all.body
+    );
+
+    let cases: &[(&str, Vec<i64>)] = &[
+        ("status=failed", vec![other, timeout_b, timeout_a]),
+        ("status=failed&error=timeout", vec![timeout_b, timeout_a]),
+        ("tag=vip", vec![other, timeout_a]),
+        ("tag=vip,eu", vec![other]),
+        ("args=%7B%22user%22%3A%201%7D", vec![other, timeout_a]),
+        ("task=report&queue=mail", vec![waiting, ok]),
+        ("since=1h", vec![waiting, ok, other, timeout_b, timeout_a]),
+        ("to=2000-01-01T00:00", vec![]),
+        ("from=2000-01-01&status=succeeded", vec![ok]),
+        ("status=failed,cancelled,aborted&tag=eu", vec![other]),
+    ];
+    for (q, want) in cases {
+        let page = get(addr, &format!("/jobs?{q}"));
+        assert_eq!(page.status, 200, "{q}: {}", page.body);
+        assert_eq!(&listed(&page.body), want, "{q}");
+        let count = match want.len() {
+            1 => "1 job matches".to_owned(),
+            n => format!("{n} jobs match"),
+        };
+        assert!(page.body.contains(&count), "{q}: no {count:?}");
+    }
+    // Input that cannot be read is a 400 naming the field, escaped.
+    let bad = get(addr, "/jobs?args=%7Bnot%20json%3Cb%3E");
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("arguments filter"), "{}", bad.body);
+    assert!(!bad.body.contains("<b>"));
+    assert_eq!(get(addr, "/jobs?from=yesterday").status, 400);
+    assert_eq!(get(addr, "/jobs?since=forever").status, 400);
+    dash.shutdown();
+}
+
+#[test]
+fn bulk_actions_show_the_count_first_and_change_only_what_matches() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let ids: Vec<i64> = (0..5)
+        .map(|n| app.defer("send", &json!({ "n": n })).unwrap().get())
+        .collect();
+    let mut c = db.client();
+    // Three failed with a timeout, one with another error, one waiting.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'failed', finished_at = now(), attempts = 1,
+                errors = jsonb_build_array(jsonb_build_object('attempt', 1,
+                         'error', CASE WHEN id = $2 THEN 'refused' ELSE 'timeout' END))
+          WHERE id = ANY($1)",
+        &[&ids[..4].to_vec(), &ids[3]],
+    )
+    .unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+    let page = get(addr, "/jobs?status=failed&error=timeout");
+    assert!(page.body.contains("3 jobs match"), "{}", page.body);
+    assert!(page.body.contains("id=\"bulk-retry\""), "{}", page.body);
+    // No bulk form without a filter: the admin API refuses to touch every job.
+    assert!(!get(addr, "/jobs").body.contains("id=\"bulk-retry\""));
+    let token = csrf_of(&page.body);
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let statuses = || -> Vec<String> {
+        ids.iter()
+            .map(|id| status_of(&app, JobId::from(*id)))
+            .collect()
+    };
+    let before = statuses();
+
+    // The first click is a dry run: the counts, a confirm button, nothing changed.
+    let body = format!("status=failed&error=timeout&action=retry&csrf={token}");
+    let plan = request(addr, "POST", "/jobs/bulk", &form, &body);
+    assert_eq!(plan.status, 200, "{}", plan.body);
+    assert!(
+        plan.body
+            .contains("3 job(s) match the filter now; <strong>3 would be retried</strong>"),
+        "{}",
+        plan.body
+    );
+    assert!(plan.body.contains("id=\"confirm\""), "{}", plan.body);
+    assert_eq!(statuses(), before, "a dry run changed jobs");
+
+    // Without the form token, or read-only: refused.
+    let r = request(
+        addr,
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("{body}&confirm=1").replace(&token, "x"),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(statuses(), before);
+
+    let done = request(
+        addr,
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("{body}&confirm=1"),
+    );
+    assert_eq!(done.status, 303, "{}", done.body);
+    let to = done.header("location").unwrap().to_owned();
+    assert!(to.contains("bulk=retry&changed=3&skipped=0"), "{to}");
+    let after = statuses();
+    assert_eq!(
+        after,
+        ["todo", "todo", "todo", "failed", "todo"],
+        "{after:?}"
+    );
+    let shown = get(addr, &to);
+    assert!(
+        shown.body.contains("3 job(s) retried; 0 skipped"),
+        "{}",
+        shown.body
+    );
+
+    // Cancel and delete take the same path; an unknown action is a 400.
+    let r = request(
+        addr,
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("status=todo&action=cancel&confirm=1&csrf={token}"),
+    );
+    assert_eq!(r.status, 303);
+    assert!(
+        r.header("location")
+            .unwrap()
+            .contains("bulk=cancel&changed=4"),
+        "{:?}",
+        r.header("location")
+    );
+    let r = request(
+        addr,
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("status=cancelled&action=delete&confirm=1&csrf={token}"),
+    );
+    assert_eq!(r.status, 303);
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1, "only the job failed with another error is left");
+    let r = request(
+        addr,
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("status=todo&action=drop&csrf={token}"),
+    );
+    assert_eq!(r.status, 400);
+    dash.shutdown();
+
+    let ro = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .read_only(true)
+        .spawn()
+        .unwrap();
+    let page = get(ro.addr(), "/jobs?status=failed");
+    assert!(
+        !page.body.contains("bulk-retry"),
+        "bulk buttons in read-only mode"
+    );
+    let r = request(
+        ro.addr(),
+        "POST",
+        "/jobs/bulk",
+        &form,
+        &format!("status=failed&action=retry&confirm=1&csrf={token}"),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(status_of(&app, JobId::from(ids[3])), "failed");
+    ro.shutdown();
+}
+
+#[test]
+fn the_workers_page_shows_what_runs_now_and_requeues_and_forgets_stalled_workers() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let ids: Vec<i64> = (0..4)
+        .map(|n| app.defer("work", &json!({ "n": n })).unwrap().get())
+        .collect();
+    let mut c = db.client();
+    let live: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name, concurrency, last_heartbeat)
+             VALUES ('live-one', 2, now()) RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let dead: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name, concurrency, last_heartbeat)
+             VALUES ('dead-one', 2, now() - interval '1 hour') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // The live worker runs one job and holds another it has not started; the dead one
+    // ran two.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', worker_id = $2, attempts = 1,
+                started_at = CASE WHEN id = $3 THEN now() - interval '65 seconds' END
+          WHERE id = ANY($1)",
+        &[&ids[..2].to_vec(), &live, &ids[0]],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', worker_id = $2, attempts = 1, started_at = now()
+          WHERE id = ANY($1)",
+        &[&ids[2..].to_vec(), &dead],
+    )
+    .unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+    let page = get(addr, "/workers");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = |name: &str| -> String {
+        let at = page
+            .body
+            .find(&format!(">{name}<"))
+            .unwrap_or_else(|| panic!("no {name}"));
+        page.body[at..at + page.body[at..].find("</tr>").unwrap()].to_owned()
+    };
+    let live_row = row("live-one");
+    assert!(
+        live_row.contains(&format!("href=\"/jobs/{}\"", ids[0])),
+        "{live_row}"
+    );
+    assert!(
+        !live_row.contains(&format!("href=\"/jobs/{}\"", ids[1])),
+        "a held job shown running: {live_row}"
+    );
+    assert!(live_row.contains("for 1m 05s"), "{live_row}");
+    assert!(
+        live_row.contains("<td class=\"n\">1</td><td>"),
+        "one waiting: {live_row}"
+    );
+    assert!(row("dead-one").contains("stalled"));
+    // A held job's own page and the list call it waiting, not running.
+    let list = get(addr, "/jobs?status=doing").body;
+    assert_eq!(list.matches(">waiting<").count(), 1, "{list}");
+
+    let token = csrf_of(&page.body);
+    assert!(
+        page.body
+            .contains("Requeue the 2 job(s) of stalled workers"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("Forget the 1 stalled worker(s)"),
+        "{}",
+        page.body
+    );
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let r = request(addr, "POST", "/workers/requeue", &form, "csrf=wrong");
+    assert_eq!(r.status, 403);
+    let r = request(
+        addr,
+        "POST",
+        "/workers/requeue",
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/workers?done=requeued-2"));
+    assert_eq!(status_of(&app, JobId::from(ids[2])), "todo");
+    assert_eq!(
+        status_of(&app, JobId::from(ids[0])),
+        "doing",
+        "the live worker's job kept"
+    );
+    assert!(get(addr, "/workers?done=requeued-2")
+        .body
+        .contains("2 stalled job(s) requeued."));
+    let r = request(
+        addr,
+        "POST",
+        "/workers/forget",
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.header("location"), Some("/workers?done=forgotten-1"));
+    let names: Vec<String> = app
+        .admin()
+        .workers()
+        .unwrap()
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    assert_eq!(names, ["live-one"]);
+    dash.shutdown();
 }

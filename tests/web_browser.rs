@@ -376,6 +376,35 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     assert!(browser.text("h1").contains("cancelled"));
     assert_eq!(status_of(&fx.app, fx.later), "cancelled");
 
+    // Bulk retry of every failed job: the count first, then the confirmed action.
+    let errors = || -> i32 {
+        let mut c = fx.app.connection().unwrap();
+        c.query_one(
+            "SELECT jsonb_array_length(errors) FROM postpone_jobs WHERE id = $1",
+            &[&fx.hostile.get()],
+        )
+        .unwrap()
+        .get(0)
+    };
+    browser.load(&format!("{base}/jobs?status=failed"), "Jobs");
+    assert_eq!(browser.text("#count"), "1 job matches");
+    browser.click_to("#bulk-retry", "/jobs/bulk");
+    assert!(
+        browser.text("#plan").contains("1 would be retried"),
+        "{}",
+        browser.text("#plan")
+    );
+    assert_eq!(errors(), 1, "the dry run changed the job");
+    browser.screenshot("bulk-confirm");
+    browser.click_to("#confirm", "bulk=retry");
+    assert!(
+        browser.text("#bulk-done").starts_with("1 job(s) retried"),
+        "{}",
+        browser.text("#bulk-done")
+    );
+    // It ran again (and failed again: that task always fails), so it has two errors now.
+    assert!(wait_until(Duration::from_secs(20), || errors() == 2));
+
     browser.load(&format!("{base}/workers"), "Workers");
     assert!(browser.text("tr.stalled").contains(HOSTILE_HOST));
     assert!(browser.text("tr.stalled").contains("stalled"));
@@ -397,17 +426,8 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     assert!(nojs.text("h1").contains("failed"));
     nojs.click_to("#retry", "?done=retried");
     assert!(nojs.text(".flash").starts_with("Retried"), "{}", nojs.url());
-    // It ran again (and failed again: that task always fails), so it has two errors now.
-    let errors = || -> i32 {
-        let mut c = fx.app.connection().unwrap();
-        c.query_one(
-            "SELECT jsonb_array_length(errors) FROM postpone_jobs WHERE id = $1",
-            &[&fx.hostile.get()],
-        )
-        .unwrap()
-        .get(0)
-    };
-    assert!(wait_until(Duration::from_secs(20), || errors() == 2));
+    // It ran again (and failed again), so it has three errors now.
+    assert!(wait_until(Duration::from_secs(20), || errors() == 3));
     nojs.goto(&format!("{base}/jobs?status=cancelled"));
     assert!(nojs.text("table").contains(&fx.later.to_string()));
 

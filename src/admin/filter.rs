@@ -64,6 +64,7 @@ pub struct JobFilter {
     pub(crate) finished_before: Option<SystemTime>,
     pub(crate) error_contains: Option<String>,
     pub(crate) tags: Vec<String>,
+    pub(crate) args_contain: Option<serde_json::Value>,
     pub(crate) sort: JobSort,
     pub(crate) descending: Option<bool>,
     pub(crate) after: Option<String>,
@@ -235,6 +236,15 @@ impl JobFilter {
         self
     }
 
+    /// Only jobs whose arguments contain `value`, as PostgreSQL's `jsonb @>` reads it: an
+    /// object matches when it holds these keys with these values (recursively), an array
+    /// when it holds these elements. `json!({"user": 42})` matches `{"user": 42, "x": 1}`.
+    /// No index serves it: combine it with a status, queue or task on a large table.
+    pub fn args_contain(mut self, value: serde_json::Value) -> JobFilter {
+        self.args_contain = Some(value);
+        self
+    }
+
     /// The order of a listing, descending or not. Defaults to [`JobSort::Id`], descending
     /// (newest first); other sorts default to ascending.
     pub fn sort(mut self, sort: JobSort, descending: bool) -> JobFilter {
@@ -271,6 +281,7 @@ impl JobFilter {
             && self.finished_before.is_none()
             && self.error_contains.is_none()
             && self.tags.is_empty()
+            && self.args_contain.is_none()
     }
 
     fn descending(&self) -> bool {
@@ -327,6 +338,9 @@ impl JobFilter {
         if !self.tags.is_empty() {
             c.push(format!("j.tags @> {}::text[]", q.bind(self.tags.clone())));
         }
+        if let Some(v) = &self.args_contain {
+            c.push(format!("j.args @> {}::jsonb", q.bind(v.clone())));
+        }
         c.join("\n   AND ")
     }
 
@@ -346,6 +360,9 @@ impl JobFilter {
         }
         for t in &self.tags {
             crate::limits::check_no_nul("tag filter", t)?;
+        }
+        if let Some(v) = &self.args_contain {
+            check_json_no_nul(v)?;
         }
         for (what, t) in [
             ("created_after time", self.created_after),
@@ -427,6 +444,20 @@ impl JobFilter {
             return Err(bad("malformed key"));
         }
         Ok((key.to_owned(), id))
+    }
+}
+
+/// jsonb cannot hold a NUL (`\u0000`) in a string or a key: such a filter could match
+/// nothing, and PostgreSQL would refuse it with a less clear error.
+fn check_json_no_nul(v: &serde_json::Value) -> Result<()> {
+    match v {
+        serde_json::Value::String(s) => crate::limits::check_no_nul("arguments filter", s),
+        serde_json::Value::Array(items) => items.iter().try_for_each(check_json_no_nul),
+        serde_json::Value::Object(map) => map.iter().try_for_each(|(k, v)| {
+            crate::limits::check_no_nul("arguments filter", k)?;
+            check_json_no_nul(v)
+        }),
+        _ => Ok(()),
     }
 }
 

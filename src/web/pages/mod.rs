@@ -10,7 +10,7 @@ use maud::{html, Markup};
 
 use super::html::{self, age, dash, opt_time, status, url_enc, Frame, Shown, Time};
 use super::http::{Request, Response};
-use super::queries::{self, JobQuery};
+use super::queries;
 use super::DashboardAuth;
 use crate::admin::Admin;
 use crate::app::App;
@@ -174,15 +174,17 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("GET" | "HEAD", [] | [""]) => overview(st),
         ("GET" | "HEAD", ["jobs"]) => jobs(st, req),
         ("GET" | "HEAD", ["jobs", id]) => job(st, parse_id(id)?, None, req.param("done")),
+        ("POST", ["jobs", "bulk"]) => bulk(st, req),
         ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
         ("POST", ["queues", action]) => act_queue(st, req, action),
-        ("GET" | "HEAD", ["workers"]) => workers(st),
+        ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),
+        ("POST", ["workers", action]) => act_workers(st, req, action),
         ("GET" | "HEAD", ["periodic"]) => periodic(st),
         ("GET" | "HEAD", ["health"]) => {
             let v = st.admin.check_schema()?;
             Ok(Response::text(200, format!("ok: schema version {v}\n")))
         }
-        (_, ["jobs", _, _] | ["queues", _]) => {
+        (_, ["jobs", _, _] | ["queues", _] | ["workers", _]) => {
             Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
         }
         ("GET" | "HEAD" | "POST", _) => Ok(st.page(

@@ -44,6 +44,14 @@ pub struct Select {
     /// Only jobs deferred with this tag (repeat to require several).
     #[arg(long, value_name = "TAG")]
     pub tag: Vec<String>,
+    /// Only jobs whose arguments contain this JSON (jsonb `@>`: `{"user": 42}` matches every
+    /// job whose arguments hold the key user with the value 42). Not indexed.
+    #[arg(long, value_parser = parse_json, value_name = "JSON")]
+    pub args: Option<serde_json::Value>,
+}
+
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))
 }
 
 impl Select {
@@ -85,6 +93,9 @@ impl Select {
         }
         for t in &self.tag {
             f = f.tag(t);
+        }
+        if let Some(v) = &self.args {
+            f = f.args_contain(v.clone());
         }
         f
     }
