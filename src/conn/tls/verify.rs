@@ -22,6 +22,17 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use super::{cn, config_error, Trust};
 use crate::error::{Error, ErrorKind, Result};
 
+/// rustls's provider over *ring*. rustls 0.23.48 marks this function deprecated because
+/// *ring* has no post-quantum key exchange (X25519MLKEM768 is only in the aws-lc-rs
+/// provider). postpone keeps *ring* for the reason the README's dependency table gives (it
+/// builds with the C compiler Rust already has), so the deprecation is acknowledged here,
+/// in one place; earlier 0.23 releases do not deprecate it, and the `allow` changes nothing
+/// for them.
+#[allow(deprecated)]
+fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
 /// The rustls configuration shared by every connection of one connection string.
 pub(super) fn client_config(
     trust: &Trust,
@@ -30,7 +41,7 @@ pub(super) fn client_config(
     sni: bool,
     versions: &[&'static rustls::SupportedProtocolVersion],
 ) -> Result<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(ring_provider());
     let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match trust {
         Trust::Any => Arc::new(NoNameCheck {
