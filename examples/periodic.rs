@@ -43,9 +43,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .periodic("daily_report", "0 8 * * MON-FRI")
         .time_zone("Europe/Paris")
         .run_on_start(true);
-    // Every 2 seconds (6 fields: seconds first), in UTC. A short catch-up window: a first
-    // start defers the instants of the window it finds missed, which for a schedule this
-    // fast would be hundreds with the default 10 minutes.
+    // Every 2 seconds (6 fields: seconds first), in UTC. The first run starts at the next
+    // instant; a later run catches up what it missed since the last one, within a short
+    // window (the default 10 minutes would be hundreds of instants for a schedule this fast).
     tasks
         .periodic("tick", "*/2 * * * * *")
         .catch_up(Duration::from_secs(2));

@@ -22,7 +22,10 @@
 //! `postpone_periodic`, whose primary key is (task, periodic id, instant); a worker that
 //! comes second inserts nothing. After downtime, missed instants are deferred only if they
 //! are younger than the schedule's catch-up window (10 minutes by default); older ones are
-//! skipped with a log line, never deferred as a flood.
+//! skipped with a log line, never deferred as a flood. An instant is missed only after the
+//! schedule's last recorded one: a schedule no worker ever deferred starts at its next
+//! instant from now (and with its run-on-start job, when asked), never in a past in which
+//! it did not exist. Retention keeps the latest record of every schedule for that reason.
 //!
 //! A schedule registered with a queueing lock skips an instant (recording it with no job)
 //! while a job of that queueing lock is still waiting: a slow periodic task then never
@@ -155,8 +158,10 @@ impl PeriodicOptions {
     }
 
     /// How old a missed instant may be and still be deferred when a worker gets to it
-    /// (after downtime, or a database outage). Older instants are skipped. At most a day.
-    /// Defaults to 10 minutes.
+    /// (after downtime, or a database outage). Older instants are skipped. Only instants
+    /// after the schedule's last recorded one count as missed: a schedule never deferred
+    /// before starts at its next instant, whatever the window. At most a day. Defaults to
+    /// 10 minutes.
     pub fn catch_up(&mut self, window: Duration) -> &mut PeriodicOptions {
         self.catch_up = window;
         self

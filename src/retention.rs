@@ -9,7 +9,8 @@
 //! own, skipping rows other transactions hold, so no statement holds many locks or runs
 //! long; batches repeat until one comes back short. Several workers pruning at once share
 //! the work. Records of periodic instants older than `older_than` (but never younger than
-//! two days, which periodic deduplication needs) are pruned the same way.
+//! two days, which periodic deduplication needs) are pruned the same way, except the latest
+//! of each schedule, from which its catch-up after downtime is counted.
 
 use std::fmt;
 use std::time::Duration;

@@ -264,12 +264,17 @@ DELETE FROM postpone_jobs
         LIMIT $3
           FOR UPDATE SKIP LOCKED))";
 
-/// Deletes up to `$2` records of periodic instants older than `$1` milliseconds.
+/// Deletes up to `$2` records of periodic instants older than `$1` milliseconds, except the
+/// latest of each schedule: a schedule without a record starts afresh at its next instant
+/// (no catch-up), so its last record must outlive any pause. The latest is found through the
+/// primary key, one short backward walk per candidate.
 pub(crate) const PERIODIC_PRUNE: &str = "
 DELETE FROM postpone_periodic
  WHERE (task, periodic_id, instant) IN (
-       SELECT task, periodic_id, instant FROM postpone_periodic
-        WHERE instant < now() - $1::bigint * interval '1 millisecond'
+       SELECT p.task, p.periodic_id, p.instant FROM postpone_periodic p
+        WHERE p.instant < now() - $1::bigint * interval '1 millisecond'
+          AND p.instant < (SELECT max(l.instant) FROM postpone_periodic l
+                            WHERE l.task = p.task AND l.periodic_id = p.periodic_id)
         LIMIT $2
           FOR UPDATE SKIP LOCKED)";
 

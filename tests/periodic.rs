@@ -1,6 +1,8 @@
 //! Periodic tasks against PostgreSQL, with time driven through an injected clock: two
-//! workers defer each instant exactly once; missed instants are caught up only within the
-//! window; a restart resumes after the last deferred instant; bad schedules are refused.
+//! workers defer each instant exactly once; a schedule seen for the first time starts at its
+//! next instant (no catch-up from before it existed); missed instants after a recorded one
+//! are caught up only within the window; a restart resumes after the last deferred instant;
+//! bad schedules are refused.
 
 mod support;
 
@@ -159,12 +161,12 @@ fn two_workers_defer_each_instant_once() {
         .map(|r| r.1)
         .collect();
     let fast: Vec<u64> = recs.iter().filter(|r| r.0 == "fast").map(|r| r.1).collect();
-    // Every minute: the 10 of the catch-up window at start (11:51 ... 12:00), then 12:01
-    // and 12:02.
-    let expect_minute: Vec<u64> = (0..12).map(|i| T0 - 30 - 9 * 60 + i * 60).collect();
+    // Both schedules are new: each starts at its next instant after 12:00:30. Every
+    // minute: 12:01 and 12:02.
+    let expect_minute: Vec<u64> = (0..2).map(|i| T0 + 30 + i * 60).collect();
     assert_eq!(minute, expect_minute);
-    // Every 20 s with a 60 s window: 11:59:40 ... 12:02:20.
-    let expect_fast: Vec<u64> = (0..9).map(|i| T0 - 50 + i * 20).collect();
+    // Every 20 s: 12:00:40 ... 12:02:20.
+    let expect_fast: Vec<u64> = (0..6).map(|i| T0 + 10 + i * 20).collect();
     assert_eq!(fast, expect_fast);
     // One job per instant, with the schedule's args and queue, and the record names it.
     assert_eq!(job_instants(&db, &json!(null)), expect_minute);
@@ -177,14 +179,14 @@ fn two_workers_defer_each_instant_once() {
             &[],
         )
         .unwrap();
-    assert_eq!(row.get::<_, i64>(0), 21);
-    assert_eq!(row.get::<_, i64>(1), 21);
+    assert_eq!(row.get::<_, i64>(0), 8);
+    assert_eq!(row.get::<_, i64>(1), 8);
     assert!(row.get::<_, bool>(2));
     let jobs: i64 = c
         .query_one("SELECT count(*) FROM postpone_jobs", &[])
         .unwrap()
         .get(0);
-    assert_eq!(jobs, 21, "no job without its record");
+    assert_eq!(jobs, 8, "no job without its record");
     // The admin API shows which instant a job was deferred for.
     let first = recs.iter().find(|r| r.0 == "fast").unwrap();
     let d = app.admin().job(postpone::JobId(first.2.unwrap())).unwrap();
@@ -200,12 +202,14 @@ fn missed_instants_are_caught_up_only_within_the_window() {
     let clock = TestClock::new(at(T0), 1);
     let window = Some(Duration::from_secs(5 * 60));
 
-    // First start: the 5 instants of the window (11:56 ... 12:00), none older.
+    // First start: a new schedule, nothing from before it; 12:01 a minute later.
     let w = builder(&app, tasks(window), &clock, 0).spawn().unwrap();
     clock.settle(&[0]);
-    stop(w);
-    let first: Vec<u64> = (0..5).map(|i| T0 - 30 - 4 * 60 + i * 60).collect();
     let instants = || records(&db).iter().map(|r| r.1).collect::<Vec<u64>>();
+    assert_eq!(instants(), Vec::<u64>::new());
+    clock.set_and_settle(at(T0 + 60));
+    stop(w);
+    let first = vec![T0 + 30];
     assert_eq!(instants(), first);
 
     // Three hours of downtime: only the last 5 minutes are deferred (14:56 ... 15:00).
@@ -239,6 +243,102 @@ fn missed_instants_are_caught_up_only_within_the_window() {
     assert_eq!(job_instants(&db, &json!(null)), expected);
 }
 
+/// The flood the first version deferred: a 2-second schedule that the database had never
+/// seen caught up its whole 10-minute window at once (300 jobs for instants before it
+/// existed). A new schedule starts at its next instant; with `run_on_start`, plus the start.
+#[test]
+fn a_schedule_seen_for_the_first_time_starts_at_its_next_instant_not_with_a_flood() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let clock = TestClock::new(at(T0), 1);
+    let mut t = Tasks::new();
+    t.register("tick", |_job: &Job| -> Result<(), TaskError> { Ok(()) });
+    // The default 10-minute catch-up window.
+    t.periodic("tick", "*/2 * * * * *").id("plain");
+    t.periodic("tick", "*/2 * * * * *")
+        .id("boot")
+        .run_on_start(true);
+    let w = builder(&app, t, &clock, 0).spawn().unwrap();
+    clock.settle(&[0]);
+    let of = |id: &str| -> Vec<u64> {
+        records(&db)
+            .into_iter()
+            .filter(|r| r.0 == id)
+            .map(|r| r.1)
+            .collect()
+    };
+    assert_eq!(of("plain"), Vec::<u64>::new(), "nothing from before now");
+    assert_eq!(of("boot"), vec![T0], "only the run-on-start job");
+    // Five seconds later: the instants since the start, and no others.
+    clock.set_and_settle(at(T0 + 5));
+    stop(w);
+    assert_eq!(of("plain"), vec![T0 + 2, T0 + 4]);
+    assert_eq!(of("boot"), vec![T0, T0 + 2, T0 + 4]);
+    assert_eq!(job_instants(&db, &json!(null)).len(), 5);
+}
+
+/// A restart with `run_on_start` catches up what it missed: the start's own record is read
+/// after the schedule is primed, so it does not hide the instants before it.
+#[test]
+fn run_on_start_does_not_hide_the_instants_missed_before_it() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let make = || {
+        let mut t = Tasks::new();
+        t.register("tick", |_job: &Job| -> Result<(), TaskError> { Ok(()) });
+        t.periodic("tick", "* * * * *")
+            .run_on_start(true)
+            .catch_up(Duration::from_secs(5 * 60));
+        t
+    };
+    let instants = || records(&db).iter().map(|r| r.1).collect::<Vec<u64>>();
+    let clock = TestClock::new(at(T0), 1);
+    let w = builder(&app, make(), &clock, 0).spawn().unwrap();
+    clock.settle(&[0]);
+    stop(w);
+    assert_eq!(instants(), vec![T0]);
+    // Three minutes of downtime: 12:01, 12:02 and 12:03 were missed.
+    let clock = TestClock::new(at(T0 + 180), 1);
+    let w = builder(&app, make(), &clock, 0).spawn().unwrap();
+    clock.settle(&[0]);
+    stop(w);
+    assert_eq!(instants(), vec![T0, T0 + 30, T0 + 90, T0 + 150, T0 + 180]);
+}
+
+/// Retention keeps the latest record of every schedule, however old: without it a schedule
+/// paused for longer than the retention would start afresh, without its catch-up.
+#[test]
+fn pruning_keeps_the_latest_instant_of_every_schedule() {
+    let db = TestDb::new();
+    let app = app(&db);
+    db.client()
+        .batch_execute(
+            "INSERT INTO postpone_periodic (task, periodic_id, instant)
+             SELECT 'tick', id, now() - g * interval '1 day'
+               FROM generate_series(3, 9) g, unnest(ARRAY['', 'other']) id",
+        )
+        .unwrap();
+    let r = app
+        .admin()
+        .prune(&postpone::Retention::new(Duration::ZERO))
+        .unwrap();
+    assert_eq!(r.periodic_deleted, 12);
+    let left: Vec<(String, i64)> = db
+        .client()
+        .query(
+            "SELECT periodic_id, round(extract(epoch FROM now() - instant) / 86400)::bigint
+               FROM postpone_periodic ORDER BY periodic_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(left, vec![(String::new(), 3), ("other".to_owned(), 3)]);
+}
+
 #[test]
 fn a_queueing_lock_skips_instants_while_a_job_waits() {
     init_logging();
@@ -257,12 +357,14 @@ fn a_queueing_lock_skips_instants_while_a_job_waits() {
         .spawn()
         .unwrap();
     clock.settle(&[0]);
-    clock.set_and_settle(at(T0 + 60));
+    for minute in 1..=3 {
+        clock.set_and_settle(at(T0 + 60 * minute));
+    }
     stop(w);
     let recs = records(&db);
     assert_eq!(
         recs.iter().map(|r| r.1).collect::<Vec<_>>(),
-        vec![T0 - 90, T0 - 30, T0 + 30]
+        vec![T0 + 30, T0 + 90, T0 + 150]
     );
     assert!(recs[0].2.is_some());
     assert_eq!(recs[1].2, None);
@@ -322,6 +424,14 @@ fn a_worker_racing_another_for_an_instant_rolls_its_job_back() {
     let db = TestDb::new();
     let app = app(&db);
     let clock = TestClock::new(at(T0), 1);
+    // The schedule was deferred before, at 11:59:00: it is no new schedule, so a worker
+    // catches up after that record.
+    db.client()
+        .execute(
+            "INSERT INTO postpone_periodic (task, periodic_id, instant) VALUES ('tick', '', $1)",
+            &[&at(T0 - 90)],
+        )
+        .unwrap();
     // Another "worker" (this test) holds the record of 12:00:00, not yet committed.
     let mut other = db.client();
     let mut tx = other.transaction().unwrap();
@@ -354,7 +464,13 @@ fn a_worker_racing_another_for_an_instant_rolls_its_job_back() {
     let stats = w.stats();
     stop(w);
     assert_eq!(stats.db_errors, 0, "losing the race is not an error");
-    assert_eq!(records(&db), vec![(String::new(), T0 - 30, None)]);
+    assert_eq!(
+        records(&db),
+        vec![
+            (String::new(), T0 - 90, None),
+            (String::new(), T0 - 30, None)
+        ]
+    );
     assert!(
         job_instants(&db, &json!(null)).is_empty(),
         "the loser's job was rolled back with its statement"

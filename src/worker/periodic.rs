@@ -4,11 +4,13 @@
 //! It runs only when there is something to do (a schedule, or a retention). At start, and
 //! for each schedule, it asks the database for the last instant already deferred (by any
 //! worker) and resumes after it, or after the start of the catch-up window if that is
-//! later. Then it wakes at each due instant (and at least once a second, so that a clock
-//! that jumps is noticed) and defers every instant that is due and still inside the
-//! schedule's catch-up window; instants that fell out of the window (downtime, a long
-//! database outage) are skipped with a warning. See `periodic.rs` for the exactly-once
-//! insert.
+//! later; a schedule with no recorded instant (never deferred anywhere) starts at its next
+//! instant after now, so its first start defers nothing from the past. Then it defers the
+//! run-on-start job, if asked for, and wakes at each due instant (and at least once a
+//! second, so that a clock that jumps is noticed) and defers every instant that is due and
+//! still inside the schedule's catch-up window; instants that fell out of the window
+//! (downtime, a long database outage) are skipped with a warning. See `periodic.rs` for the
+//! exactly-once insert.
 //!
 //! Like every worker thread it owns one connection in the worker's watchdog group, logs
 //! and retries every database error with capped backoff (an instant is only passed once it
@@ -235,25 +237,16 @@ fn defer_due(
 ) -> Result<()> {
     for s in schedules.iter_mut() {
         let window_start = now.checked_sub(s.spec.catch_up).unwrap_or(now);
-        if !s.started {
-            // Its instant is the start time, to the second (instants are whole seconds).
-            let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-            let at = UNIX_EPOCH + Duration::from_secs(secs);
-            let c = link.connection()?;
-            let who = describe(&s.spec.task, &s.spec.id);
-            let done = periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
-                .map_err(|e| e.context(format_args!("periodic task {who}: run on start")))?;
-            log::info!(
-                "worker {}: periodic task {who}: run on start at {}: {done:?}",
-                shared.name,
-                rfc3339(at)
-            );
-            s.started = true;
-        }
+        // Primed before the run-on-start job is recorded: that record is no instant of the
+        // schedule, and read first it would hide the instants missed before it.
         if !s.primed {
             let c = link.connection()?;
             let latest = periodic::latest_instant(c, &s.spec)?;
             let from = match latest {
+                // Never deferred (by any worker): the schedule starts now, at its next
+                // instant. Its catch-up window looks back from a recorded instant only,
+                // never into a past in which the schedule did not exist.
+                None => now,
                 // A record more than a minute after now: a worker whose clock runs far
                 // ahead, or a row written by hand (at 'infinity' or in the year 3000, it
                 // would stop the schedule for good). The schedule starts as if there were
@@ -268,10 +261,11 @@ fn defer_due(
                         fmt_duration(PERIODIC_SKEW),
                         rfc3339(now)
                     );
-                    window_start
+                    now
                 }
+                // Deferred before: the instants missed since, inside the window.
                 Some(l) if l > window_start => l,
-                _ => window_start,
+                Some(_) => window_start,
             };
             s.next = s.spec.next_after(from);
             s.primed = true;
@@ -282,6 +276,21 @@ fn defer_due(
                 latest.map_or_else(|| "none".to_owned(), rfc3339),
                 s.next.map_or_else(|| "never".to_owned(), rfc3339),
             );
+        }
+        if !s.started {
+            // Its instant is the start time, to the second (instants are whole seconds).
+            let secs = now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+            let at = UNIX_EPOCH + Duration::from_secs(secs);
+            let c = link.connection()?;
+            let who = describe(&s.spec.task, &s.spec.id);
+            let done = periodic::defer_instant(c, &s.spec, &s.queue, s.priority, at)
+                .map_err(|e| e.context(format_args!("periodic task {who}: run on start")))?;
+            log::info!(
+                "worker {}: periodic task {who}: run on start at {}: {done:?}",
+                shared.name,
+                rfc3339(at)
+            );
+            s.started = true;
         }
         while let Some(at) = s.next {
             if at > now {
