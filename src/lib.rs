@@ -47,6 +47,7 @@ mod worker;
 pub use postgres;
 pub use tokio_postgres;
 
+pub use admin::GrantsFor;
 pub use admin::QueueLimit;
 pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,

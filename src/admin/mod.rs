@@ -10,7 +10,8 @@
 //! - [`workers`]: workers, stale heartbeats, stalled jobs and what to do about them;
 //! - [`queues`]: pausing and resuming queues across every worker;
 //! - [`concurrency`]: at most N running jobs per queue across every worker;
-//! - [`schema`]: the installed version against this library's, bounded migration, its SQL.
+//! - [`schema`]: the installed version against this library's, bounded migration, its SQL;
+//! - [`grants`]: the privileges each part of a deployment needs, as SQL from the catalogue.
 //!
 //! Every call checks a connection out of the App's pool (within `pool_timeout`) and makes
 //! each round-trip under the App's `io_timeout`: no call can hang on a dead database.
@@ -25,6 +26,7 @@
 pub(crate) mod bulk;
 pub(crate) mod concurrency;
 pub(crate) mod filter;
+pub(crate) mod grants;
 pub(crate) mod info;
 pub(crate) mod queues;
 pub(crate) mod rates;
@@ -46,6 +48,7 @@ use crate::store;
 pub use bulk::{BulkAction, BulkReport};
 pub use concurrency::QueueLimit;
 pub use filter::{JobFilter, JobPage, JobSort};
+pub use grants::GrantsFor;
 pub use info::{AttemptError, JobDetail, JobInfo};
 pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};

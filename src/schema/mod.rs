@@ -144,13 +144,30 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<i32>> {
             conn.sever();
         }
     }
-    res.map_err(|e| e.context("migrating the schema"))
+    res.map_err(|e| {
+        if e.sqlstate() == Some("42501") {
+            e.context(
+                "migrating the schema: this role may not change postpone's objects \
+                 (run migrate as the role that owns them; see docs/roles.md)",
+            )
+        } else {
+            e.context("migrating the schema")
+        }
+    })
 }
 
 fn migrate_inner(conn: &mut Connection) -> Result<Vec<i32>> {
     conn.begin()?;
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    conn.batch_execute(MIGRATIONS_TABLE)?;
+    // Created only when missing: `CREATE TABLE IF NOT EXISTS` needs the right to create in
+    // the schema even when the table exists, and a worker's role has none (so its
+    // `migrate` of a current schema would fail instead of finding nothing to do).
+    let recorded: bool = conn
+        .query_one("SELECT to_regclass('postpone_migrations') IS NOT NULL", &[])?
+        .get(0);
+    if !recorded {
+        conn.batch_execute(MIGRATIONS_TABLE)?;
+    }
     let applied: Vec<i32> = conn
         .query("SELECT version FROM postpone_migrations", &[])?
         .iter()

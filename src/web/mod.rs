@@ -188,7 +188,22 @@ impl Dashboard {
     }
 
     /// Binds the address and starts serving on threads of its own (`postpone-web-*`).
-    pub fn spawn(self) -> Result<DashboardHandle> {
+    ///
+    /// A dashboard whose database role may not change jobs (a reader's, see
+    /// docs/roles.md) serves read-only, and says so once in the log. (A lazy App that has
+    /// not connected yet is not asked: the dashboard starts at once, and a change it cannot
+    /// make shows the database's refusal.)
+    pub fn spawn(mut self) -> Result<DashboardHandle> {
+        if !self.read_only && self.app.open_sockets() > 0 {
+            if let Some(role) = role_without_writes(&self.app) {
+                log::warn!(
+                    "dashboard: role {role} may not change jobs (no UPDATE on postpone_jobs): \
+                     serving read-only (start it with read_only(true) to say so, or run it \
+                     as a role with `postpone grants ROLE --for worker`)"
+                );
+                self.read_only = true;
+            }
+        }
         let csrf = random_token()?;
         let state = Arc::new(pages::State {
             admin: self.app.admin(),
@@ -225,6 +240,21 @@ impl Dashboard {
             server: Some(server),
         })
     }
+}
+
+/// The name of the App's role when it may not update jobs; `None` when it may, or when the
+/// database cannot tell now (the pages then show the error of each request).
+fn role_without_writes(app: &App) -> Option<String> {
+    let mut conn = app.connection().ok()?;
+    let row = conn
+        .query_named(
+            "checking the dashboard's privileges",
+            "SELECT has_table_privilege('postpone_jobs', 'UPDATE'), current_user::text",
+            &[],
+        )
+        .ok()?;
+    let row = row.first()?;
+    (!row.get::<_, bool>(0)).then(|| row.get(1))
 }
 
 /// A running dashboard; stops when [`shutdown`](Self::shutdown) is called or it is dropped.

@@ -13,6 +13,7 @@ pub mod db;
 pub mod netns;
 pub mod pgbouncer;
 pub mod proxy;
+pub mod role;
 pub mod standin;
 
 // A test file may use neither re-export.
@@ -28,6 +29,8 @@ pub use netns::Netns;
 pub use pgbouncer::{PgBouncer, PoolMode};
 #[allow(unused_imports)]
 pub use proxy::*;
+#[allow(unused_imports)]
+pub use role::TestRole;
 #[allow(unused_imports)]
 pub use standin::*;
 

@@ -107,6 +107,8 @@ enum Command {
     Prune(PruneArgs),
     /// Exit 0 if the database answers, its schema is current (and workers, lag are fine).
     Healthcheck(HealthArgs),
+    /// Print the SQL that gives a database role what a worker, producer, reader or migrator needs.
+    Grants(commands::grants::GrantsArgs),
     /// Serve the web dashboard (auth from POSTPONE_DASHBOARD_TOKEN or _USER/_PASSWORD).
     Dashboard(commands::dashboard::DashboardArgs),
     /// Stop every worker from starting a queue's jobs (or every queue's); running jobs finish.
@@ -179,6 +181,10 @@ where
             commands::migrate::run(&ctx, &a, out)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Grants(a) => {
+            commands::grants::run(&ctx, &a, out)?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let app = ctx.connect()?;
@@ -213,7 +219,10 @@ where
         Command::Limit(a) => commands::limit::run(&ctx, &app, &a, out)?,
         Command::RateLimit(a) => commands::rate_limit::run_rate(&ctx, &app, &a, out)?,
         Command::KeyLimit(a) => commands::rate_limit::run_key(&ctx, &app, &a, out)?,
-        Command::Healthcheck(_) | Command::Migrate(_) | Command::Dashboard(_) => {
+        Command::Healthcheck(_)
+        | Command::Migrate(_)
+        | Command::Grants(_)
+        | Command::Dashboard(_) => {
             unreachable!("handled above")
         }
     }
@@ -272,6 +281,7 @@ mod tests {
             "limit",
             "rate-limit",
             "key-limit",
+            "grants",
         ] {
             assert!(out.contains(cmd), "{cmd} missing from help:\n{out}");
         }
@@ -313,6 +323,9 @@ mod tests {
             &["key-limit", "q", "2"],
             &["key-limit", "q", "--by", "user"],
             &["key-limit", "q", "2", "--by", "user", "--clear"],
+            &["grants", "w"],
+            &["grants", "w", "--for", "admin"],
+            &["grants", "--for", "worker"],
         ] {
             let (res, _) = run_args(args);
             match res {

@@ -6,6 +6,7 @@ pub mod bulk;
 mod changed;
 pub mod dashboard;
 pub mod defer;
+pub mod grants;
 pub mod healthcheck;
 pub mod job;
 pub mod jobs;
