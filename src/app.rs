@@ -311,10 +311,15 @@ impl AppBuilder {
         let group = watchdog.new_group();
         if !self.lazy {
             Connection::open(&opts, &watchdog, group, None).map_err(|e| {
-                e.context(format_args!(
-                    "cannot reach the database {}",
-                    opts.describe()
-                ))
+                if e.is_database_missing() {
+                    // The server was reached: the message already says where and what.
+                    e
+                } else {
+                    e.context(format_args!(
+                        "cannot reach the database {}",
+                        opts.describe()
+                    ))
+                }
             })?;
         }
         let pool = Pool::new(opts.clone(), watchdog.clone(), group, self.pool_size);
@@ -340,7 +345,9 @@ impl App {
     /// `url` is a URL (`postgres://user:pass@host:5432/db?sslmode=require`) or a key=value
     /// string (`host=... user=... dbname=...`). A malformed string is an error of kind
     /// [`Config`](ErrorKind::Config); a server that cannot be reached within
-    /// `connect_timeout`, one of kind `Connect` or `Timeout`.
+    /// `connect_timeout`, one of kind `Connect` or `Timeout`; a server that answers that
+    /// the database does not exist, one of kind
+    /// [`DatabaseMissing`](ErrorKind::DatabaseMissing).
     pub fn connect(url: &str) -> Result<App> {
         App::builder(url).build()
     }

@@ -52,6 +52,9 @@ pub enum ErrorKind {
     /// The postpone schema in this database is newer than this library (a newer postpone
     /// migrated it); the admin API refuses to act on it.
     SchemaNewer,
+    /// The server answered, but the database the connection string names does not exist
+    /// on it (SQLSTATE `3D000`): create it, or fix the name.
+    DatabaseMissing,
 }
 
 impl fmt::Display for ErrorKind {
@@ -72,6 +75,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Shutdown => "shutting down",
             ErrorKind::Other => "internal error",
             ErrorKind::SchemaNewer => "schema newer than this library",
+            ErrorKind::DatabaseMissing => "database does not exist",
         };
         f.write_str(s)
     }
@@ -225,7 +229,8 @@ impl Error {
     }
 
     /// True when the connection was lost (closed, reset, severed) or a deadline fired on it:
-    /// the operation may succeed again on a fresh connection.
+    /// the operation may succeed again on a fresh connection. A missing database is not
+    /// such a loss ([`is_database_missing`](Self::is_database_missing)).
     pub fn is_connection_lost(&self) -> bool {
         matches!(
             self.inner.kind,
@@ -236,6 +241,23 @@ impl Error {
     /// True for the typed queueing-lock conflict of a defer.
     pub fn is_already_enqueued(&self) -> bool {
         self.inner.kind == ErrorKind::AlreadyEnqueued
+    }
+
+    /// True when the server answered that the database named by the connection string does
+    /// not exist ([`ErrorKind::DatabaseMissing`]).
+    ///
+    /// ```no_run
+    /// match postpone::App::connect("postgres://postgres@127.0.0.1/no_such_db") {
+    ///     Err(e) if e.is_database_missing() => {
+    ///         // "connecting to 127.0.0.1:5432: database \"no_such_db\" does not exist;
+    ///         // create it or check the URL [SQLSTATE 3D000]"
+    ///         eprintln!("{e}");
+    ///     }
+    ///     other => drop(other),
+    /// }
+    /// ```
+    pub fn is_database_missing(&self) -> bool {
+        self.inner.kind == ErrorKind::DatabaseMissing
     }
 }
 

@@ -1469,6 +1469,35 @@ fn exit_codes_are_distinct_and_errors_are_json_under_json() {
     );
 }
 
+/// A database that does not exist was reported as unreachable (exit 5, "cannot reach the
+/// database") although the server answered SQLSTATE 3D000: it has its own exit code and a
+/// message that says what to do, in text and in JSON, for every command that connects.
+#[test]
+fn a_missing_database_exits_9_and_says_to_create_it() {
+    let db = TestDb::new();
+    let missing = format!("{}_missing", db.name());
+    let url = db.server().url(&missing);
+    let says = format!("database \"{missing}\" does not exist; create it or check the URL");
+    for args in [&["jobs"][..], &["stats"], &["migrate"], &["pause", "q"]] {
+        fails_with(Some(&url), args, 9, &says);
+        let o = run(&url, args);
+        assert!(!o.stderr.contains("cannot reach"), "{args:?}: {o:?}");
+    }
+    let o = run(&url, &["jobs", "--json"]);
+    assert_eq!(o.code, 9, "{o:?}");
+    let v: Value = serde_json::from_str(o.stderr.trim()).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+    assert_eq!(v["error"]["code"], "database_missing", "{o:?}");
+    assert_eq!(v["error"]["exit_code"], 9, "{o:?}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(&says),
+        "{o:?}"
+    );
+    // healthcheck keeps its own codes: unhealthy (1), saying why.
+    let o = run(&url, &["healthcheck"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stdout.contains(&says), "{o:?}");
+}
+
 #[test]
 fn libpq_environment_variables_choose_the_database_and_v_says_which() {
     let (db, url) = migrated();

@@ -577,7 +577,7 @@ fn malformed_urls_are_config_errors() {
 }
 
 #[test]
-fn unreachable_server_and_missing_database_are_connect_errors() {
+fn an_unreachable_server_and_a_missing_database_are_told_apart() {
     init_logging();
     let started = Instant::now();
     let e = App::connect("postgres://postgres@127.0.0.1:1/postgres").unwrap_err();
@@ -597,10 +597,28 @@ fn unreachable_server_and_missing_database_are_connect_errors() {
     let missing = format!("{}_missing", db.name());
     let url = db.server().url(&missing);
     let e = App::connect(&url).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::Connect, "{e}");
+    assert_eq!(e.kind(), ErrorKind::DatabaseMissing, "{e}");
+    assert!(e.is_database_missing() && !e.is_connection_lost(), "{e}");
     let text = e.to_string();
-    assert!(text.contains(&missing), "names the database: {text}");
-    assert!(text.contains("does not exist"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "database \"{missing}\" does not exist; create it or check the URL"
+        )),
+        "names the database and the remedy: {text}"
+    );
+    assert!(
+        !text.contains("cannot reach"),
+        "the server was reached: {text}"
+    );
+    assert_eq!(e.sqlstate(), Some("3D000"), "{e}");
+    // Through the pool of a lazy App, too.
+    let lazy = App::builder(&url)
+        .lazy(true)
+        .pool_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let e = lazy.defer("t", &()).unwrap_err();
+    assert!(e.is_database_missing(), "{e:?}");
     assert_eq!(e.sqlstate(), Some("3D000"), "{e}");
 
     let e = App::connect(&format!(

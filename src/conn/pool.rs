@@ -330,13 +330,24 @@ impl Shared {
 
 fn timed_out(timeout: Duration, last: Option<&Error>, unanswered: bool) -> Error {
     match last {
-        Some(last) => Error::new(
-            ErrorKind::Connect,
-            format!(
-                "getting a pooled connection: none within {} pool_timeout; last error: {last}",
-                fmt_duration(timeout)
-            ),
-        ),
+        Some(last) => {
+            let e = Error::new(
+                // A missing database stays one: the server was reached.
+                if last.is_database_missing() {
+                    ErrorKind::DatabaseMissing
+                } else {
+                    ErrorKind::Connect
+                },
+                format!(
+                    "getting a pooled connection: none within {} pool_timeout; last error: {last}",
+                    fmt_duration(timeout)
+                ),
+            );
+            match last.sqlstate() {
+                Some(code) => e.set_sqlstate(code),
+                None => e,
+            }
+        }
         None if unanswered => Error::new(
             ErrorKind::Timeout,
             format!(

@@ -27,11 +27,13 @@ pub enum Exit {
     SchemaMissing = 7,
     /// 8: the schema is newer than this postpone.
     SchemaNewer = 8,
+    /// 9: the server answered, but the database named does not exist.
+    DatabaseMissing = 9,
 }
 
 impl Exit {
     /// Every code, in order, with its name in JSON errors and its meaning.
-    pub const ALL: [(Exit, &'static str, &'static str); 8] = [
+    pub const ALL: [(Exit, &'static str, &'static str); 9] = [
         (Exit::Unhealthy, "unhealthy", "healthcheck: a check failed"),
         (Exit::Usage, "usage", "bad arguments, or another failure"),
         (Exit::NotFound, "not_found", "no such job"),
@@ -60,6 +62,11 @@ impl Exit {
             "schema_newer",
             "schema newer than this postpone",
         ),
+        (
+            Exit::DatabaseMissing,
+            "database_missing",
+            "the database does not exist on the server (create it or check the URL)",
+        ),
     ];
 
     /// Its name in JSON errors.
@@ -86,6 +93,7 @@ impl Exit {
             }
             ErrorKind::SchemaMissing | ErrorKind::SchemaOutdated => Exit::SchemaMissing,
             ErrorKind::SchemaNewer => Exit::SchemaNewer,
+            ErrorKind::DatabaseMissing => Exit::DatabaseMissing,
             _ => Exit::Usage,
         }
     }
@@ -280,7 +288,7 @@ mod tests {
     fn exit_codes_are_distinct_and_named() {
         let mut codes: Vec<u8> = Exit::ALL.iter().map(|(e, _, _)| *e as u8).collect();
         codes.dedup();
-        assert_eq!(codes, vec![1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(codes, vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(Exit::SchemaNewer.name(), "schema_newer");
     }
 }

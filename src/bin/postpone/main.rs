@@ -4,7 +4,8 @@
 //! `commands/`; each writes to a `&mut dyn Write` (tables for people, JSON with `--json`).
 //! Exit codes are documented in docs/cli.md and listed in [`context::Exit`]: 0 success,
 //! 1 unhealthy (healthcheck), 2 usage, 3 not found, 4 wrong state, 5 database unreachable,
-//! 6 permission denied, 7 schema missing or older, 8 schema newer than this postpone.
+//! 6 permission denied, 7 schema missing or older, 8 schema newer than this postpone,
+//! 9 database missing (the server answered that the database named does not exist).
 //! Errors print `error: ...` on stderr, or a JSON object there under `--json`. Every
 //! round-trip has the `--timeout` deadline; nothing here can hang or panic on input.
 

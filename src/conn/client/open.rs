@@ -286,7 +286,20 @@ where
         Ok(Err(e)) => {
             if let Some(db) = e.as_db_error() {
                 let code = db.code().code().to_owned();
-                let kind = if code == "28000" || code == "28P01" || code == "3D000" {
+                if code == "3D000" {
+                    // The server's own text may be translated (lc_messages): ours names
+                    // the database as the connection string gives it (the user name when
+                    // it gives none, as the server reads it).
+                    let name = config.get_dbname().or(config.get_user()).unwrap_or("");
+                    return Err(Error::new(
+                        ErrorKind::DatabaseMissing,
+                        format!(
+                            "database {name:?} does not exist; create it or check the URL [SQLSTATE {code}]"
+                        ),
+                    )
+                    .set_sqlstate(&code));
+                }
+                let kind = if code == "28000" || code == "28P01" {
                     ErrorKind::Connect
                 } else {
                     ErrorKind::Database

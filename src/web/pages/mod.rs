@@ -219,6 +219,7 @@ fn error_page(st: &State, e: &Error) -> Response {
         ErrorKind::InvalidState | ErrorKind::AlreadyEnqueued => 409,
         ErrorKind::Timeout => 504,
         ErrorKind::Connect
+        | ErrorKind::DatabaseMissing
         | ErrorKind::Closed
         | ErrorKind::Shutdown
         | ErrorKind::SchemaMissing
