@@ -78,7 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "job {id} {}: {}",
         result.status,
-        result.error.unwrap_or_default()
+        result.failure().unwrap_or("no error")
     );
 
     println!("{}", handle.shutdown(Duration::from_secs(5)));

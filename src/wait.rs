@@ -45,7 +45,18 @@ pub struct JobResult {
     /// When that progress was recorded.
     #[serde(skip)]
     pub progress_at: Option<SystemTime>,
-    /// The error of its last failed attempt (or the reason of a cancel or abort), if any.
+    /// The error of its latest failed attempt, or the reason of a cancel or abort; `None`
+    /// when no attempt failed. It is kept whatever the status: a job that succeeded on its
+    /// second attempt has the first attempt's error here, so read it together with
+    /// [`status`](Self::status) (or [`failure`](Self::failure), which does).
+    pub last_error: Option<String>,
+    /// The same value as [`last_error`](Self::last_error), under its first name, which read
+    /// as the error of the job even when the job had succeeded. Deprecated: kept, with the
+    /// same value, for one release (0.2.0), and removed in the release after it.
+    #[deprecated(
+        since = "0.2.0",
+        note = "set on succeeded jobs too (an earlier attempt's error): use `last_error`, or `failure()` for the error of a job that did not succeed"
+    )]
     pub error: Option<String>,
 }
 
@@ -53,6 +64,26 @@ impl JobResult {
     /// True when the job succeeded.
     pub fn succeeded(&self) -> bool {
         self.status == JobStatus::Succeeded
+    }
+
+    /// Why the job did not succeed: [`last_error`](Self::last_error) when its status is
+    /// failed, cancelled or aborted, `None` when it succeeded or is not finished.
+    ///
+    /// ```
+    /// # fn show(r: &postpone::JobResult) {
+    /// match r.failure() {
+    ///     Some(why) => println!("job {} {}: {why}", r.id, r.status),
+    ///     None => println!("job {} {}", r.id, r.status),
+    /// }
+    /// # }
+    /// ```
+    pub fn failure(&self) -> Option<&str> {
+        match self.status {
+            JobStatus::Failed | JobStatus::Cancelled | JobStatus::Aborted => {
+                self.last_error.as_deref()
+            }
+            _ => None,
+        }
     }
 
     /// The output, deserialized into `T`. An error of kind `InvalidInput` when there is no
@@ -66,7 +97,7 @@ impl JobResult {
                     "job {} has no output: it is {}{}",
                     self.id,
                     self.status,
-                    self.error
+                    self.last_error
                         .as_deref()
                         .map(|e| format!(" ({e})"))
                         .unwrap_or_default()
@@ -105,19 +136,21 @@ pub(crate) fn read(conn: &mut Connection, id: JobId) -> Result<Option<JobResult>
     };
     let status: String = r.get(0);
     let errors = json(r.get(4));
-    let error = errors.as_ref().and_then(|e| e.as_array()).and_then(|a| {
+    let last_error = errors.as_ref().and_then(|e| e.as_array()).and_then(|a| {
         a.last()
             .and_then(|e| e.get("error"))
             .and_then(|e| e.as_str())
             .map(str::to_owned)
     });
+    #[allow(deprecated)] // `error` is filled until it is removed.
     Ok(Some(JobResult {
         id,
         status: status.parse()?,
         output: json(r.get(1)),
         progress: json(r.get(2)),
         progress_at: r.get(3),
-        error,
+        error: last_error.clone(),
+        last_error,
     }))
 }
 
@@ -228,16 +261,39 @@ mod tests {
         assert!(!names("", JobId(5)));
     }
 
-    #[test]
-    fn output_as_explains_what_is_missing() {
-        let mut r = JobResult {
+    #[allow(deprecated)]
+    fn result(status: JobStatus, last_error: Option<&str>) -> JobResult {
+        JobResult {
             id: JobId(7),
-            status: JobStatus::Failed,
+            status,
             output: None,
             progress: None,
             progress_at: None,
-            error: Some("boom".into()),
-        };
+            error: last_error.map(str::to_owned),
+            last_error: last_error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn failure_is_the_last_error_of_a_job_that_did_not_succeed() {
+        for (status, failure) in [
+            (JobStatus::Failed, Some("boom")),
+            (JobStatus::Cancelled, Some("boom")),
+            (JobStatus::Aborted, Some("boom")),
+            (JobStatus::Succeeded, None),
+            (JobStatus::Todo, None),
+            (JobStatus::Doing, None),
+        ] {
+            let r = result(status, Some("boom"));
+            assert_eq!(r.failure(), failure, "{status}");
+            assert_eq!(r.last_error.as_deref(), Some("boom"), "{status}");
+        }
+        assert_eq!(result(JobStatus::Failed, None).failure(), None);
+    }
+
+    #[test]
+    fn output_as_explains_what_is_missing() {
+        let mut r = result(JobStatus::Failed, Some("boom"));
         let e = r.output_as::<i32>().unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidState);
         assert!(e.to_string().contains("it is failed (boom)"), "{e}");

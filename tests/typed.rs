@@ -113,7 +113,7 @@ fn arguments_that_do_not_fit_the_type_fail_the_job_naming_task_and_type() {
     let id = app.defer("add", &serde_json::json!({"a": "two"})).unwrap();
     let r = app.wait(id, Duration::from_secs(20)).unwrap();
     assert_eq!(r.status, JobStatus::Failed);
-    let error = r.error.unwrap();
+    let error = r.failure().unwrap().to_owned();
     assert!(error.contains("arguments of task \"add\""), "{error}");
     assert!(error.contains("AddArgs"), "{error}");
     let report = handle.shutdown(Duration::from_secs(10));

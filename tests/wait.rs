@@ -43,7 +43,8 @@ fn the_output_is_recorded_with_the_success_and_wait_returns_it() {
     assert_eq!(result.output_as::<i64>().unwrap(), 49);
     assert_eq!(result.progress, Some(json!({"step": "computing"})));
     assert!(result.progress_at.is_some());
-    assert_eq!(result.error, None);
+    assert_eq!(result.last_error, None);
+    assert_eq!(result.failure(), None);
     // The admin API shows both.
     let detail = app.admin().job(result.id).unwrap();
     assert_eq!(detail.output, Some(json!(49)));
@@ -78,10 +79,40 @@ fn only_the_attempt_that_succeeds_records_an_output() {
     let r = app.wait(fails, Duration::from_secs(20)).unwrap();
     assert_eq!(r.status, JobStatus::Failed);
     assert_eq!(r.output, None, "a failed attempt records no output");
-    assert_eq!(r.error.as_deref(), Some("no luck"));
+    assert_eq!(r.last_error.as_deref(), Some("no luck"));
+    assert_eq!(r.failure(), Some("no luck"));
     let e = r.output_as::<String>().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidState);
     assert!(e.to_string().contains("it is failed (no luck)"), "{e}");
+    stop(handle);
+}
+
+/// `JobResult.error` held the error of an earlier attempt on a job that then succeeded,
+/// and read as the job's error. `last_error` names it for what it is; `failure()` is the
+/// error of a job that did not succeed; `error` keeps its old value while deprecated.
+#[test]
+fn a_job_that_succeeded_after_a_failed_attempt_has_a_last_error_but_no_failure() {
+    let (_db, app) = setup();
+    let mut tasks = Tasks::new();
+    tasks
+        .register("flaky", |job: &Job| -> Result<(), TaskError> {
+            if job.attempts() == 1 {
+                return Err(TaskError::retry("first attempt fails"));
+            }
+            Ok(())
+        })
+        .retry(RetryStrategy::fixed(Duration::ZERO, 2));
+    let handle = fast_worker(&app, tasks).spawn().unwrap();
+    let id = app.defer("flaky", &()).unwrap();
+    let r = app.wait(id, Duration::from_secs(20)).unwrap();
+    assert!(r.succeeded(), "{r:?}");
+    assert_eq!(r.last_error.as_deref(), Some("first attempt fails"));
+    assert_eq!(r.failure(), None, "a succeeded job has no failure");
+    #[allow(deprecated)]
+    let old = r.error.clone();
+    assert_eq!(old, r.last_error, "the deprecated name keeps its value");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["last_error"], "first attempt fails");
     stop(handle);
 }
 
