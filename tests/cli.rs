@@ -962,6 +962,82 @@ fn reschedule_and_priority_change_waiting_jobs_only() {
     fails(Some(url), &["reschedule", "1"], "--in <DURATION>");
 }
 
+/// `postpone priority 2 10` was refused (only `--to 10` was known): the form people guess
+/// after an id is accepted, negative numbers included; the two forms together, or neither,
+/// are usage errors that show both.
+#[test]
+fn priority_takes_the_new_priority_after_the_id_or_with_to() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "a"]);
+    ok(url, &["defer", "b"]);
+    assert_eq!(ok(url, &["priority", "1", "10"]), "job 1 has priority 10\n");
+    assert_eq!(json(url, &["job", "1"])["priority"], 10);
+    assert_eq!(ok(url, &["priority", "1", "-4"]), "job 1 has priority -4\n");
+    assert_eq!(
+        ok(url, &["priority", "2", "--to", "3"]),
+        "job 2 has priority 3\n"
+    );
+    let r = json(url, &["priority", "2", "8"]);
+    assert_eq!(r["id"], 2, "{r}");
+    assert_eq!(json(url, &["job", "2"])["priority"], 8);
+    fails(
+        Some(url),
+        &["priority", "1", "2", "--to", "3"],
+        "cannot be used with",
+    );
+    fails(Some(url), &["priority", "1"], "postpone priority <ID> <N>");
+    fails(
+        Some(url),
+        &["priority", "--queue", "default", "5"],
+        "postpone priority [SELECTION OPTIONS] --to <N>",
+    );
+    assert_eq!(json(url, &["job", "1"])["priority"], -4, "nothing changed");
+}
+
+/// clap's usage errors under `--json` carried their terminal text (the `error:` prefix, the
+/// usage block, the pointer to --help, several lines) inside the JSON message. The message
+/// is one plain line now, even when colours are forced.
+#[test]
+fn usage_errors_under_json_are_one_plain_line() {
+    for (args, code, message) in [
+        (
+            &["--json", "frobnicate"][..],
+            "invalid_subcommand",
+            "unrecognized subcommand 'frobnicate'",
+        ),
+        (
+            &["--json", "priority", "2", "10", "--to", "3"],
+            "argument_conflict",
+            "the argument '[N]' cannot be used with '--to <N>'",
+        ),
+        (
+            &["--json", "priority", "2"],
+            "missing_required_argument",
+            "the following required arguments were not provided: <N>",
+        ),
+        (
+            &["jobs", "--status", "done", "--json"],
+            "value_validation",
+            "invalid value 'done' for '--status <STATUS>': unknown job status",
+        ),
+    ] {
+        let o = run_env(&[("CLICOLOR_FORCE", "1"), ("TERM", "xterm-256color")], args);
+        assert_eq!(o.code, 2, "{args:?}: {o:?}");
+        assert!(o.stdout.is_empty(), "{args:?}: {o:?}");
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o:?}");
+        let v: Value = serde_json::from_str(o.stderr.trim())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {o:?}"));
+        assert_eq!(v["error"]["code"], code, "{args:?}: {o:?}");
+        assert_eq!(v["error"]["exit_code"], 2, "{args:?}: {o:?}");
+        let m = v["error"]["message"].as_str().unwrap();
+        assert!(m.starts_with(message), "{args:?}: {m:?}");
+        for terminal in ["error:", "Usage:", "--help", "\n", "\u{1b}"] {
+            assert!(!m.contains(terminal), "{args:?}: {terminal:?} in {m:?}");
+        }
+    }
+}
+
 #[test]
 fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
     let (db, url) = migrated();

@@ -177,7 +177,7 @@ impl CliError {
                     report_json(
                         Exit::Usage,
                         &snake_case(&format!("{:?}", e.kind())),
-                        &e.to_string(),
+                        &plain_usage_error(&e.to_string()),
                     );
                 } else {
                     eprint!("{}", e.render());
@@ -216,6 +216,28 @@ impl From<io::Error> for CliError {
     fn from(e: io::Error) -> CliError {
         CliError::Output(e)
     }
+}
+
+/// clap's error text for a terminal, as one line for a JSON message: without the `error: `
+/// prefix, the usage block and the pointer to `--help` (lines continued after a colon are
+/// joined to it, tips follow after `; `).
+fn plain_usage_error(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let line = line.strip_prefix("error: ").unwrap_or(line);
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    out
 }
 
 /// `InvalidValue` to `invalid_value` (clap's error kinds, for JSON errors).
@@ -282,6 +304,26 @@ mod tests {
             assert!(doc.contains(&row), "docs/cli.md lacks the row {row}");
         }
         assert!(doc.contains("| 0 | | success |"));
+    }
+
+    #[test]
+    fn usage_errors_become_one_plain_line() {
+        for (text, plain) in [
+            (
+                "error: unexpected argument '10' found\n\nUsage: postpone priority [OPTIONS] --to <N> [ID]\n\nFor more information, try '--help'.\n",
+                "unexpected argument '10' found",
+            ),
+            (
+                "error: the following required arguments were not provided:\n  <N>\n\nUsage: postpone priority <ID> <N>\n       postpone priority <ID> --to <N>\n\nFor more information, try '--help'.\n",
+                "the following required arguments were not provided: <N>",
+            ),
+            (
+                "error: unexpected argument '--too' found\n\n  tip: a similar argument exists: '--to'\n\nUsage: x\n",
+                "unexpected argument '--too' found; tip: a similar argument exists: '--to'",
+            ),
+        ] {
+            assert_eq!(plain_usage_error(text), plain);
+        }
     }
 
     #[test]

@@ -97,6 +97,9 @@ enum Command {
     /// Make waiting jobs due at another time (one id, or a selection).
     Reschedule(RescheduleArgs),
     /// Give waiting jobs another priority (one id, or a selection).
+    #[command(override_usage = "postpone priority <ID> <N>\n       \
+                                postpone priority <ID> --to <N>\n       \
+                                postpone priority [SELECTION OPTIONS] --to <N>")]
     Priority(PriorityArgs),
     /// Jobs per queue (or task) and status, failure rate, run times, lag.
     Stats(StatsArgs),
@@ -209,7 +212,8 @@ where
             commands::bulk::run(&ctx, &app, Op::Reschedule(at), &a.target, out)?
         }
         Command::Priority(a) => {
-            commands::bulk::run(&ctx, &app, Op::Priority(a.to), &a.target, out)?
+            let to = a.new_priority()?;
+            commands::bulk::run(&ctx, &app, Op::Priority(to), &a.target, out)?
         }
         Command::Stats(a) => commands::stats::run(&ctx, &app, &a, out)?,
         Command::Workers(a) => commands::workers::run(&ctx, &app, &a, out)?,

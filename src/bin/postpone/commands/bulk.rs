@@ -52,9 +52,27 @@ pub struct RescheduleArgs {
 pub struct PriorityArgs {
     #[command(flatten)]
     pub target: Target,
-    /// The new priority (higher runs first).
+    /// The new priority (higher runs first), after the job id: `priority 2 10`.
+    #[arg(
+        value_name = "N",
+        allow_negative_numbers = true,
+        conflicts_with = "to",
+        required_unless_present = "to"
+    )]
+    pub priority: Option<i32>,
+    /// The new priority (higher runs first); the one form with a selection:
+    /// `priority --status todo --to 10`.
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
-    pub to: i32,
+    pub to: Option<i32>,
+}
+
+impl PriorityArgs {
+    /// The new priority, given after the id or with `--to` (clap requires one of them).
+    pub fn new_priority(&self) -> Result<i32, CliError> {
+        self.priority
+            .or(self.to)
+            .ok_or_else(|| CliError::usage("give the new priority: priority ID N, or --to N"))
+    }
 }
 
 /// Which of the commands.
