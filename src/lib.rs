@@ -51,7 +51,8 @@ pub use admin::GrantsFor;
 pub use admin::QueueLimit;
 pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
-    JobPage, JobSort, MigrateReport, QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
+    JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport, QueueCounts, SchemaState,
+    StalledReport, StatsBy, WorkerInfo,
 };
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};

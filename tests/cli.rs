@@ -2025,3 +2025,50 @@ fn job_shows_output_and_progress() {
         "{text}"
     );
 }
+
+#[test]
+fn job_shows_large_values_cut_and_json_writes_them_whole() {
+    let (db, url) = migrated();
+    let mut c = db.client();
+    let id: i64 = c
+        .query_one(
+            "SELECT postpone_defer('big', jsonb_build_object('blob', repeat('x', 3000000), 'deep',
+                    (repeat('[', 100) || repeat(']', 100))::jsonb))",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.execute(
+        "UPDATE postpone_jobs SET output = jsonb_build_object('o', repeat('o', 100000)),
+                progress = '{\"done\": 1}', progress_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .unwrap();
+    let stored: String = c
+        .query_one("SELECT args::text FROM postpone_jobs WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    let text = ok(&url, &["job", &id.to_string()]);
+    assert!(text.len() < 20_000, "{} bytes of text output", text.len());
+    assert!(
+        text.contains(&format!(
+            "(cut: the first 4096 of {} bytes; `postpone job {id} --json`",
+            stored.len()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("progress:        {\"done\":1} (at"),
+        "{text}"
+    );
+    let v = json(&url, &["job", &id.to_string()]);
+    let want: Value = serde_json::from_str(&stored).unwrap();
+    assert!(
+        v["args"] == want,
+        "--json did not write the arguments whole"
+    );
+    assert_eq!(v["output"]["o"].as_str().unwrap().len(), 100_000);
+    assert_eq!(v["progress"], serde_json::json!({"done": 1}));
+    assert_eq!(v["id"], serde_json::json!(id));
+    assert_eq!(v["task"], "big");
+}

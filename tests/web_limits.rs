@@ -6,7 +6,7 @@
 mod support;
 mod web_util;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use postpone::Dashboard;
 use serde_json::json;
@@ -89,4 +89,298 @@ fn the_overview_shows_limits_and_why_due_jobs_wait() {
         "{free}"
     );
     dash.shutdown();
+}
+
+/// Defers a job from SQL with arguments made by `expr` (SQL text) and returns its id and
+/// the size of its stored JSON text.
+fn defer_sql(db: &TestDb, expr: &str) -> (i64, usize) {
+    let mut c = db.client();
+    let id: i64 = c
+        .query_one(&format!("SELECT postpone_defer('t', ({expr})::jsonb)"), &[])
+        .unwrap()
+        .get(0);
+    let len: i32 = c
+        .query_one(
+            "SELECT octet_length(args::text) FROM postpone_jobs WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    (id, len as usize)
+}
+
+/// A connection that reads at about `rate` bytes a second through a small receive buffer,
+/// for `for_how_long`; returns the bytes it read.
+fn slow_read(addr: std::net::SocketAddr, path: &str, rate: usize, for_how_long: Duration) -> usize {
+    use socket2::{Domain, Socket, Type};
+    use std::io::{Read, Write};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect_timeout(&addr.into(), Duration::from_secs(5))
+        .unwrap();
+    let mut s: std::net::TcpStream = s.into();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let started = Instant::now();
+    let mut got = 0;
+    let mut buf = vec![0u8; rate];
+    while started.elapsed() < for_how_long {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+        // The pace of a slow client, not a synchronisation.
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    got
+}
+
+#[test]
+fn slow_readers_and_idle_connections_cannot_stall_the_dashboard() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    // 12 MB of arguments: the old page printed them whole.
+    let (id, len) = defer_sql(&db, "jsonb_build_object('blob', repeat('x', 12000000))");
+    assert!(len > 12_000_000);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .threads(4)
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // Four slow readers of the job's page and four of its raw arguments, at 1 KB/s, and
+    // 100 idle keep-alive connections.
+    let readers: Vec<_> = (0..8)
+        .map(|n| {
+            let path = if n % 2 == 0 {
+                format!("/jobs/{id}")
+            } else {
+                format!("/jobs/{id}/args.json")
+            };
+            std::thread::spawn(move || slow_read(addr, &path, 1024, Duration::from_secs(8)))
+        })
+        .collect();
+    let idle: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| {
+            use std::io::Write;
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(s, "GET /health HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+            s
+        })
+        .collect();
+    // Every slow reader has its answer under way before the checks start.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut worst = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let r = get(addr, "/health");
+        let took = started.elapsed();
+        worst = worst.max(took);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            took < Duration::from_secs(2),
+            "/health took {took:?} beside slow readers"
+        );
+    }
+    eprintln!("measured: /health beside 8 slow readers and 100 idle connections: worst {worst:?}");
+    let page = get(addr, &format!("/jobs/{id}"));
+    assert_eq!(page.status, 200);
+    for r in readers {
+        let got = r.join().unwrap();
+        assert!(got > 0 && got < 1_000_000, "a slow reader read {got} bytes");
+    }
+    drop(idle);
+    dash.shutdown();
+}
+
+#[test]
+fn a_reader_too_slow_for_the_response_deadline_is_cut_off() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    let (id, _) = defer_sql(&db, "jsonb_build_object('blob', repeat('y', 4000000))");
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .response_timeout(Duration::from_secs(3))
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let got = slow_read(
+        dash.addr(),
+        &format!("/jobs/{id}/args.json"),
+        1024,
+        Duration::from_secs(30),
+    );
+    let took = started.elapsed();
+    eprintln!("measured: a 1 KB/s reader of 4 MB cut after {took:?}, {got} bytes read");
+    assert!(got < 4_000_000, "{got}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    dash.shutdown();
+}
+
+#[test]
+fn a_large_argument_is_cut_on_its_page_and_downloads_whole() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    let (id, len) = defer_sql(
+        &db,
+        "jsonb_build_object('rows', (SELECT jsonb_agg(jsonb_build_object('n', g, 's', '<b>' || g)) \
+         FROM generate_series(1, 200000) g))",
+    );
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let page = get(dash.addr(), &format!("/jobs/{id}"));
+    assert_eq!(page.status, 200);
+    eprintln!(
+        "measured: a job of {len} bytes of arguments -> a page of {} bytes",
+        page.body.len()
+    );
+    assert!(page.body.len() < 400_000, "{} bytes", page.body.len());
+    assert!(page.body.contains("id=\"args-cut\""), "not marked cut");
+    assert!(page
+        .body
+        .contains(&format!("href=\"/jobs/{id}/args.json\"")));
+    assert!(page.body.contains("&lt;b&gt;1"), "not escaped");
+    let raw = get(dash.addr(), &format!("/jobs/{id}/args.json"));
+    assert_eq!(raw.status, 200, "{}", raw.body);
+    assert_eq!(raw.header("content-type"), Some("application/json"));
+    let stored: String = db
+        .client()
+        .query_one("SELECT args::text FROM postpone_jobs WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    assert_eq!(raw.body.len(), len);
+    assert!(
+        raw.body == stored,
+        "the download differs from the stored text"
+    );
+    // Small values are shown whole, with no download offered.
+    let (small, _) = defer_sql(&db, "'{\"a\": 1}'");
+    let page = get(dash.addr(), &format!("/jobs/{small}"));
+    assert!(!page.body.contains("args-cut"));
+    assert_eq!(
+        get(dash.addr(), &format!("/jobs/{small}/output.json")).status,
+        404
+    );
+    assert_eq!(get(dash.addr(), "/jobs/999999/args.json").status, 404);
+    dash.shutdown();
+}
+
+#[test]
+fn connections_past_the_limit_are_refused_at_once() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .max_connections(10)
+        .spawn()
+        .unwrap();
+    let held: Vec<std::net::TcpStream> = (0..10)
+        .map(|_| std::net::TcpStream::connect(dash.addr()).unwrap())
+        .collect();
+    // The server counts them as they are accepted.
+    assert!(wait_until(Duration::from_secs(10), || get(
+        dash.addr(),
+        "/health"
+    )
+    .status
+        == 503));
+    drop(held);
+    assert!(wait_until(Duration::from_secs(10), || get(
+        dash.addr(),
+        "/health"
+    )
+    .status
+        == 200));
+    dash.shutdown();
+}
+
+/// The dashboard in a process of its own (`postpone dashboard`), to read its peak memory.
+#[cfg(feature = "cli")]
+#[test]
+fn a_deeply_nested_argument_makes_a_small_page_and_costs_little_memory() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    init_logging();
+    let db = TestDb::new();
+    web_util::app(&db);
+    // 20 KB nested 10,000 deep, and 40 KB of nested numbers (issue 44: 200 MB and 603 MB
+    // pages, 585 MiB and 1.74 GiB of memory with the old pretty-printer).
+    let cases = [
+        defer_sql(&db, "repeat('[', 10000) || repeat(']', 10000)"),
+        defer_sql(&db, "repeat('[1,', 10000) || '1' || repeat(']', 10000)"),
+    ];
+    let (small, _) = defer_sql(&db, "'{\"a\": 1}'");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", db.url())
+        .env_remove("POSTPONE_DASHBOARD_TOKEN")
+        .env_remove("POSTPONE_DASHBOARD_USER")
+        .env_remove("POSTPONE_DASHBOARD_PASSWORD")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .trim_end_matches(',');
+    let addr: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let hwm = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    // Warm up: the first pages allocate what every page needs.
+    for _ in 0..3 {
+        assert_eq!(get(addr, &format!("/jobs/{small}")).status, 200);
+    }
+    let before = hwm();
+    for (id, stored) in cases {
+        // Four at once, twice, as four request threads would serve them.
+        for _ in 0..2 {
+            let pages: Vec<_> = (0..4)
+                .map(|_| std::thread::spawn(move || get(addr, &format!("/jobs/{id}"))))
+                .collect();
+            for p in pages {
+                let p = p.join().unwrap();
+                assert_eq!(p.status, 200);
+                eprintln!(
+                    "measured: {stored} bytes of nested arguments -> a page of {} bytes",
+                    p.body.len()
+                );
+                assert!(
+                    p.body.len() < 10 * stored + 20_000,
+                    "{} bytes for {stored}",
+                    p.body.len()
+                );
+                assert!(p.body.contains("id=\"args-cut\""));
+            }
+        }
+    }
+    let grew = hwm().saturating_sub(before);
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!("measured: peak memory grew by {grew} bytes over 8 nested pages");
+    // Four pages at once, each a few times its 20-40 KB value: a few MiB at most (the old
+    // pretty-printer needed hundreds).
+    assert!(grew < 8 * 1024 * 1024, "peak memory grew by {grew} bytes");
 }

@@ -4,6 +4,8 @@
 //! - [`filter`]: which jobs ([`JobFilter`]), in what order, one page at a time (keyset
 //!   cursors);
 //! - [`info`]: what a job looks like ([`JobInfo`], [`JobDetail`]);
+//! - [`preview`]: a job read for display, its large values cut ([`JobPreview`]), and its
+//!   arguments written whole a chunk at a time;
 //! - [`bulk`]: retry, cancel, delete, reschedule, reprioritise every job a filter selects,
 //!   with a dry run;
 //! - [`stats`]: counts per queue or task, failure rate, run-time percentiles, lag;
@@ -28,6 +30,7 @@ pub(crate) mod concurrency;
 pub(crate) mod filter;
 pub(crate) mod grants;
 pub(crate) mod info;
+pub(crate) mod preview;
 pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod schema;
@@ -50,6 +53,7 @@ pub use concurrency::QueueLimit;
 pub use filter::{JobFilter, JobPage, JobSort};
 pub use grants::GrantsFor;
 pub use info::{AttemptError, JobDetail, JobInfo};
+pub use preview::{JobPreview, JobValue, JsonPrefix};
 pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use schema::{MigrateReport, SchemaState};
@@ -138,24 +142,7 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named("reading a job", store::JOB_GET, &[&id.0])?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
-        let mut job = job_from_row(row)?;
-        let errors = json_column(row, 15).map(parse_errors).unwrap_or_default();
-        job.last_error = errors.last().map(|e| e.error.clone());
-        Ok(JobDetail {
-            job,
-            errors,
-            worker_name: row.get(16),
-            periodic_id: row.get(17),
-            periodic_instant: row.get(18),
-            output: json_column(row, 19),
-            progress: json_column(row, 20),
-            progress_at: row.get(21),
-            snoozes: row.get(22),
-            max_attempts: row.get(23),
-            tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
-            meta: json_column(row, 25),
-            blocked_by: row.get::<_, Option<i64>>(26).map(JobId),
-        })
+        detail_from_row(row)
     }
 
     /// Puts a failed, cancelled or aborted job back in its queue, due now; its attempts
@@ -301,6 +288,29 @@ impl Admin {
         log::info!("prune by the admin API: {report}");
         Ok(report)
     }
+}
+
+/// A [`JobDetail`] from a row of [`store::JOB_GET`]'s columns (or a statement with the
+/// same first 27).
+pub(crate) fn detail_from_row(row: &postgres::Row) -> Result<JobDetail> {
+    let mut job = job_from_row(row)?;
+    let errors = json_column(row, 15).map(parse_errors).unwrap_or_default();
+    job.last_error = errors.last().map(|e| e.error.clone());
+    Ok(JobDetail {
+        job,
+        errors,
+        worker_name: row.get(16),
+        periodic_id: row.get(17),
+        periodic_instant: row.get(18),
+        output: json_column(row, 19),
+        progress: json_column(row, 20),
+        progress_at: row.get(21),
+        snoozes: row.get(22),
+        max_attempts: row.get(23),
+        tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
+        meta: json_column(row, 25),
+        blocked_by: row.get::<_, Option<i64>>(26).map(JobId),
+    })
 }
 
 fn not_found(id: JobId) -> Error {

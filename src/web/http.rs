@@ -1,41 +1,58 @@
-//! The dashboard's HTTP/1.1 server: an accept thread, a fixed number of request threads,
-//! one request per connection (`Connection: close`).
+//! The dashboard's HTTP/1.1 server: one I/O thread that owns every connection, and a fixed
+//! number of request threads that answer requests.
 //!
-//! The accept thread never blocks on a client: it hands each connection to the request
-//! threads through a bounded channel and, when every thread is busy and the channel is
-//! full, answers `503` itself (under a short write timeout) and closes. A request thread
-//! reads one request under a deadline for the whole head and body (`read_timeout`), so a
-//! client that trickles bytes or goes silent holds one thread for at most that long and
-//! never the others; a connection that waited in the queue longer than `read_timeout`
-//! (behind a flood of such clients) gets a `503` at once, so no request waits much more
-//! than that. Heads are limited to 16 KiB and bodies to 64 KiB.
+//! The I/O thread runs a single-threaded tokio runtime: reading requests and writing
+//! responses wait on sockets, never on a thread, so a client that reads slowly, trickles
+//! its request or keeps an idle connection open costs a buffer and a task, never a request
+//! thread. The request threads run the handler (which makes blocking database calls) and
+//! hand the response back; the I/O thread writes it.
 //!
-//! Parsing is `httparse`'s; everything else is `std::net`.
+//! Bounds, each a setting of [`ServerOptions`]:
+//! - a request (head and body) must arrive within `read_timeout` of its first byte, heads
+//!   up to 16 KiB, bodies up to 64 KiB (`408`, `431`, `413` otherwise);
+//! - a response must be written within `response_timeout` of the request's arrival,
+//!   handler time included: a reader too slow for that has its connection closed, and a
+//!   handler that has not answered by then gets the client a `504`;
+//! - at most `max_connections` connections are open (a `503` for the next, answered without
+//!   reading);
+//! - at most `threads` requests are handled at once and [`QUEUE`] more wait; the next is
+//!   answered `503` at once, and a request still waiting when its deadline passes too;
+//! - an idle keep-alive connection is closed after `keep_alive`;
+//! - a streamed body ([`Body::Stream`]) is produced one chunk at a time, by a request
+//!   thread, only when the previous chunk has been written: memory per connection is one
+//!   chunk, whatever the whole body weighs.
+//!
+//! Parsing is `httparse`'s.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io;
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{bounded, Receiver, TrySendError};
+use crossbeam_channel::{bounded, Sender, TrySendError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout_at, Instant};
 
 const MAX_HEAD: usize = 16 * 1024;
 const MAX_BODY: usize = 64 * 1024;
 const MAX_HEADERS: usize = 64;
-/// Connections waiting for a request thread, beyond those being served.
-const BACKLOG: usize = 32;
+/// Requests waiting for a request thread, beyond those being handled.
+pub(crate) const QUEUE: usize = 32;
+/// Requests served on one connection before it is closed.
+const MAX_REQUESTS_PER_CONNECTION: usize = 1000;
 
 /// One parsed request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Request {
     pub(crate) method: String,
     /// The path, percent-decoded, without the query.
     pub(crate) path: String,
     /// Query parameters, percent-decoded (the last of repeated names wins, except through
-    /// [`Request::query_all`]).
+    /// the list itself).
     pub(crate) query: Vec<(String, String)>,
     /// Header names in lower case.
     pub(crate) headers: HashMap<String, String>,
@@ -60,6 +77,47 @@ impl Request {
     pub(crate) fn form(&self) -> Vec<(String, String)> {
         parse_pairs(&String::from_utf8_lossy(&self.body))
     }
+
+    /// A request from its parts: `target` is a path with an optional `?query`.
+    pub(crate) fn new(
+        method: &str,
+        target: &str,
+        headers: HashMap<String, String>,
+        body: Vec<u8>,
+    ) -> Request {
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, parse_pairs(q)),
+            None => (target, Vec::new()),
+        };
+        Request {
+            method: method.to_owned(),
+            path: decode(path),
+            query,
+            headers,
+            body,
+        }
+    }
+}
+
+/// The next chunk of a streamed body: `Ok(None)` at its end. It runs on a request thread
+/// (it may query the database) and is called again only once its chunk is written.
+pub(crate) type NextChunk = Box<dyn FnMut() -> io::Result<Option<Vec<u8>>> + Send>;
+
+/// A response body.
+pub(crate) enum Body {
+    /// The whole body, in memory.
+    Full(Vec<u8>),
+    /// A body produced a chunk at a time, of this length (sent as `Content-Length`).
+    Stream { len: u64, next: NextChunk },
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Full(b) => write!(f, "Full({} bytes)", b.len()),
+            Body::Stream { len, .. } => write!(f, "Stream({len} bytes)"),
+        }
+    }
 }
 
 /// A response to write.
@@ -67,7 +125,7 @@ impl Request {
 pub(crate) struct Response {
     pub(crate) status: u16,
     pub(crate) headers: Vec<(&'static str, String)>,
-    pub(crate) body: Vec<u8>,
+    pub(crate) body: Body,
 }
 
 impl Response {
@@ -75,7 +133,7 @@ impl Response {
         Response {
             status,
             headers: vec![("Content-Type", "text/html; charset=utf-8".to_owned())],
-            body: body.into_bytes(),
+            body: Body::Full(body.into_bytes()),
         }
     }
 
@@ -83,7 +141,7 @@ impl Response {
         Response {
             status,
             headers: vec![("Content-Type", "text/plain; charset=utf-8".to_owned())],
-            body: body.into().into_bytes(),
+            body: Body::Full(body.into().into_bytes()),
         }
     }
 
@@ -92,7 +150,7 @@ impl Response {
         Response {
             status: 303,
             headers: vec![("Location", location)],
-            body: Vec::new(),
+            body: Body::Full(Vec::new()),
         }
     }
 
@@ -100,9 +158,17 @@ impl Response {
         self.headers.push((name, value.into()));
         self
     }
+
+    /// The length of the body, as `Content-Length` gives it.
+    pub(crate) fn len(&self) -> u64 {
+        match &self.body {
+            Body::Full(b) => b.len() as u64,
+            Body::Stream { len, .. } => *len,
+        }
+    }
 }
 
-fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         303 => "See Other",
@@ -127,8 +193,15 @@ fn reason(status: u16) -> &'static str {
 pub(crate) struct ServerOptions {
     pub(crate) threads: usize,
     pub(crate) read_timeout: Duration,
-    pub(crate) write_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) keep_alive: Duration,
+    pub(crate) max_connections: usize,
 }
+
+/// What a request thread runs.
+type Job = Box<dyn FnOnce() + Send>;
+
+pub(crate) type Handler = Arc<dyn Fn(&Request) -> Response + Send + Sync>;
 
 /// A running server: its threads and the flag that stops them.
 pub(crate) struct Server {
@@ -137,64 +210,64 @@ pub(crate) struct Server {
     threads: Vec<JoinHandle<()>>,
 }
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Server({})", self.addr)
+    }
+}
+
+/// Shared by the I/O thread's tasks.
+struct Shared {
+    opts: ServerOptions,
+    handler: Handler,
+    jobs: Sender<Job>,
+    stop: Arc<AtomicBool>,
+    /// Connections being served.
+    open: AtomicUsize,
+    /// Connections being refused.
+    refusing: AtomicUsize,
+}
+
 impl Server {
-    /// Binds `listen` and starts the threads; `handle` answers each request.
+    /// Binds `listen` and starts the threads; `handler` answers each request.
     pub(crate) fn start(
         listen: SocketAddr,
         opts: ServerOptions,
-        handle: Arc<dyn Fn(&Request) -> Response + Send + Sync>,
+        handler: Handler,
     ) -> io::Result<Server> {
-        let listener = TcpListener::bind(listen)?;
+        let listener = StdListener::bind(listen)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = bounded::<(TcpStream, Instant)>(BACKLOG);
+        let (tx, rx) = bounded::<Job>(QUEUE);
         let mut threads = Vec::new();
         for n in 0..opts.threads.max(1) {
-            let rx: Receiver<(TcpStream, Instant)> = rx.clone();
-            let handle = handle.clone();
-            let opts = opts.clone();
+            let rx = rx.clone();
             threads.push(
                 thread::Builder::new()
                     .name(format!("postpone-web-{n}"))
                     .spawn(move || {
-                        for (stream, accepted) in rx {
-                            if accepted.elapsed() > opts.read_timeout {
-                                // It waited behind slow clients for longer than a client
-                                // may take: answer at once rather than add to the wait.
-                                busy(stream, opts.write_timeout);
-                            } else {
-                                serve(stream, &opts, &*handle);
-                            }
+                        for job in rx {
+                            job();
                         }
                     })?,
             );
         }
-        let stop2 = stop.clone();
-        let write_timeout = opts.write_timeout;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let shared = Arc::new(Shared {
+            opts,
+            handler,
+            jobs: tx,
+            stop: stop.clone(),
+            open: AtomicUsize::new(0),
+            refusing: AtomicUsize::new(0),
+        });
         threads.push(
             thread::Builder::new()
-                .name("postpone-web-accept".to_owned())
-                .spawn(move || {
-                    for conn in listener.incoming() {
-                        if stop2.load(Ordering::Acquire) {
-                            break;
-                        }
-                        let stream = match conn {
-                            Ok(s) => s,
-                            Err(e) => {
-                                log::warn!("dashboard: accepting a connection: {e}");
-                                thread::sleep(Duration::from_millis(50));
-                                continue;
-                            }
-                        };
-                        match tx.try_send((stream, Instant::now())) {
-                            Ok(()) => {}
-                            Err(TrySendError::Full((stream, _))) => busy(stream, write_timeout),
-                            Err(TrySendError::Disconnected(_)) => break,
-                        }
-                    }
-                    // Dropping `tx` ends the request threads once the queue is drained.
-                })?,
+                .name("postpone-web-io".to_owned())
+                .spawn(move || runtime.block_on(serve_all(listener, shared)))?,
         );
         Ok(Server {
             addr,
@@ -203,28 +276,15 @@ impl Server {
         })
     }
 
-    /// Stops accepting, lets requests in progress finish (each is bounded by the read and
-    /// write timeouts and the App's deadlines), joins the threads.
+    /// Stops accepting, lets requests in progress finish (each is bounded by the response
+    /// deadline), closes idle connections, joins the threads.
     pub(crate) fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the accept thread with a connection of our own.
-        let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([127, 0, 0, 1], a.port()))
-            }
-            SocketAddr::V6(a) if a.ip().is_unspecified() => {
-                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, a.port()))
-            }
-            a => a,
-        };
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
-}
 
-impl Server {
     /// Serves until the process ends.
     pub(crate) fn wait(mut self) {
         for t in self.threads.drain(..) {
@@ -233,47 +293,336 @@ impl Server {
     }
 }
 
-/// Answers 503 without reading the request.
-fn busy(mut stream: TcpStream, write_timeout: Duration) {
-    let _ = stream.set_write_timeout(Some(write_timeout.min(Duration::from_millis(500))));
-    let resp = Response::text(
-        503,
-        "the dashboard is busy: every request thread is taken; try again\n",
-    )
-    .header("Retry-After", "1");
-    let _ = write_response(&mut stream, &resp);
-    let _ = stream.shutdown(Shutdown::Both);
+/// How often waiting loops look at the stop flag.
+const TICK: Duration = Duration::from_millis(100);
+
+async fn serve_all(listener: StdListener, shared: Arc<Shared>) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("dashboard: cannot listen: {e}");
+            return;
+        }
+    };
+    while !shared.stop.load(Ordering::Acquire) {
+        let (stream, _) = match tokio::time::timeout(TICK, listener.accept()).await {
+            Err(_) => continue,
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                log::warn!("dashboard: accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        if shared.open.load(Ordering::Acquire) >= shared.opts.max_connections {
+            // Answered 503 without reading the request, within a second; as many refusals
+            // at once as connections, past that closed outright.
+            if shared.refusing.load(Ordering::Acquire) < shared.opts.max_connections {
+                shared.refusing.fetch_add(1, Ordering::AcqRel);
+                let s = shared.clone();
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    s.refusing.fetch_sub(1, Ordering::AcqRel);
+                });
+            }
+            continue;
+        }
+        shared.open.fetch_add(1, Ordering::AcqRel);
+        let s = shared.clone();
+        tokio::spawn(async move {
+            connection(stream, &s).await;
+            s.open.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+    // Requests in progress finish within their deadline; idle connections see the flag.
+    let until = Instant::now() + shared.opts.response_timeout;
+    while shared.open.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Dropping `shared` (the job sender) ends the request threads once their queue drains.
 }
 
-fn serve(mut stream: TcpStream, opts: &ServerOptions, handle: &dyn Fn(&Request) -> Response) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(opts.write_timeout));
-    let resp = match read_request(&mut stream, opts.read_timeout) {
-        Ok(req) => {
-            // A panic in a handler (a defect, or data it could not read) costs this request
-            // a 500, not the server one of its threads.
-            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(&req)));
-            let mut resp = answered.unwrap_or_else(|_| {
-                log::error!(
-                    "dashboard: answering {} {:?} panicked (see the message above); answered 500",
-                    req.method,
-                    req.path
-                );
-                Response::text(
-                    500,
-                    "internal error: the dashboard's handler panicked (see its log)\n",
-                )
-            });
-            if req.method == "HEAD" {
-                resp.body.clear();
-            }
-            resp
+/// Writes a 503 to a connection past the limit, then reads what it sent (so that closing
+/// does not reset the connection before the client has read the answer), all within a
+/// second.
+async fn refuse(mut stream: TcpStream) {
+    let resp = busy("the dashboard has as many connections open as it allows; try again");
+    let deadline = Instant::now() + Duration::from_secs(1);
+    if write_by(&mut stream, &head_bytes(&resp, false), deadline)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    if let Body::Full(b) = &resp.body {
+        if write_by(&mut stream, b, deadline).await.is_err() {
+            return;
         }
-        Err(ReadError::Io) => return,
-        Err(ReadError::Status(status, msg)) => Response::text(status, msg),
-    };
-    let _ = write_response(&mut stream, &resp);
-    let _ = stream.shutdown(Shutdown::Write);
+    }
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 1024];
+    while let Ok(Ok(n)) = timeout_at(deadline, stream.read(&mut sink)).await {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
+fn busy(msg: &str) -> Response {
+    Response::text(503, format!("{msg}\n")).header("Retry-After", "1")
+}
+
+/// Serves the requests of one connection, one after another.
+async fn connection(mut stream: TcpStream, shared: &Shared) {
+    let opts = &shared.opts;
+    let mut buf: Vec<u8> = Vec::with_capacity(2048);
+    for served in 0..MAX_REQUESTS_PER_CONNECTION {
+        // Wait for the first byte of the next request: up to the read timeout for the
+        // first, the keep-alive time for the others; an idle wait ends at a stop.
+        if buf.is_empty() {
+            let idle = if served == 0 {
+                opts.read_timeout
+            } else {
+                opts.keep_alive
+            };
+            let until = Instant::now() + idle;
+            loop {
+                if shared.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let now = Instant::now();
+                if now >= until {
+                    if served == 0 {
+                        let resp = Response::text(408, "request head too slow\n");
+                        let _ = write_response(
+                            &mut stream,
+                            resp,
+                            false,
+                            now + opts.read_timeout,
+                            shared,
+                        )
+                        .await;
+                    }
+                    return;
+                }
+                match timeout_at(until.min(now + TICK), stream.readable()).await {
+                    Err(_) => continue,
+                    Ok(Err(_)) => return,
+                    Ok(Ok(())) => {}
+                }
+                let mut chunk = [0u8; 4096];
+                match stream.try_read(&mut chunk) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(_) => return,
+                }
+            }
+        }
+        let arrived = Instant::now();
+        let req = match read_request(&mut stream, &mut buf, arrived + opts.read_timeout).await {
+            Ok(r) => r,
+            Err(ReadError::Io) => return,
+            Err(ReadError::Status(status, msg)) => {
+                let resp = Response::text(status, msg);
+                let _ = write_response(
+                    &mut stream,
+                    resp,
+                    false,
+                    arrived + opts.response_timeout,
+                    shared,
+                )
+                .await;
+                return;
+            }
+        };
+        let deadline = arrived + opts.response_timeout;
+        let keep = wants_keep_alive(&req) && !shared.stop.load(Ordering::Acquire);
+        let head = req.method == "HEAD";
+        let mut resp = answer(req, deadline, shared).await;
+        if head {
+            // The length of what a GET would send, no body.
+            let len = resp.len();
+            resp.body = Body::Full(Vec::new());
+            resp.headers.push(("Content-Length", len.to_string()));
+        }
+        let keep = keep && resp.status < 500;
+        match write_response(&mut stream, resp, keep, deadline, shared).await {
+            Ok(()) if keep => {}
+            Ok(()) => {
+                let _ = stream.shutdown().await;
+                return;
+            }
+            Err(_) => {
+                // Past its deadline, or a body that ended short: reset the connection, so
+                // neither the kernel's buffer goes on feeding a slow reader nor a client
+                // takes a cut body for a whole one.
+                let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+                return;
+            }
+        }
+    }
+}
+
+/// Runs the handler on a request thread and waits for its answer until `deadline`.
+async fn answer(req: Request, deadline: Instant, shared: &Shared) -> Response {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let handler = shared.handler.clone();
+    let job: Job = Box::new(move || {
+        if Instant::now() >= deadline {
+            let _ = tx.send(busy(
+                "the dashboard was too busy to answer within its deadline",
+            ));
+            return;
+        }
+        let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&req)));
+        let resp = answered.unwrap_or_else(|_| {
+            log::error!(
+                "dashboard: answering {} {:?} panicked (see the message above); answered 500",
+                req.method,
+                req.path
+            );
+            Response::text(
+                500,
+                "internal error: the dashboard's handler panicked (see its log)\n",
+            )
+        });
+        let _ = tx.send(resp);
+    });
+    match shared.jobs.try_send(job) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            return busy("the dashboard is busy: every request thread is taken; try again")
+        }
+        Err(TrySendError::Disconnected(_)) => return busy("the dashboard is stopping"),
+    }
+    match timeout_at(deadline, rx).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(_)) => busy("the dashboard is stopping"),
+        Err(_) => Response::text(
+            504,
+            "the dashboard could not answer within its response deadline; try again\n",
+        ),
+    }
+}
+
+/// The next chunk of a stream, made on a request thread; `Err` when none could be made.
+async fn next_chunk(
+    next: NextChunk,
+    deadline: Instant,
+    shared: &Shared,
+) -> io::Result<(NextChunk, Option<Vec<u8>>)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut next = next;
+    let mut job: Job = Box::new(move || {
+        let chunk = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut next))
+            .unwrap_or_else(|_| Err(io::Error::other("the body's producer panicked")));
+        let _ = tx.send((next, chunk));
+    });
+    // A stream waits for a free thread (briefly, until its deadline) rather than fail.
+    loop {
+        match shared.jobs.try_send(job) {
+            Ok(()) => break,
+            Err(TrySendError::Full(j)) => {
+                if Instant::now() >= deadline {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                job = j;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(TrySendError::Disconnected(_)) => return Err(io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+    match timeout_at(deadline, rx).await {
+        Ok(Ok((next, chunk))) => Ok((next, chunk?)),
+        Ok(Err(_)) => Err(io::ErrorKind::BrokenPipe.into()),
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+    }
+}
+
+fn wants_keep_alive(req: &Request) -> bool {
+    let conn = req.header("connection").unwrap_or("").to_ascii_lowercase();
+    !conn.contains("close") && req.header(":version") != Some("1.0") || conn.contains("keep-alive")
+}
+
+/// The status line and headers.
+fn head_bytes(resp: &Response, keep: bool) -> Vec<u8> {
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nConnection: {}\r\n\
+         X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
+         Referrer-Policy: no-referrer\r\nCache-Control: no-store\r\n",
+        resp.status,
+        reason(resp.status),
+        if keep { "keep-alive" } else { "close" },
+    );
+    if !resp.headers.iter().any(|(n, _)| *n == "Content-Length") {
+        head.push_str(&format!("Content-Length: {}\r\n", resp.len()));
+    }
+    for (name, value) in &resp.headers {
+        // Values are ours, but a header must never be split by a stray line break.
+        let value: String = value.chars().filter(|c| !c.is_control()).collect();
+        head.push_str(name);
+        head.push_str(": ");
+        head.push_str(&value);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+/// Writes `resp` before `deadline`; an error (or the deadline) means the connection is done.
+async fn write_response(
+    stream: &mut TcpStream,
+    resp: Response,
+    keep: bool,
+    deadline: Instant,
+    shared: &Shared,
+) -> io::Result<()> {
+    let head = head_bytes(&resp, keep);
+    match resp.body {
+        Body::Full(mut body) => {
+            let mut all = head;
+            all.append(&mut body);
+            write_by(stream, &all, deadline).await?;
+        }
+        Body::Stream { len, mut next } => {
+            write_by(stream, &head, deadline).await?;
+            let mut sent = 0u64;
+            loop {
+                let (n, chunk) = next_chunk(next, deadline, shared).await?;
+                next = n;
+                let Some(chunk) = chunk else { break };
+                // Never more than announced: the connection would be out of step.
+                let room = (len - sent).min(chunk.len() as u64) as usize;
+                sent += room as u64;
+                let mut chunk = chunk;
+                chunk.truncate(room);
+                write_by(stream, &chunk, deadline).await?;
+                if sent == len {
+                    break;
+                }
+            }
+            if sent < len {
+                // The body ended short (its row changed meanwhile): the client must see a
+                // cut connection, not a complete response.
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+    timeout_at(deadline, stream.flush())
+        .await
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+}
+
+/// Writes all of `bytes` before `deadline`.
+async fn write_by(stream: &mut TcpStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    timeout_at(deadline, stream.write_all(bytes))
+        .await
+        .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
 }
 
 enum ReadError {
@@ -282,31 +631,20 @@ enum ReadError {
     Status(u16, &'static str),
 }
 
-/// Reads one request; the whole of it must arrive within `timeout`.
-fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<Request, ReadError> {
-    let deadline = Instant::now() + timeout;
-    let mut buf = Vec::with_capacity(2048);
+/// Reads one request from `buf` and the stream; the whole of it must arrive before
+/// `deadline`. Bytes past it stay in `buf` (the next request of the connection).
+async fn read_request(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+) -> Result<Request, ReadError> {
     let mut chunk = [0u8; 4096];
-    let (head_len, method, target, headers) = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ReadError::Status(408, "request head too slow\n"));
-        }
-        let _ = stream.set_read_timeout(Some(left));
-        let n = match stream.read(&mut chunk) {
-            Ok(0) => return Err(ReadError::Io),
-            Ok(n) => n,
-            Err(e) if is_timeout(&e) => {
-                return Err(ReadError::Status(408, "request head too slow\n"))
-            }
-            Err(_) => return Err(ReadError::Io),
-        };
-        buf.extend_from_slice(&chunk[..n]);
+    loop {
         let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut hs);
-        match req.parse(&buf) {
+        match req.parse(buf) {
             Ok(httparse::Status::Complete(len)) => {
-                let headers: HashMap<String, String> = req
+                let mut headers: HashMap<String, String> = req
                     .headers
                     .iter()
                     .map(|h| {
@@ -316,12 +654,31 @@ fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<Request, Re
                         )
                     })
                     .collect();
-                break (
-                    len,
-                    req.method.unwrap_or("GET").to_owned(),
-                    req.path.unwrap_or("/").to_owned(),
-                    headers,
-                );
+                if req.version == Some(0) {
+                    headers.insert(":version".to_owned(), "1.0".to_owned());
+                }
+                let method = req.method.unwrap_or("GET").to_owned();
+                let target = req.path.unwrap_or("/").to_owned();
+                let body_len: usize = match headers.get("content-length") {
+                    None => 0,
+                    Some(v) => v
+                        .trim()
+                        .parse()
+                        .map_err(|_| ReadError::Status(400, "bad content-length\n"))?,
+                };
+                if body_len > MAX_BODY {
+                    return Err(ReadError::Status(413, "request body too large\n"));
+                }
+                if headers.contains_key("transfer-encoding") {
+                    return Err(ReadError::Status(400, "chunked bodies are not accepted\n"));
+                }
+                while buf.len() < len + body_len {
+                    read_more(stream, buf, &mut chunk, deadline, "request body too slow\n").await?;
+                }
+                let rest = buf.split_off(len + body_len);
+                let body = buf[len..].to_vec();
+                *buf = rest;
+                return Ok(Request::new(&method, &target, headers, body));
             }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
             Ok(httparse::Status::Partial) => {
@@ -332,78 +689,25 @@ fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<Request, Re
             }
             Err(_) => return Err(ReadError::Status(400, "malformed request\n")),
         }
-    };
-    let len: usize = match headers.get("content-length") {
-        None => 0,
-        Some(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| ReadError::Status(400, "bad content-length\n"))?,
-    };
-    if len > MAX_BODY {
-        return Err(ReadError::Status(413, "request body too large\n"));
+        read_more(stream, buf, &mut chunk, deadline, "request head too slow\n").await?;
     }
-    if headers.contains_key("transfer-encoding") {
-        return Err(ReadError::Status(400, "chunked bodies are not accepted\n"));
-    }
-    let mut body = buf.split_off(head_len);
-    while body.len() < len {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ReadError::Status(408, "request body too slow\n"));
-        }
-        let _ = stream.set_read_timeout(Some(left));
-        match stream.read(&mut chunk) {
-            Ok(0) => return Err(ReadError::Io),
-            Ok(n) => body.extend_from_slice(&chunk[..n]),
-            Err(e) if is_timeout(&e) => {
-                return Err(ReadError::Status(408, "request body too slow\n"))
-            }
-            Err(_) => return Err(ReadError::Io),
-        }
-    }
-    body.truncate(len);
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p, parse_pairs(q)),
-        None => (target.as_str(), Vec::new()),
-    };
-    Ok(Request {
-        method,
-        path: decode(path),
-        query,
-        headers,
-        body,
-    })
 }
 
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
-fn write_response(stream: &mut TcpStream, resp: &Response) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Length: {}\r\nConnection: close\r\n\
-         X-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
-         Referrer-Policy: no-referrer\r\nCache-Control: no-store\r\n",
-        resp.status,
-        reason(resp.status),
-        resp.body.len()
-    );
-    for (name, value) in &resp.headers {
-        // Values are ours, but a header must never be split by a stray line break.
-        let value: String = value.chars().filter(|c| !c.is_control()).collect();
-        head.push_str(name);
-        head.push_str(": ");
-        head.push_str(&value);
-        head.push_str("\r\n");
+async fn read_more(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    chunk: &mut [u8],
+    deadline: Instant,
+    slow: &'static str,
+) -> Result<(), ReadError> {
+    match timeout_at(deadline, stream.read(chunk)).await {
+        Err(_) => Err(ReadError::Status(408, slow)),
+        Ok(Ok(0)) | Ok(Err(_)) => Err(ReadError::Io),
+        Ok(Ok(n)) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
     }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&resp.body)?;
-    stream.flush()
 }
 
 /// `a=1&b=x%20y` into pairs, `+` as a space, percent-decoded.
@@ -426,10 +730,21 @@ fn decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+
+    fn opts(threads: usize) -> ServerOptions {
+        ServerOptions {
+            threads,
+            read_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            keep_alive: Duration::from_secs(5),
+            max_connections: 64,
+        }
+    }
 
     /// Sends one GET and returns the response's status line.
     fn status_line(addr: SocketAddr, path: &str) -> String {
-        let mut s = TcpStream::connect(addr).unwrap();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         write!(
             s,
@@ -443,14 +758,9 @@ mod tests {
 
     #[test]
     fn a_panicking_handler_costs_its_request_a_500_and_not_the_thread() {
-        let opts = ServerOptions {
-            threads: 1,
-            read_timeout: Duration::from_secs(5),
-            write_timeout: Duration::from_secs(5),
-        };
         let server = Server::start(
             "127.0.0.1:0".parse().unwrap(),
-            opts,
+            opts(1),
             Arc::new(|req: &Request| {
                 if req.path == "/boom" {
                     panic!("a handler's defect");
@@ -468,6 +778,52 @@ mod tests {
         assert_eq!(
             status_line(server.addr, "/boom"),
             "HTTP/1.1 500 Internal Server Error"
+        );
+        server.stop();
+    }
+
+    #[test]
+    fn one_connection_serves_requests_one_after_another_and_streams_a_body() {
+        let server = Server::start(
+            "127.0.0.1:0".parse().unwrap(),
+            opts(1),
+            Arc::new(|req: &Request| {
+                if req.path == "/stream" {
+                    let mut n = 0;
+                    return Response {
+                        status: 200,
+                        headers: vec![],
+                        body: Body::Stream {
+                            len: 9,
+                            next: Box::new(move || {
+                                n += 1;
+                                Ok((n <= 3).then(|| b"abc".to_vec()))
+                            }),
+                        },
+                    };
+                }
+                Response::text(200, format!("path {}\n", req.path))
+            }),
+        )
+        .unwrap();
+        let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Two requests in one write (pipelined), then a third that closes.
+        s.write_all(
+            b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /stream HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert_eq!(out.matches("HTTP/1.1 200 OK").count(), 3, "{out}");
+        assert!(
+            out.contains("path /a\n") && out.contains("\r\n\r\nabcabcabc"),
+            "{out}"
+        );
+        assert!(
+            out.contains("path /c\n") && out.contains("Connection: close"),
+            "{out}"
         );
         server.stop();
     }

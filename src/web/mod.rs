@@ -15,8 +15,10 @@
 //! page within those deadlines, never a hung request. Changes (retry, cancel, abort) are
 //! POST forms carrying a per-process CSRF token, refused in read-only mode; cross-origin
 //! POSTs are refused. Access can require a token or basic auth ([`DashboardAuth`]).
-//! Request threads are bounded; each connection must send its request within
-//! `read_timeout`, so slow clients cannot hold the others up (see `http.rs`).
+//! Request threads are bounded and never wait on a client: one I/O thread reads and writes
+//! every connection, each request must arrive within `read_timeout` and its response be
+//! written within `response_timeout`, so slow clients cannot hold the others up (see
+//! `http.rs`).
 
 mod html;
 mod http;
@@ -110,6 +112,9 @@ pub struct Dashboard {
     auth: Option<DashboardAuth>,
     threads: usize,
     read_timeout: Duration,
+    response_timeout: Duration,
+    keep_alive: Duration,
+    max_connections: usize,
     stalled_after: Duration,
     schedules: Vec<crate::periodic::PeriodicOptions>,
 }
@@ -124,6 +129,9 @@ impl Dashboard {
             auth: None,
             threads: 4,
             read_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(30),
+            keep_alive: Duration::from_secs(15),
+            max_connections: 256,
             stalled_after: Duration::from_secs(30),
             schedules: Vec::new(),
         }
@@ -166,8 +174,9 @@ impl Dashboard {
         self
     }
 
-    /// Request threads: at most this many requests are served at once (more wait in a
-    /// short queue, or get a 503). Defaults to 4.
+    /// Request threads: at most this many requests are handled at once (32 more wait in a
+    /// queue, the next gets a 503). Slow clients and idle connections hold no thread: one
+    /// I/O thread reads and writes every connection. Defaults to 4.
     pub fn threads(mut self, threads: usize) -> Dashboard {
         self.threads = threads.max(1);
         self
@@ -177,6 +186,29 @@ impl Dashboard {
     /// dropped with a 408. Defaults to 5 s.
     pub fn read_timeout(mut self, timeout: Duration) -> Dashboard {
         self.read_timeout = timeout;
+        self
+    }
+
+    /// The total deadline of a response, from the request's arrival to the last byte
+    /// written: a handler that has not answered by then gets the client a 504, and a client
+    /// that reads too slowly to take the response by then has its connection closed.
+    /// Defaults to 30 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Dashboard {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long an idle keep-alive connection stays open waiting for its next request.
+    /// Defaults to 15 s.
+    pub fn keep_alive(mut self, idle: Duration) -> Dashboard {
+        self.keep_alive = idle;
+        self
+    }
+
+    /// Connections open at once, idle ones included; the next is answered 503 and closed.
+    /// Defaults to 256.
+    pub fn max_connections(mut self, n: usize) -> Dashboard {
+        self.max_connections = n.max(1);
         self
     }
 
@@ -219,7 +251,9 @@ impl Dashboard {
         let opts = ServerOptions {
             threads: self.threads,
             read_timeout: self.read_timeout,
-            write_timeout: self.read_timeout.max(Duration::from_secs(5)),
+            response_timeout: self.response_timeout,
+            keep_alive: self.keep_alive,
+            max_connections: self.max_connections,
         };
         let handler: Arc<dyn Fn(&Request) -> Response + Send + Sync> =
             Arc::new(move |req: &Request| pages::handle(&state, req));
@@ -264,12 +298,6 @@ pub struct DashboardHandle {
     server: Option<Server>,
 }
 
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Server({})", self.addr)
-    }
-}
-
 impl DashboardHandle {
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
@@ -282,7 +310,7 @@ impl DashboardHandle {
     }
 
     /// Stops accepting connections, lets the requests in progress finish (each bounded by
-    /// the read timeout and the App's deadlines) and joins the threads.
+    /// the response timeout), closes idle connections and joins the threads.
     pub fn shutdown(mut self) {
         if let Some(s) = self.server.take() {
             s.stop();

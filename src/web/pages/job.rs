@@ -9,8 +9,9 @@ pub(super) fn job(
     done: Option<&str>,
 ) -> Result<Response, Error> {
     let mut cost = Cost::new();
-    let d = st.admin.job(id)?;
+    let preview = st.admin.job_preview(id, PREVIEW_CHARS)?;
     cost.queries += 1;
+    let d = &preview.detail;
     let j = &d.job;
     // Fixed texts only: a crafted link cannot make the page say anything else.
     let done_text = match done {
@@ -40,7 +41,6 @@ pub(super) fn job(
             (None, _) => {}
         }
     };
-    let args = pretty_json(j.args.get());
     let body = html! {
         h1 { "Job " (j.id) " " small { (status(j.status.as_str())) } }
         @if let Some(p) = problem {
@@ -85,25 +85,28 @@ pub(super) fn job(
             }
         } }
         h2 { "Arguments" }
-        pre #args { (Shown(&args)) }
-        @if let Some(output) = &d.output {
+        (value_block(st, j.id, "args", &preview.args))
+        @if let Some(output) = &preview.output {
             h2 { "Output" }
-            pre #output { (Shown(&pretty_json(&output.to_string()))) }
+            (value_block(st, j.id, "output", output))
         }
-        @if let Some(progress) = &d.progress {
+        @if let Some(progress) = &preview.progress {
             h2 #progress-heading {
                 "Progress"
                 @if let Some(at) = d.progress_at {
                     " " small { "(at " (Time(at)) ")" }
                 }
             }
-            pre #progress { (Shown(&pretty_json(&progress.to_string()))) }
+            (value_block(st, j.id, "progress", progress))
         }
-        (timeline(&d))
+        (timeline(d))
         h2 { "Attempts with errors" }
         @if d.errors.is_empty() {
             p.dim { "None." }
         } @else {
+            @if preview.errors_total > d.errors.len() as u64 {
+                p.dim { "The last " (d.errors.len()) " of " (preview.errors_total) " shown." }
+            }
             div.scroll { table #errors {
                 tr { th { "Attempt" } th { "When" } th { "Error" } }
                 @for e in &d.errors {
@@ -161,21 +164,108 @@ fn timeline(d: &crate::admin::JobDetail) -> Markup {
     }
 }
 
-/// Indents JSON text two spaces a level, keeping every value's text as stored (numbers too
-/// large for a float stay exact).
-pub(super) fn pretty_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
+/// Characters of a job's arguments, output and progress a page reads.
+const PREVIEW_CHARS: usize = 64 * 1024;
+/// Bytes of pretty-printed JSON a page shows of one value, at most.
+const SHOWN_MAX: usize = 256 * 1024;
+/// Levels of nesting that indent: deeper ones are printed at this depth's indentation, so a
+/// deeply nested value cannot make the page grow with the square of its depth.
+const MAX_INDENT: usize = 24;
+
+/// One value of a job, pretty-printed and cut to a budget proportional to its size (at
+/// most [`SHOWN_MAX`]), with a download of its raw JSON when it is cut.
+fn value_block(st: &State, id: JobId, name: &str, v: &crate::admin::JsonPrefix) -> Markup {
+    let budget = (4 * v.text.len() + 4096).min(SHOWN_MAX);
+    let (pretty, cut) = pretty_json(&v.text, budget);
+    let whole = v.is_whole() && !cut;
+    html! {
+        pre id=(name) { (Shown(&pretty)) @if !whole { "\n…" } }
+        @if !whole {
+            p.cut id={ (name) "-cut" } {
+                "Cut: " (size(pretty.len().min(v.text.len()) as u64)) " of " (size(v.bytes)) " shown. "
+                a href=(st.link(&format!("/jobs/{id}/{name}.json"))) download {
+                    "Download the raw JSON (" (size(v.bytes)) ")"
+                }
+            }
+        }
+    }
+}
+
+/// Bytes for people: `900 B`, `12.3 KiB`, `4.0 MiB`.
+fn size(n: u64) -> String {
+    if n < 1024 {
+        format!("{n} B")
+    } else if n < 1024 * 1024 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", n as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// `GET /jobs/ID/args.json` (and `output.json`, `progress.json`): the value's raw JSON
+/// text, streamed a chunk at a time (each chunk a round-trip of its own), so a request
+/// holds one chunk whatever the value weighs.
+pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Error> {
+    use crate::admin::preview::{JobValue, ValueReader};
+    let which = match file {
+        "args.json" => JobValue::Args,
+        "output.json" => JobValue::Output,
+        "progress.json" => JobValue::Progress,
+        _ => return Err(Error::new(ErrorKind::NotFound, "no such page")),
+    };
+    let mut reader = ValueReader::new(id, which);
+    let first = {
+        let mut conn = st.app.connection()?;
+        reader.start(&mut conn)?
+    };
+    let Some(first) = first else {
+        return Err(Error::new(
+            ErrorKind::NotFound,
+            format!("job {id} has no {}", file.trim_end_matches(".json")),
+        ));
+    };
+    let len = reader.len().unwrap_or(first.len() as u64);
+    let app = st.app.clone();
+    let mut first = Some(first);
+    let next: super::super::http::NextChunk = Box::new(move || {
+        if let Some(f) = first.take() {
+            return Ok(Some(f));
+        }
+        let mut conn = app.connection().map_err(std::io::Error::other)?;
+        reader.next(&mut conn).map_err(std::io::Error::other)
+    });
+    Ok(Response {
+        status: 200,
+        headers: vec![
+            ("Content-Type", "application/json".to_owned()),
+            (
+                "Content-Disposition",
+                format!("attachment; filename=\"job-{id}-{file}\""),
+            ),
+        ],
+        body: super::super::http::Body::Stream { len, next },
+    })
+}
+
+/// Indents JSON text two spaces a level (up to [`MAX_INDENT`] levels), keeping every
+/// value's text as stored (numbers too large for a float stay exact), and stops once the
+/// output reaches `max` bytes; the flag says whether it stopped there.
+pub(super) fn pretty_json(text: &str, max: usize) -> (String, bool) {
+    let mut out = String::with_capacity(text.len().min(max) + 64);
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;
     let mut chars = text.chars().peekable();
     let newline = |out: &mut String, depth: usize| {
         out.push('\n');
-        for _ in 0..depth {
+        for _ in 0..depth.min(MAX_INDENT) {
             out.push_str("  ");
         }
     };
     while let Some(c) = chars.next() {
+        if out.len() >= max {
+            return (out, true);
+        }
         if in_string {
             out.push(c);
             if escaped {
@@ -219,19 +309,39 @@ pub(super) fn pretty_json(text: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    (out, false)
 }
 
 #[cfg(test)]
 mod pretty_tests {
-    use super::pretty_json;
+    use super::{pretty_json, MAX_INDENT};
+
+    fn pretty(s: &str) -> String {
+        let (out, cut) = pretty_json(s, usize::MAX);
+        assert!(!cut);
+        out
+    }
 
     #[test]
     fn pretty_json_indents_and_keeps_numbers_and_strings_exact() {
         assert_eq!(
-            pretty_json(r#"{"a": [1, 18446744073709551616], "b": {"s": "x, {y}: \"z\""}, "e": []}"#),
+            pretty(r#"{"a": [1, 18446744073709551616], "b": {"s": "x, {y}: \"z\""}, "e": []}"#),
             "{\n  \"a\": [\n    1,\n    18446744073709551616\n  ],\n  \"b\": {\n    \"s\": \"x, {y}: \\\"z\\\"\"\n  },\n  \"e\": []\n}"
         );
-        assert_eq!(pretty_json("null"), "null");
+        assert_eq!(pretty("null"), "null");
+    }
+
+    #[test]
+    fn deep_nesting_indents_no_further_than_the_cap_and_output_stops_at_its_budget() {
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        let whole = pretty(&deep);
+        let widest = whole.lines().map(str::len).max().unwrap();
+        // The deepest line: the capped indentation and an empty array.
+        assert_eq!(widest, 2 * MAX_INDENT + 2, "indentation grows past the cap");
+        // Linear in the input: at most (2 * MAX_INDENT + 2) bytes per character.
+        assert!(whole.len() <= deep.len() * (2 * MAX_INDENT + 2));
+        let (cut, was_cut) = pretty_json(&deep, 50_000);
+        assert!(was_cut);
+        assert!(cut.len() < 50_000 + 2 * MAX_INDENT + 2, "{}", cut.len());
     }
 }

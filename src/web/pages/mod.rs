@@ -175,6 +175,9 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("GET" | "HEAD", ["jobs"]) => jobs(st, req),
         ("GET" | "HEAD", ["jobs", id]) => job(st, parse_id(id)?, None, req.param("done")),
         ("POST", ["jobs", "bulk"]) => bulk(st, req),
+        ("GET" | "HEAD", ["jobs", id, file]) if file.ends_with(".json") => {
+            download(st, parse_id(id)?, file)
+        }
         ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
         ("POST", ["queues", action]) => act_queue(st, req, action),
         ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),

@@ -1,17 +1,81 @@
 //! `postpone job`: one job with its attempts and errors.
+//!
+//! Whatever the job holds, memory stays bounded: the text form shows the first 4 KiB of its
+//! arguments, output and progress (saying how large each is); `--json` writes them whole,
+//! streamed from the database a chunk at a time into the document.
 
 use std::io::Write;
 
-use postpone::{App, JobId};
+use postpone::{App, JobId, JobValue, JsonPrefix};
 
 use crate::context::{json, CliError, Context};
 use crate::output;
 
-pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(), CliError> {
-    let d = app.admin().job(id)?;
-    if ctx.json {
-        return json(out, &d);
+/// Characters of each large value the text form shows.
+const SHOWN: usize = 4096;
+
+/// A value's text, or its start with a note saying how much was left out.
+fn shown(v: &JsonPrefix, id: JobId) -> String {
+    if v.is_whole() {
+        v.text.clone()
+    } else {
+        format!(
+            "{}... (cut: the first {} of {} bytes; `postpone job {id} --json` prints it whole)",
+            v.text,
+            v.text.len(),
+            v.bytes
+        )
     }
+}
+
+/// An output or progress report written compactly (`{"done":3}`) when it is whole.
+fn compact(v: &JsonPrefix, id: JobId) -> String {
+    match serde_json::from_str::<serde_json::Value>(&v.text) {
+        Ok(parsed) if v.is_whole() => parsed.to_string(),
+        _ => shown(v, id),
+    }
+}
+
+/// The `--json` document, with each large value written whole from the database in
+/// chunks where a placeholder stands in the serialized detail.
+fn write_json(app: &App, id: JobId, out: &mut dyn Write) -> Result<(), CliError> {
+    let p = app.admin().job_preview(id, SHOWN)?;
+    let mut d = p.detail;
+    // A NUL cannot be stored in any text of a job, so these cannot occur elsewhere.
+    let token = |name: &str| format!("\\u0000{name}\\u0000");
+    d.job.args = serde_json::value::RawValue::from_string(format!("\"{}\"", token("args")))
+        .map_err(|e| CliError::Output(std::io::Error::other(e)))?;
+    let mut values = vec![("args", JobValue::Args)];
+    if p.output.is_some() {
+        d.output = Some(serde_json::Value::String("\0output\0".to_owned()));
+        values.push(("output", JobValue::Output));
+    }
+    if p.progress.is_some() {
+        d.progress = Some(serde_json::Value::String("\0progress\0".to_owned()));
+        values.push(("progress", JobValue::Progress));
+    }
+    let mut doc = Vec::new();
+    json(&mut doc, &d)?;
+    let mut doc = String::from_utf8_lossy(&doc).into_owned();
+    for (name, which) in values {
+        let t = format!("\"{}\"", token(name));
+        let Some(at) = doc.find(&t) else { continue };
+        out.write_all(&doc.as_bytes()[..at])?;
+        if app.admin().write_value(id, which, out)? == 0 {
+            out.write_all(b"null")?;
+        }
+        doc = doc[at + t.len()..].to_owned();
+    }
+    out.write_all(doc.as_bytes())?;
+    Ok(())
+}
+
+pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(), CliError> {
+    if ctx.json {
+        return write_json(app, id, out);
+    }
+    let p = app.admin().job_preview(id, SHOWN)?;
+    let d = &p.detail;
     let j = &d.job;
     let worker = match (&d.worker_name, j.worker_id) {
         (Some(n), Some(w)) => format!("{n} (id {w})"),
@@ -49,7 +113,7 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ("priority", j.priority.to_string()),
         ("lock", output::opt(j.lock.as_deref())),
         ("queueing lock", output::opt(j.queueing_lock.as_deref())),
-        ("args", j.args.get().to_owned()),
+        ("args", shown(&p.args, id)),
         ("created (UTC)", output::time(j.created_at)),
         ("scheduled (UTC)", output::time(j.scheduled_at)),
         ("started (UTC)", output::opt_time(j.started_at)),
@@ -63,15 +127,17 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ("periodic", periodic),
         (
             "output",
-            d.output
+            p.output
                 .as_ref()
-                .map_or_else(|| "-".to_owned(), |v| v.to_string()),
+                .map_or_else(|| "-".to_owned(), |v| compact(v, id)),
         ),
         (
             "progress",
-            match (&d.progress, d.progress_at) {
-                (Some(p), Some(at)) => format!("{p} (at {} UTC)", output::time(at)),
-                (Some(p), None) => p.to_string(),
+            match (&p.progress, d.progress_at) {
+                (Some(v), Some(at)) => {
+                    format!("{} (at {} UTC)", compact(v, id), output::time(at))
+                }
+                (Some(v), None) => compact(v, id),
                 _ => "-".to_owned(),
             },
         ),

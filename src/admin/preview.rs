@@ -1,0 +1,246 @@
+//! A job read for display, whatever it holds: [`Admin::job_preview`] cuts its arguments,
+//! output and progress to a budget in the database (only the cut crosses the wire), keeps
+//! its last attempts' errors, each cut to [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES),
+//! and says how large each value is whole. [`Admin::write_value`] writes one of them whole,
+//! a chunk at a time, so a program's memory never holds more than a chunk of it.
+//!
+//! A chunked read checks that the value did not change between chunks (its md5), so a
+//! download never splices two versions of a progress report; a change ends it with an
+//! error instead.
+
+use std::io;
+
+use super::{detail_from_row, not_found, Admin, JobDetail};
+use crate::conn::Connection;
+use crate::error::{Error, ErrorKind, Result};
+use crate::job::JobId;
+
+/// Attempts whose errors a preview keeps (the last ones).
+const ERRORS_KEPT: i32 = 50;
+/// Bytes of a value read per round-trip when it is written whole.
+pub(crate) const CHUNK: i32 = 256 * 1024;
+
+/// The start of a JSON value's text, and the size of the whole.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JsonPrefix {
+    /// The first characters of the value's JSON text (the whole text when it fits).
+    pub text: String,
+    /// The size of the whole text, in bytes.
+    pub bytes: u64,
+}
+
+impl JsonPrefix {
+    /// True when [`text`](Self::text) is the whole value.
+    pub fn is_whole(&self) -> bool {
+        self.text.len() as u64 >= self.bytes
+    }
+}
+
+/// A job with its large values cut; from [`Admin::job_preview`].
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct JobPreview {
+    /// The job and its history, with `args`, `output` and `progress` left out (`null`,
+    /// `None`, `None`: they are the fields below), its last 50 attempts' errors each cut
+    /// to 16 KiB, and its metadata left out (`None`) when it is larger than the budget.
+    pub detail: JobDetail,
+    /// Its arguments.
+    pub args: JsonPrefix,
+    /// Its output, if any.
+    pub output: Option<JsonPrefix>,
+    /// Its latest progress, if any.
+    pub progress: Option<JsonPrefix>,
+    /// How many errors it has recorded (the detail keeps the last 50).
+    pub errors_total: u64,
+}
+
+/// A JSON value of a job that may be large, for [`Admin::write_value`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobValue {
+    /// Its arguments.
+    Args,
+    /// The output its task recorded.
+    Output,
+    /// The latest progress its task recorded.
+    Progress,
+}
+
+impl JobValue {
+    fn column(self) -> &'static str {
+        match self {
+            JobValue::Args => "j.args",
+            JobValue::Output => "j.output",
+            JobValue::Progress => "j.progress",
+        }
+    }
+}
+
+/// `$1` the id, `$2` the budget in characters. The first 27 columns are those of
+/// `store::JOB_GET` (with the large values left out); then each value's prefix and size.
+const JOB_PREVIEW: &str = "
+SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.queueing_lock,
+       j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at,
+       j.started_at, j.finished_at,
+       CASE WHEN jsonb_typeof(j.errors) = 'array' THEN (
+           SELECT coalesce(jsonb_agg(
+                    CASE WHEN jsonb_typeof(x.e) = 'object'
+                         THEN x.e || jsonb_build_object('error',
+                                       left(coalesce(x.e ->> 'error', ''), 16384))
+                         ELSE to_jsonb(left(x.e::text, 16384)) END ORDER BY x.n), '[]')
+             FROM jsonb_array_elements(j.errors) WITH ORDINALITY AS x(e, n)
+            WHERE x.n > jsonb_array_length(j.errors) - $3::int) END,
+       w.name,
+       (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
+       NULL::jsonb, NULL::jsonb, j.progress_at, j.snoozes, j.max_attempts,
+       ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL),
+       CASE WHEN octet_length(j.meta::text) <= $2::int THEN j.meta END,
+       j.blocked_by,
+       left(t.a, $2::int), octet_length(t.a),
+       left(t.o, $2::int), octet_length(t.o),
+       left(t.p, $2::int), octet_length(t.p),
+       CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END
+  FROM postpone_jobs j
+  LEFT JOIN postpone_workers w ON w.id = j.worker_id
+ CROSS JOIN LATERAL (SELECT j.args::text AS a, j.output::text AS o, j.progress::text AS p) t
+ WHERE j.id = $1";
+
+impl Admin {
+    /// Job `id` with its arguments, output and progress cut to their first `max_chars`
+    /// characters (see [`JobPreview`]): what a screen shows, at a cost that does not grow
+    /// with what the job holds. [`NotFound`](ErrorKind::NotFound) if there is no such job.
+    pub fn job_preview(&self, id: JobId, max_chars: usize) -> Result<JobPreview> {
+        let max = i32::try_from(max_chars).unwrap_or(i32::MAX);
+        let mut conn = self.conn()?;
+        let rows = conn.query_named("reading a job", JOB_PREVIEW, &[&id.0, &max, &ERRORS_KEPT])?;
+        let row = rows.first().ok_or_else(|| not_found(id))?;
+        let detail = detail_from_row(row)?;
+        let prefix = |i: usize| -> Option<JsonPrefix> {
+            let text: Option<String> = row.get(i);
+            let bytes: Option<i32> = row.get(i + 1);
+            Some(JsonPrefix {
+                text: text?,
+                bytes: bytes.unwrap_or(0).max(0) as u64,
+            })
+        };
+        Ok(JobPreview {
+            detail,
+            args: prefix(27).unwrap_or(JsonPrefix {
+                text: "null".to_owned(),
+                bytes: 4,
+            }),
+            output: prefix(29),
+            progress: prefix(31),
+            errors_total: row.get::<_, i32>(33).max(0) as u64,
+        })
+    }
+
+    /// Writes one value of job `id` to `out` as the database holds it (its JSON text),
+    /// 256 KiB per round-trip, and returns how many bytes were written: `Ok(0)` when the
+    /// job has no such value (no output yet). [`NotFound`](ErrorKind::NotFound) if there is
+    /// no such job; [`InvalidState`](ErrorKind::InvalidState) if the value changed while it
+    /// was written (a progress report, say): what was written is then not one value.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let mut file = std::fs::File::create("args.json").unwrap();
+    /// app.admin().write_value(postpone::JobId(7), postpone::JobValue::Args, &mut file)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_value(&self, id: JobId, which: JobValue, out: &mut dyn io::Write) -> Result<u64> {
+        let mut conn = self.conn()?;
+        let mut reader = ValueReader::new(id, which);
+        let mut written = 0u64;
+        while let Some(chunk) = reader.next(&mut conn)? {
+            out.write_all(&chunk)
+                .map_err(|e| Error::with_source(ErrorKind::Other, "writing a job's value", e))?;
+            written += chunk.len() as u64;
+        }
+        Ok(written)
+    }
+}
+
+/// Reads one value of a job a chunk at a time, each chunk its own round-trip.
+#[derive(Debug)]
+pub(crate) struct ValueReader {
+    id: JobId,
+    which: JobValue,
+    /// The size and md5 of the value, once the first chunk has been read.
+    seen: Option<(i64, String)>,
+    offset: i64,
+}
+
+impl ValueReader {
+    pub(crate) fn new(id: JobId, which: JobValue) -> ValueReader {
+        ValueReader {
+            id,
+            which,
+            seen: None,
+            offset: 0,
+        }
+    }
+
+    /// The size of the whole value in bytes, once known (after the first chunk; `None`
+    /// also for a job without this value).
+    pub(crate) fn len(&self) -> Option<u64> {
+        self.seen.as_ref().map(|(n, _)| (*n).max(0) as u64)
+    }
+
+    /// The first read: the size and the first chunk. `Ok(None)` when the job has no such
+    /// value (no output yet, say); `NotFound` when there is no such job.
+    pub(crate) fn start(&mut self, conn: &mut Connection) -> Result<Option<Vec<u8>>> {
+        self.next(conn)
+    }
+
+    /// The next chunk; `Ok(None)` at the end. A value that changed since the first chunk
+    /// is an `InvalidState` error.
+    pub(crate) fn next(&mut self, conn: &mut Connection) -> Result<Option<Vec<u8>>> {
+        if let Some((len, _)) = &self.seen {
+            if self.offset >= *len {
+                return Ok(None);
+            }
+        }
+        let sql = format!(
+            "SELECT octet_length(t.v), md5(t.v),
+                    substring(convert_to(t.v, 'UTF8') FROM ($2::bigint + 1)::int FOR $3::int)
+               FROM postpone_jobs j CROSS JOIN LATERAL (SELECT {}::text AS v) t
+              WHERE j.id = $1",
+            self.which.column()
+        );
+        let rows = conn.query_named(
+            "reading a job's value",
+            &sql,
+            &[&self.id.0, &self.offset, &CHUNK],
+        )?;
+        let Some(row) = rows.first() else {
+            return Err(not_found(self.id));
+        };
+        let len: Option<i32> = row.get(0);
+        let (Some(len), Some(md5)) = (len, row.get::<_, Option<String>>(1)) else {
+            return Ok(None);
+        };
+        match &self.seen {
+            None => self.seen = Some((i64::from(len), md5)),
+            Some((_, was)) if *was != md5 => {
+                return Err(Error::new(
+                    ErrorKind::InvalidState,
+                    format!(
+                        "reading job {}'s value: it changed while it was read",
+                        self.id
+                    ),
+                ))
+            }
+            Some(_) => {}
+        }
+        let chunk: Vec<u8> = row.get(2);
+        self.offset += chunk.len() as i64;
+        if chunk.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(chunk))
+    }
+}
