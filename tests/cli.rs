@@ -2057,10 +2057,7 @@ fn job_shows_large_values_cut_and_json_writes_them_whole() {
         )),
         "{text}"
     );
-    assert!(
-        text.contains("progress:        {\"done\":1} (at"),
-        "{text}"
-    );
+    assert!(text.contains("progress:        {\"done\":1} (at"), "{text}");
     let v = json(&url, &["job", &id.to_string()]);
     let want: Value = serde_json::from_str(&stored).unwrap();
     assert!(

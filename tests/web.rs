@@ -34,6 +34,8 @@ fn assert_inert(page: &str) {
         assert!(!page.contains(raw), "unescaped {raw:?} in:\n{page}");
     }
     assert!(!page.contains('\0'), "a raw NUL in the page");
+    // The one script element is the dashboard's own file.
+    let page = page.replacen("<script src=\"/static/live.js\" defer></script>", "", 1);
     assert!(
         !page.to_ascii_lowercase().contains("<script"),
         "a script element"
@@ -1171,5 +1173,36 @@ fn the_workers_page_shows_what_runs_now_and_requeues_and_forgets_stalled_workers
         .map(|w| w.name)
         .collect();
     assert_eq!(names, ["live-one"]);
+    dash.shutdown();
+}
+
+#[test]
+fn the_live_script_is_served_and_the_csp_allows_only_it() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), "/");
+    let csp = page.header("content-security-policy").unwrap().to_owned();
+    let script_src: Vec<&str> = csp
+        .split(';')
+        .map(str::trim)
+        .filter(|d| d.starts_with("script-src"))
+        .collect();
+    assert_eq!(script_src, ["script-src 'self'"], "{csp}");
+    // Without script, the overview reloads itself.
+    assert!(
+        page.body.contains("<noscript><meta http-equiv=\"refresh\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("data-live=\"overview\""));
+    let js = get(dash.addr(), "/static/live.js");
+    assert_eq!(js.status, 200);
+    assert_eq!(
+        js.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    assert!(js.body.contains("data-live") && js.body.contains("localStorage"));
     dash.shutdown();
 }

@@ -155,16 +155,38 @@ impl Browser {
     }
 
     fn text(&self, css: &str) -> String {
-        let el = self.find(css);
-        self.cmd("GET", &format!("/element/{el}/text"), None)
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
+        // Live updates may replace the element between finding and reading it: find again.
+        for _ in 0..10 {
+            let el = self.find(css);
+            let v = self.call(
+                "GET",
+                &format!("/session/{}/element/{el}/text", self.session),
+                None,
+            );
+            match v.get("error") {
+                Some(e) if e == "stale element reference" => continue,
+                Some(e) => panic!("webdriver text of {css}: {e} {}", v["message"]),
+                None => return v.as_str().unwrap_or("").to_owned(),
+            }
+        }
+        panic!("{css} kept changing under the reader")
     }
 
     fn click(&self, css: &str) {
-        let el = self.find(css);
-        self.cmd("POST", &format!("/element/{el}/click"), Some(json!({})));
+        for _ in 0..10 {
+            let el = self.find(css);
+            let v = self.call(
+                "POST",
+                &format!("/session/{}/element/{el}/click", self.session),
+                Some(json!({})),
+            );
+            match v.get("error") {
+                Some(e) if e == "stale element reference" => continue,
+                Some(e) => panic!("webdriver click on {css}: {e} {}", v["message"]),
+                None => return,
+            }
+        }
+        panic!("{css} kept changing under the click")
     }
 
     /// Clicks and waits until the page that the click loads has an address containing
@@ -208,9 +230,13 @@ impl Browser {
         self.goto(url);
         let t = self.title();
         assert!(t.starts_with(title), "title {t:?} on {url}");
-        assert!(
-            self.find_all("script").is_empty(),
-            "a script element on {url}"
+        // The one script is the dashboard's own file (the CSP refuses any other).
+        assert_eq!(
+            self.eval(
+                "return Array.from(document.scripts).every(s => s.src.endsWith('/static/live.js'))"
+            ),
+            json!(true),
+            "a script other than live.js on {url}"
         );
         assert_eq!(
             self.eval("return typeof window.pwned"),
@@ -404,6 +430,46 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     );
     // It ran again (and failed again: that task always fails), so it has two errors now.
     assert!(wait_until(Duration::from_secs(20), || errors() == 2));
+
+    // Live updates: a change in the database reaches an open page without a reload, and
+    // the header's switch stops them.
+    let live = fx
+        .app
+        .job("ok")
+        .queue("nowhere")
+        .defer(&json!({"live": 1}))
+        .unwrap();
+    browser.load(&format!("{base}/jobs/{live}"), "Job");
+    assert!(browser.text("h1").contains("todo"));
+    browser.eval("window.notReloaded = 42; return 0");
+    fx.app.admin().cancel(live).unwrap();
+    let updated = wait_until(Duration::from_secs(20), || {
+        browser.text("h1").contains("cancelled")
+    });
+    assert!(updated, "the page did not update: {}", browser.text("h1"));
+    assert_eq!(
+        browser.eval("return window.notReloaded"),
+        json!(42),
+        "the page reloaded"
+    );
+    assert!(browser.text("#live-state").starts_with("updated"));
+    browser.click("#live-toggle");
+    assert_eq!(
+        browser.eval("return document.documentElement.dataset.live"),
+        json!("off")
+    );
+    fx.app.admin().retry(live).unwrap();
+    // A negative check: several update periods (3 s each) pass without a change.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        browser.text("h1").contains("cancelled"),
+        "updated while switched off"
+    );
+    browser.click("#live-toggle");
+    assert!(wait_until(Duration::from_secs(20), || browser
+        .text("h1")
+        .contains("todo")));
+    assert_eq!(browser.eval("return window.notReloaded"), json!(42));
 
     browser.load(&format!("{base}/workers"), "Workers");
     assert!(browser.text("tr.stalled").contains(HOSTILE_HOST));

@@ -1,6 +1,12 @@
 //! HTML building blocks over maud: the page frame, shown text, times and ages, status words,
 //! and the throughput chart (an inline SVG drawn here).
 //!
+//! Live updates: every page loads one script of ours, `live.js` (the CSP allows scripts
+//! from the dashboard's own address and nothing inline). It reads the page again every few
+//! seconds and swaps in the new content of each element marked `data-live`, with a switch in
+//! the header to turn it off; without script, pages whose figures move reload themselves
+//! through a `<noscript>` refresh.
+//!
 //! maud escapes every value spliced into a template at compile time (`(value)` is text, in
 //! an element or an attribute alike); markup that is not escaped must be written
 //! `PreEscaped(..)`, and the only such markup here is the style sheet and the SVG text that
@@ -97,6 +103,12 @@ pub(crate) fn dash() -> Markup {
 
 const STYLE: &str = include_str!("style.css");
 
+/// The script that updates a page's live regions in place (served as `/static/live.js`).
+pub(crate) const LIVE_JS: &str = include_str!("live.js");
+
+/// How often live.js reads a page again.
+const LIVE_EVERY_MS: u32 = 3000;
+
 /// What the frame of every page needs to know.
 pub(crate) struct Frame<'a> {
     /// The path the dashboard is served under (`""` at the root).
@@ -121,12 +133,14 @@ pub(crate) fn page(
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width,initial-scale=1";
                 @if let Some(s) = refresh {
-                    meta http-equiv="refresh" content=(s);
+                    // With script, live.js updates the page in place instead.
+                    noscript { meta http-equiv="refresh" content=(s); }
                 }
                 title { (title) " · postpone" }
                 style { (PreEscaped(STYLE)) }
+                script src={ (base) "/static/live.js" } defer {}
             }
-            body {
+            body data-live-every=(LIVE_EVERY_MS) {
                 header {
                     a.brand href={ (base) "/" } { "postpone" }
                     nav {
@@ -141,6 +155,11 @@ pub(crate) fn page(
                     }
                     @if frame.read_only {
                         span.ro { "read-only" }
+                    }
+                    // Shown by live.js on pages with live regions.
+                    label.live hidden {
+                        input #live-toggle type="checkbox";
+                        " Live updates " span #live-state {}
                     }
                 }
                 main { (body) }

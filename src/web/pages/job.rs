@@ -42,6 +42,7 @@ pub(super) fn job(
         }
     };
     let body = html! {
+        div #job-live data-live="job" {
         h1 { "Job " (j.id) " " small { (status(j.status.as_str())) } }
         @if let Some(p) = problem {
             p.flash.bad { (Shown(p)) }
@@ -113,6 +114,7 @@ pub(super) fn job(
                     tr { td.n { (e.attempt) } td { (opt_time(e.at)) } td { pre { (Shown(&e.error)) } } }
                 }
             } }
+        }
         }
         (cost.footer())
     };

@@ -261,6 +261,7 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
         h1 { "Jobs" }
         @if let Some(d) = done { p.flash #bulk-done { (d) } }
         (filter_form(st, &form))
+        div #jobs-live data-live="jobs" {
         div.bar {
             @if let Some(n) = count {
                 span #count {
@@ -273,7 +274,7 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
                 (bulk_form(st, &form))
             }
         }
-        div #jobs-live data-live="jobs" {
+        div {
             @if rows.is_empty() {
                 p.dim { "No jobs match." }
             } @else {
@@ -281,6 +282,7 @@ pub(super) fn jobs(st: &State, req: &Request) -> Result<Response, Error> {
                 (jobs_table(st, &rows))
                 (nav)
             }
+        }
         }
         (cost.footer())
     };

@@ -162,8 +162,8 @@ pub(crate) fn handle(st: &State, req: &Request) -> Response {
     let resp = route(st, req).unwrap_or_else(|e| error_page(st, &e));
     resp.header(
         "Content-Security-Policy",
-        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; \
-         frame-ancestors 'none'; base-uri 'none'",
+        "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; \
+         img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     )
 }
 
@@ -183,6 +183,11 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),
         ("POST", ["workers", action]) => act_workers(st, req, action),
         ("GET" | "HEAD", ["periodic"]) => periodic(st),
+        ("GET" | "HEAD", ["static", "live.js"]) => Ok(Response {
+            status: 200,
+            headers: vec![("Content-Type", "text/javascript; charset=utf-8".to_owned())],
+            body: super::http::Body::Full(html::LIVE_JS.as_bytes().to_vec()),
+        }),
         ("GET" | "HEAD", ["health"]) => {
             let v = st.admin.check_schema()?;
             Ok(Response::text(200, format!("ok: schema version {v}\n")))

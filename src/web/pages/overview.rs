@@ -52,6 +52,7 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
     };
     let body = html! {
         h1 { "Overview" }
+        div #overview-live data-live="overview" {
         h2 { "Queues" }
         @if let Some(at) = data.pauses.all {
             p.err {
@@ -100,6 +101,7 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
         p {
             a href=(st.link("/workers")) { (workers.len()) " registered" }
             @if stalled > 0 { ", " span.err { (stalled) " stalled" } }
+        }
         }
         (cost.footer())
         @if !fresh {

@@ -74,6 +74,7 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
     }
     let body = html! {
         h1 { "Periodic schedules" }
+        div #periodic-live data-live="periodic" {
         @if lines.is_empty() {
             p.dim { "No periodic instant has been deferred yet." }
         } @else {
@@ -120,6 +121,7 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
                     }
                 }
             } }
+        }
         }
         (cost.footer())
     };

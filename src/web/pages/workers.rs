@@ -48,6 +48,7 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
     let body = html! {
         h1 { "Workers" }
         @if let Some(t) = done_text { p.flash { (t) } }
+        div #workers-live data-live="workers" {
         @if ws.is_empty() {
             p.dim { "No worker is registered." }
         } @else {
@@ -105,6 +106,7 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
                     }
                 }
             } }
+        }
         }
         (cost.footer())
     };
