@@ -1943,6 +1943,68 @@ fn pause_and_resume_queues_and_stats_shows_them() {
     assert!(!ok(url, &["stats"]).contains("paused"));
 }
 
+/// `pause nosuchqueue` and `limit typoqueue 3` accepted a queue never seen, silently, while
+/// `rate-limit` printed a note of its own. Every command that names a queue does what was
+/// asked and says it the same way: one note line in text, `queue_seen` in JSON.
+#[test]
+fn commands_naming_a_queue_never_seen_do_it_and_say_so_the_same_way() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "t", "--queue", "known"]);
+    let note = |q: &str| {
+        format!(
+            "note: queue {q} has never been seen (no job of it in the table, no worker serving it by name); done all the same, since queues are not declared: check the name\n"
+        )
+    };
+    let commands: [&[&str]; 8] = [
+        &["pause", "QUEUE"],
+        &["resume", "QUEUE"],
+        &["limit", "QUEUE", "3"],
+        &["limit", "QUEUE", "--clear"],
+        &["rate-limit", "QUEUE", "5", "1m"],
+        &["rate-limit", "QUEUE", "--clear"],
+        &["key-limit", "QUEUE", "2", "--by", "user"],
+        &["key-limit", "QUEUE", "--clear"],
+    ];
+    for (queue, seen) in [("typoqueue", false), ("known", true)] {
+        for c in commands {
+            let args: Vec<&str> = c
+                .iter()
+                .map(|a| if *a == "QUEUE" { queue } else { a })
+                .collect();
+            let text = ok(url, &args);
+            let lines: Vec<&str> = text.lines().collect();
+            if seen {
+                assert_eq!(lines.len(), 1, "{args:?}: {text}");
+                assert!(!text.contains("note:"), "{args:?}: {text}");
+            } else {
+                assert_eq!(lines.len(), 2, "{args:?}: {text}");
+                assert!(text.ends_with(&note(queue)), "{args:?}: {text}");
+            }
+            let v = json(url, &args);
+            assert_eq!(v["queue"], queue, "{args:?}: {v}");
+            assert_eq!(v["queue_seen"], seen, "{args:?}: {v}");
+        }
+    }
+    // Still done as asked: the pause and the limit of the unseen queue are stored.
+    ok(url, &["pause", "typoqueue"]);
+    ok(url, &["limit", "typoqueue", "4"]);
+    let paused: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM postpone_paused_queues WHERE queue = 'typoqueue'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(paused, 1);
+    assert!(ok(url, &["limit"]).contains("typoqueue: 0 running of at most 4"));
+    // Every queue at once names none: no note, no queue_seen.
+    assert!(!ok(url, &["pause", "--all"]).contains("note:"));
+    let v = json(url, &["resume", "--all"]);
+    assert!(v.get("queue_seen").is_none(), "{v}");
+}
+
 #[test]
 fn defer_with_tags_and_meta_then_list_by_tag() {
     let (_db, url) = migrated();

@@ -276,6 +276,45 @@ fn bad_queue_names_are_clear_errors() {
     assert_eq!(admin.paused().unwrap().queues.len(), 1);
 }
 
+/// A queue is known by its jobs, whatever their status, and by the workers that serve it by
+/// name; its settings alone (a pause, a limit) do not make a typo a queue.
+#[test]
+fn queue_seen_knows_queues_by_their_jobs_and_workers_not_by_their_settings() {
+    let (db, app) = setup();
+    let admin = app.admin();
+    assert!(!admin.queue_seen("typo").unwrap());
+    admin.pause("typo").unwrap();
+    admin.set_queue_limit("typo", Some(2)).unwrap();
+    assert!(
+        !admin.queue_seen("typo").unwrap(),
+        "settings are not sightings"
+    );
+    let mut c = db.client();
+    for (queue, status) in [
+        ("waiting", "todo"),
+        ("running", "doing"),
+        ("done", "succeeded"),
+        ("gone", "failed"),
+    ] {
+        c.execute(
+            "INSERT INTO postpone_jobs (queue, task, args, status, attempts, started_at, finished_at)
+             VALUES ($1, 't', 'null', $2::text, 1, now(),
+                     CASE WHEN $2::text IN ('succeeded', 'failed') THEN now() END)",
+            &[&queue, &status],
+        )
+        .unwrap();
+        assert!(admin.queue_seen(queue).unwrap(), "{queue} ({status})");
+    }
+    // A worker that serves a queue by name makes it known while it is registered.
+    let (tasks, _starts) = recording();
+    let h = fast_worker(&app, tasks).queues(["served"]).spawn().unwrap();
+    assert!(admin.queue_seen("served").unwrap());
+    stop(h);
+    assert!(!admin.queue_seen("served").unwrap());
+    let e = admin.queue_seen("").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+}
+
 #[test]
 fn a_snoozed_job_runs_again_later_without_using_an_attempt() {
     use postpone::TaskError;

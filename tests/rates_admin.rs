@@ -218,7 +218,7 @@ fn bad_limits_are_clear_errors() {
     let (code, out, err) = cli(&db, &["rate-limit", "cli", "10", "1m"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("at most 10 starts per 1m00s"), "{out}");
-    assert!(out.contains("note: queue cli has no jobs yet"), "{out}");
+    assert!(out.contains("note: queue cli has never been seen"), "{out}");
     app.job("work").queue("cli").defer(&0).unwrap();
     let (code, out, _) = cli(&db, &["key-limit", "cli", "2", "--by", "user"]);
     assert_eq!(code, Some(0), "{out}");

@@ -45,8 +45,8 @@ impl Admin {
     /// Sets (`Some(n)`) or clears (`None`) the concurrency limit of `queue`: at most `n` of
     /// its jobs run at once across every worker. Takes effect at the next claim of every
     /// worker (they are woken, so a raised or cleared limit starts waiting jobs at once);
-    /// running jobs are never stopped. The queue need not have jobs yet. Returns the
-    /// previous limit.
+    /// running jobs are never stopped. The queue need not have been seen
+    /// ([`queue_seen`](Self::queue_seen) tells). Returns the previous limit.
     ///
     /// A limit of zero or less, or above `i32::MAX`, is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error (to stop a queue, use

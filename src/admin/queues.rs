@@ -1,5 +1,5 @@
 //! Pausing and resuming queues: [`Admin::pause`], [`Admin::resume`], their `_all` forms and
-//! [`Admin::paused`].
+//! [`Admin::paused`]; and [`Admin::queue_seen`], whether a queue name is known at all.
 //!
 //! A pause is a row of `postpone_paused_queues`, so it survives restarts and holds on every
 //! worker of the cluster: the claim (the SQL function `postpone_claim`) never takes a job of
@@ -10,6 +10,13 @@
 //! A pause applies to the claims that start after it is committed: a claim already under
 //! way when [`Admin::pause`] returns may still take the jobs it found (they run, as jobs
 //! already running do), none after.
+//!
+//! Queues are not declared: a queue is a name that jobs and workers use. So every setting
+//! of a queue (a pause, a concurrency, key or rate limit) is stored for any valid name, one
+//! never seen included, which lets a queue be paused or limited before its first job; a
+//! typo is not refused but told: [`Admin::queue_seen`] says whether any job or worker has
+//! used the name, and the `postpone` commands that name a queue print the same note when
+//! none has (`queue_seen` in their JSON).
 
 use std::time::SystemTime;
 
@@ -63,8 +70,8 @@ impl Admin {
     /// Pauses `queue`: no worker claims its jobs until [`resume`](Self::resume); running
     /// jobs finish, and new jobs can still be deferred (they wait). The pause is stored, so
     /// it survives restarts. Returns `false` if the queue was already paused (nothing
-    /// changes). The queue need not have jobs yet. An empty name, a NUL, or a name over
-    /// 255 bytes is an
+    /// changes). The queue need not have been seen ([`queue_seen`](Self::queue_seen) tells).
+    /// An empty name, a NUL, or a name over 255 bytes is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error.
     pub fn pause(&self, queue: &str) -> Result<bool> {
         limits::check_name("queue", queue).map_err(|e| e.context("pausing a queue"))?;
@@ -111,6 +118,33 @@ impl Admin {
             log::info!("every queue resumed by the admin API ({n} pauses lifted)");
         }
         Ok(n)
+    }
+
+    /// Whether `queue` has ever been seen, as far as the database still shows: a job of it
+    /// is in the table (any status, until it is pruned), or a registered worker serves it by
+    /// name. `false` for a name nothing uses (a typo, or a queue configured before its first
+    /// job). Settings of a queue are stored either way; this is what tools tell their users.
+    ///
+    /// Cheap for a queue with waiting or running jobs or a worker of its own (indexes); a
+    /// queue that has only finished jobs, or none, costs one scan of the jobs table.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let admin = app.admin();
+    /// admin.pause("emials")?;
+    /// if !admin.queue_seen("emials")? {
+    ///     eprintln!("note: queue \"emials\" has never been seen; paused all the same");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn queue_seen(&self, queue: &str) -> Result<bool> {
+        let what = "looking a queue up";
+        limits::check_name("queue", queue).map_err(|e| e.context(what))?;
+        let mut conn = self.conn()?;
+        let rows = conn.query_named(what, store::QUEUE_SEEN, &[&queue])?;
+        Ok(rows.first().is_some_and(|r| r.get::<_, bool>(0)))
     }
 
     /// The pauses in force.

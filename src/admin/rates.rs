@@ -25,8 +25,8 @@
 //! Both limits are rows of their own tables; the claim (the SQL function `postpone_claim`)
 //! enforces them under the advisory lock of the queue's concurrency limit (version 7), so the
 //! claims of a limited queue are serialised and never go past a limit. Queues without limits
-//! are claimed in parallel as before. A limit may be set for a queue that has no jobs yet
-//! (as with pauses and concurrency limits); `postpone` on the command line says so.
+//! are claimed in parallel as before. A limit may be set for a queue never seen yet (as
+//! with pauses and concurrency limits; see `queues.rs`), and `Admin::queue_seen` tells.
 
 use std::time::{Duration, SystemTime};
 
@@ -160,7 +160,8 @@ impl Admin {
     /// of the argument field `key_arg` run at once, across every worker. Replaces the
     /// queue's key limit, if it had one; returns the previous one as (`max_per_key`,
     /// `key_arg`). Takes effect at the next claim of every worker (they are woken); running
-    /// jobs are never stopped. The queue need not have jobs yet.
+    /// jobs are never stopped. The queue need not have been seen
+    /// ([`queue_seen`](Self::queue_seen) tells).
     ///
     /// A limit under 1 or above `i32::MAX` is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error (to stop a queue, use
@@ -233,7 +234,7 @@ impl Admin {
     /// limits and rate limits" for the exact semantics). Replaces the queue's rate limit, if
     /// it had one (the starts already logged still count); returns the previous `max_starts`.
     /// Takes effect at the next claim of every worker; running jobs are never stopped. The
-    /// queue need not have jobs yet.
+    /// queue need not have been seen ([`queue_seen`](Self::queue_seen) tells).
     ///
     /// `max_starts` under 1 or above `i32::MAX`, or `per` under [`MIN_RATE_PERIOD`] or over
     /// 100 years, is an

@@ -7,6 +7,7 @@ use clap::Args;
 use postpone::App;
 use serde::Serialize;
 
+use super::seen::Seen;
 use crate::context::{json, CliError, Context};
 
 #[derive(Debug, Args)]
@@ -29,6 +30,8 @@ struct Done<'a> {
     max_running: Option<i64>,
     /// The limit before (null: none).
     previous: Option<i32>,
+    /// Whether a job or worker ever used the queue (null: could not tell).
+    queue_seen: Option<bool>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &LimitArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -53,6 +56,7 @@ pub fn run(ctx: &Context, app: &App, a: &LimitArgs, out: &mut dyn Write) -> Resu
     };
     let limit = if a.clear { None } else { a.max_running };
     let previous = admin.set_queue_limit(queue, limit)?;
+    let seen = Seen::look(app, queue);
     if ctx.json {
         return json(
             out,
@@ -60,6 +64,7 @@ pub fn run(ctx: &Context, app: &App, a: &LimitArgs, out: &mut dyn Write) -> Resu
                 queue,
                 max_running: limit,
                 previous,
+                queue_seen: seen.json(),
             },
         );
     }
@@ -74,5 +79,6 @@ pub fn run(ctx: &Context, app: &App, a: &LimitArgs, out: &mut dyn Write) -> Resu
         }
         None => writeln!(out, "queue {queue} had no limit")?,
     }
+    seen.note(out, queue)?;
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod migrate;
 pub mod pause;
 pub mod prune;
 pub mod rate_limit;
+mod seen;
 mod select;
 pub mod stalled;
 pub mod stats;

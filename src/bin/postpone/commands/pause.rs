@@ -7,6 +7,7 @@ use clap::Args;
 use postpone::App;
 use serde::Serialize;
 
+use super::seen::Seen;
 use crate::context::{json, CliError, Context};
 
 #[derive(Debug, Args)]
@@ -26,6 +27,10 @@ struct Done<'a> {
     paused: bool,
     /// Whether this call changed anything.
     changed: bool,
+    /// Whether a job or worker ever used the queue (null: could not tell); absent for
+    /// every queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_seen: Option<Option<bool>>,
 }
 
 pub fn pause(ctx: &Context, app: &App, a: &PauseArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -35,6 +40,7 @@ pub fn pause(ctx: &Context, app: &App, a: &PauseArgs, out: &mut dyn Write) -> Re
         Some(q) => admin.pause(q)?,
         None => admin.pause_all()?,
     };
+    let seen = queue.map(|q| Seen::look(app, q));
     if ctx.json {
         return json(
             out,
@@ -42,6 +48,7 @@ pub fn pause(ctx: &Context, app: &App, a: &PauseArgs, out: &mut dyn Write) -> Re
                 queue,
                 paused: true,
                 changed,
+                queue_seen: seen.as_ref().map(Seen::json),
             },
         );
     }
@@ -53,6 +60,9 @@ pub fn pause(ctx: &Context, app: &App, a: &PauseArgs, out: &mut dyn Write) -> Re
         )?;
     } else {
         writeln!(out, "{what} was already paused")?;
+    }
+    if let (Some(q), Some(seen)) = (queue, &seen) {
+        seen.note(out, q)?;
     }
     Ok(())
 }
@@ -74,6 +84,7 @@ pub fn resume(
         Some(q) => admin.paused()?.is_paused(q),
         None => false,
     };
+    let seen = queue.map(|q| Seen::look(app, q));
     if ctx.json {
         return json(
             out,
@@ -81,6 +92,7 @@ pub fn resume(
                 queue,
                 paused: still,
                 changed,
+                queue_seen: seen.as_ref().map(Seen::json),
             },
         );
     }
@@ -92,6 +104,9 @@ pub fn resume(
         )?,
         (true, false) => writeln!(out, "{what} resumed; its workers were woken")?,
         (false, false) => writeln!(out, "{what} was not paused")?,
+    }
+    if let (Some(q), Some(seen)) = (queue, &seen) {
+        seen.note(out, q)?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ use clap::Args;
 use postpone::App;
 use serde::Serialize;
 
+use super::seen::Seen;
 use crate::context::{json, CliError, Context};
 use crate::output;
 use crate::parse;
@@ -50,8 +51,8 @@ struct Done<'a> {
     queue: &'a str,
     /// Whether a limit was lifted (`--clear`) or set.
     cleared: bool,
-    /// Whether the queue has no job at all yet (the limit is set anyway).
-    queue_unknown: bool,
+    /// Whether a job or worker ever used the queue (null: could not tell).
+    queue_seen: Option<bool>,
 }
 
 pub fn run_rate(
@@ -87,7 +88,7 @@ pub fn run_rate(
     };
     if a.clear {
         let cleared = admin.clear_rate_limit(queue)?;
-        return done(ctx, out, queue, true, false, || {
+        return done(ctx, app, out, queue, true, || {
             if cleared {
                 format!("queue {queue}: rate limit cleared")
             } else {
@@ -101,8 +102,7 @@ pub fn run_rate(
         ));
     };
     let previous = admin.set_rate_limit(queue, n, per)?;
-    let unknown = queue_unknown(app, queue)?;
-    done(ctx, out, queue, false, unknown, || {
+    done(ctx, app, out, queue, false, || {
         let before = previous.map_or_else(|| "none".to_owned(), |p| format!("{p} starts"));
         format!(
             "queue {queue}: at most {n} starts per {} across every worker (before: {before})",
@@ -142,7 +142,7 @@ pub fn run_key(
     };
     if a.clear {
         let cleared = admin.clear_key_limit(queue)?;
-        return done(ctx, out, queue, true, false, || {
+        return done(ctx, app, out, queue, true, || {
             if cleared {
                 format!("queue {queue}: key limit cleared")
             } else {
@@ -156,8 +156,7 @@ pub fn run_key(
         ));
     };
     let previous = admin.set_key_limit(queue, by, n)?;
-    let unknown = queue_unknown(app, queue)?;
-    done(ctx, out, queue, false, unknown, || {
+    done(ctx, app, out, queue, false, || {
         let before = previous.map_or_else(
             || "none".to_owned(),
             |(p, arg)| format!("{p} per {}", output::clean(&arg)),
@@ -169,37 +168,27 @@ pub fn run_key(
     })
 }
 
-/// Whether `queue` holds no job at all (a typo, or a queue whose jobs come later).
-fn queue_unknown(app: &App, queue: &str) -> Result<bool, CliError> {
-    let filter = postpone::JobFilter::new().queue(queue).limit(1);
-    Ok(app.admin().jobs(&filter)?.is_empty())
-}
-
+/// Answers a set or a clear, with the note of a queue never seen.
 fn done(
     ctx: &Context,
+    app: &App,
     out: &mut dyn Write,
     queue: &str,
     cleared: bool,
-    queue_unknown: bool,
     text: impl FnOnce() -> String,
 ) -> Result<(), CliError> {
+    let seen = Seen::look(app, queue);
     if ctx.json {
         return json(
             out,
             &Done {
                 queue,
                 cleared,
-                queue_unknown,
+                queue_seen: seen.json(),
             },
         );
     }
     writeln!(out, "{}", output::clean(&text()))?;
-    if queue_unknown {
-        writeln!(
-            out,
-            "note: queue {} has no jobs yet; the limit applies to the jobs deferred to it (check the name)",
-            output::clean(queue)
-        )?;
-    }
+    seen.note(out, queue)?;
     Ok(())
 }
