@@ -24,7 +24,10 @@
 //! - `--future N` leaves N jobs scheduled for tomorrow in the table under every figure (the
 //!   claim must stay cheap however many jobs wait for a later time);
 //! - `rss`: peak RSS (VmHWM) of a child process running a 16-thread worker through
-//!   `--n-work` jobs.
+//!   `--n-work` jobs;
+//! - `roundtrip`: one `SELECT 1` round-trip's latency, and `app.defer` one by one without
+//!   the commit's fsync; `roundtrip_async` (only when named in `--only`) the round-trip
+//!   from inside a tokio runtime. See `throughput/roundtrip.rs`.
 //!
 //! - `steady` (only when named in `--only`): the steady state a real system lives in. A
 //!   producer keeps `--pending N` (20,000) jobs waiting, deferring batches of 1,000, while a
@@ -60,6 +63,8 @@ use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
 
 #[path = "throughput/openloop.rs"]
 mod openloop;
+#[path = "throughput/roundtrip.rs"]
+mod roundtrip;
 #[path = "throughput/soak.rs"]
 mod soak;
 
@@ -67,6 +72,7 @@ struct Args {
     n_defer: usize,
     n_work: usize,
     n_latency: usize,
+    n_roundtrip: usize,
     concurrency: Vec<usize>,
     repeats: usize,
     only: Vec<String>,
@@ -79,11 +85,32 @@ struct Args {
     delete: bool,
 }
 
+const USAGE: &str = "\
+cargo bench --bench throughput [-- OPTIONS]
+
+Modes (--only a,b; none named: defer, work, latency, shutdown, rss, roundtrip):
+  defer            app.defer one by one, then defer_batch in batches of 1,000
+  work             drains of --n-work no-op jobs at each --concurrency
+  latency          defer to task start, an idle worker listening
+  shutdown         shutdown(10 s) of a worker with 16 idle threads
+  rss              peak RSS of a 16-thread worker in a child process
+  roundtrip        a SELECT 1 round-trip's latency; defer one by one without fsync
+  roundtrip_async  the round-trip from inside a tokio runtime and from spawn_blocking
+  steady           a producer keeps --pending jobs waiting while a worker consumes
+  openloop, scheduled, soak   see benches/throughput/openloop.rs and soak.rs
+
+Options:
+  --n-defer N (5000)  --n-work N (20000)  --n-latency N (300)  --n-roundtrip N (5000)
+  --concurrency 1,4,16  --repeats N (3)  --prefetch N  --finished N  --future N
+  --pending N (20000)  --seconds S (120)  --interval S (10)  --delete  --timeline  --no-ride
+";
+
 fn parse_args() -> Args {
     let mut a = Args {
         n_defer: 5000,
         n_work: 20000,
         n_latency: 300,
+        n_roundtrip: 5000,
         concurrency: vec![1, 4, 16],
         repeats: 3,
         only: Vec::new(),
@@ -103,6 +130,7 @@ fn parse_args() -> Args {
             "--n-defer" => a.n_defer = val().parse().expect("--n-defer N"),
             "--n-work" => a.n_work = val().parse().expect("--n-work N"),
             "--n-latency" => a.n_latency = val().parse().expect("--n-latency N"),
+            "--n-roundtrip" => a.n_roundtrip = val().parse().expect("--n-roundtrip N"),
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--finished" => a.finished = val().parse().expect("--finished N"),
@@ -540,6 +568,10 @@ fn main() {
         child(&url);
         return;
     }
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        print!("{USAGE}");
+        return;
+    }
     let a = parse_args();
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
     let db = BenchDb::create("postpone_bench");
@@ -560,6 +592,12 @@ fn main() {
     }
     if want("rss") {
         bench_rss(&db, &app, &a, &mut r);
+    }
+    if want("roundtrip") {
+        roundtrip::plain(&app, a.n_roundtrip, a.repeats, &mut r);
+    }
+    if a.only.iter().any(|o| o == "roundtrip_async") {
+        roundtrip::in_runtime(&app, a.n_roundtrip, a.repeats, &mut r);
     }
     if a.only.iter().any(|o| o == "steady") {
         bench_steady(&app, &a, &mut r);

@@ -11,9 +11,10 @@
 //! with an error at once and is never reused: pools discard it, workers open a new one.
 //!
 //! Dropping a connection never blocks: it shuts the socket down (the server sees an orderly
-//! end of stream) and drops the runtime.
+//! end of stream) and shuts the runtime down without waiting.
 //!
-//! Must not be used from inside an async runtime (like the `postgres` crate, it runs its own).
+//! Usable from any thread, an async task's included: there the round-trips are driven on a
+//! helper thread while the caller waits (see `conn/runtime.rs`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,12 +23,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, CancelToken, Client, Row, Statement, ToStatement};
 
 use super::options::ConnectOptions;
+use super::runtime::ConnRuntime;
 use super::session_attrs;
 use super::socket;
 use super::target::{Stream, Target};
@@ -97,7 +98,7 @@ pub struct Connection {
 
 struct Inner {
     notifications: mpsc::UnboundedReceiver<Notification>,
-    rt: Runtime,
+    rt: ConnRuntime,
     reg: Registration,
     io_timeout: Duration,
     /// An absolute end no round-trip may pass, whatever `io_timeout` says (a shutdown's).
@@ -199,7 +200,7 @@ impl Connection {
     /// Runs a statement and returns its rows.
     pub fn query<T>(&mut self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>>
     where
-        T: ?Sized + ToStatement,
+        T: ?Sized + ToStatement + Sync,
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
@@ -214,7 +215,7 @@ impl Connection {
     /// Runs a statement that returns exactly one row.
     pub fn query_one<T>(&mut self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<Row>
     where
-        T: ?Sized + ToStatement,
+        T: ?Sized + ToStatement + Sync,
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
@@ -233,7 +234,7 @@ impl Connection {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>>
     where
-        T: ?Sized + ToStatement,
+        T: ?Sized + ToStatement + Sync,
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
@@ -248,7 +249,7 @@ impl Connection {
     /// Runs a statement and returns the number of rows it changed.
     pub fn execute<T>(&mut self, statement: &T, params: &[&(dyn ToSql + Sync)]) -> Result<u64>
     where
-        T: ?Sized + ToStatement,
+        T: ?Sized + ToStatement + Sync,
     {
         let t = self.inner.io_timeout;
         self.inner.touched = true;
@@ -431,7 +432,7 @@ impl Connection {
     pub(crate) fn wait_notification_or(
         &mut self,
         timeout: Duration,
-        interrupt: impl Future<Output = ()>,
+        interrupt: impl Future<Output = ()> + Send,
     ) -> Result<Option<Notification>> {
         self.inner.usable("waiting for notifications")?;
         if let Ok(n) = self.inner.notifications.try_recv() {
@@ -452,7 +453,7 @@ impl Connection {
                 Poll::Pending
             })
             .await
-        });
+        })?;
         match got {
             Some(Some(n)) => Ok(Some(n)),
             // The driver ended: the connection is gone.

@@ -4,6 +4,7 @@
 pub(crate) mod client;
 pub(crate) mod options;
 pub(crate) mod pool;
+pub(crate) mod runtime;
 pub(crate) mod session_attrs;
 pub(crate) mod socket;
 pub(crate) mod target;

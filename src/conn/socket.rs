@@ -19,10 +19,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
-use tokio::runtime::Runtime;
 use tokio_postgres::config::Host;
 
 use super::options::ConnectOptions;
+use super::runtime::ConnRuntime;
 use super::target::{Stream, Target};
 use super::time::deadline_after;
 use super::watchdog::{Registration, SeverReason, Watchdog};
@@ -231,7 +231,7 @@ fn lookup(
 /// Creates the socket for `target`, registers its sever handle, and connects it before
 /// `deadline`. The returned registration must live as long as the stream.
 pub(crate) fn connect(
-    rt: &Runtime,
+    rt: &ConnRuntime,
     opts: &ConnectOptions,
     target: &Target,
     watchdog: &Watchdog,
@@ -258,7 +258,7 @@ pub(crate) fn connect(
                 tokio::net::TcpSocket::from_std_stream(socket.into())
             };
             let wait = deadline.saturating_duration_since(Instant::now());
-            match rt.block_on(async { tokio::time::timeout(wait, tcp.connect(*addr)).await }) {
+            match rt.block_on(async { tokio::time::timeout(wait, tcp.connect(*addr)).await })? {
                 Ok(Ok(stream)) => {
                     check_not_severed(&reg, &what)?;
                     Ok((Stream::Tcp(stream), reg))
@@ -303,7 +303,7 @@ pub(crate) fn connect(
             };
             if pending {
                 let wait = deadline.saturating_duration_since(Instant::now());
-                match rt.block_on(async { tokio::time::timeout(wait, stream.writable()).await }) {
+                match rt.block_on(async { tokio::time::timeout(wait, stream.writable()).await })? {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => return Err(fail(e)),
                     Err(_) => {
@@ -518,10 +518,7 @@ mod tests {
             assert!(queued.len() < 1000, "the queue never filled");
         }
         let opts = ConnectOptions::parse(&format!("host={} user=u", dir.display())).unwrap();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = ConnRuntime::new().unwrap();
         let wd = Watchdog::start().unwrap();
         let target = Target::Unix { path: path.clone() };
         let started = Instant::now();

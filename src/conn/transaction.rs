@@ -4,6 +4,9 @@
 //! (by [`Transaction::rollback`] or by the drop). A rollback on drop runs under the
 //! connection's `io_timeout`; if it fails the connection is broken or still inside the
 //! transaction, and a pool discards it, so the server ends the session and rolls back.
+//! Dropped on a thread with a tokio context, which may be driving an async runtime, it
+//! makes no round-trip: it severs the connection (the server rolls back as the session
+//! ends), so that no drop waits on the network there.
 
 use std::ops::{Deref, DerefMut};
 
@@ -75,6 +78,10 @@ impl DerefMut for Transaction<'_> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if self.done || self.conn.is_broken() {
+            return;
+        }
+        if super::runtime::in_tokio_context() {
+            self.conn.sever();
             return;
         }
         if let Err(e) = self.conn.rollback() {

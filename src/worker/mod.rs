@@ -334,7 +334,10 @@ pub struct WorkerStats {
 /// The handle of a running worker: owns every thread it started.
 ///
 /// Call [`shutdown`](Self::shutdown) to stop it; dropping the handle does the same with the
-/// builder's `drop_timeout` (10 s by default) and logs the report.
+/// builder's `drop_timeout` (10 s by default) and logs the report. Dropped on a thread with
+/// a tokio context (an async task, `#[tokio::main]`), the handle returns at once and the
+/// shutdown runs on a thread of its own, which the process does not wait for: in an async
+/// program, call `shutdown` (from `tokio::task::spawn_blocking`) before `main` returns.
 pub struct WorkerHandle {
     pub(super) running: Option<Running>,
 }
@@ -410,15 +413,44 @@ impl WorkerHandle {
 
 impl Drop for WorkerHandle {
     fn drop(&mut self) {
-        if let Some(running) = self.running.take() {
-            let timeout = running.shared.opts.drop_timeout;
-            let name = running.shared.name.clone();
-            let report = shutdown::run(running, timeout);
-            if report.is_clean() {
-                log::info!("worker {name} dropped without shutdown: {report}");
-            } else {
-                log::warn!("worker {name} dropped without shutdown: {report}");
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        if !crate::conn::runtime::in_tokio_context() {
+            return shut_down_dropped(running);
+        }
+        // A thread that may be driving an async runtime must not wait up to drop_timeout
+        // here (its other tasks would stall): the shutdown runs on a thread of its own,
+        // which nothing waits for.
+        let slot = Arc::new(Mutex::new(Some(running)));
+        let theirs = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name("postpone-drop".into())
+            .spawn(move || {
+                let running = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(running) = running {
+                    shut_down_dropped(running);
+                }
+            });
+        if let Err(e) = spawned {
+            log::warn!("dropping a worker inside an async runtime: no thread for its shutdown ({e}); shutting down on this one");
+            let running = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(running) = running {
+                shut_down_dropped(running);
             }
         }
+    }
+}
+
+/// What dropping a handle does: a shutdown with the builder's `drop_timeout`, its report
+/// logged.
+fn shut_down_dropped(running: Running) {
+    let timeout = running.shared.opts.drop_timeout;
+    let name = running.shared.name.clone();
+    let report = shutdown::run(running, timeout);
+    if report.is_clean() {
+        log::info!("worker {name} dropped without shutdown: {report}");
+    } else {
+        log::warn!("worker {name} dropped without shutdown: {report}");
     }
 }

@@ -34,13 +34,7 @@ impl Connection {
         group: u64,
         overall: Option<(Instant, &str)>,
     ) -> Result<Connection> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| {
-                Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
-            })?;
+        let rt = ConnRuntime::new()?;
         let first = socket::attempt_deadline(opts.connect_timeout, overall);
         let severs = watchdog.sever_count(group);
         let severed = || watchdog.sever_count(group) != severs;
@@ -82,13 +76,7 @@ impl Connection {
                 }
                 let runtime = match rt.take() {
                     Some(r) => r,
-                    None => tokio::runtime::Builder::new_current_thread()
-                        .enable_io()
-                        .enable_time()
-                        .build()
-                        .map_err(|e| {
-                            Error::with_source(ErrorKind::Other, "starting a connection runtime", e)
-                        })?,
+                    None => ConnRuntime::new()?,
                 };
                 match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
                     .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
@@ -115,7 +103,7 @@ impl Connection {
     }
 
     fn open_target(
-        rt: Runtime,
+        rt: ConnRuntime,
         opts: &Arc<ConnectOptions>,
         target: &Target,
         watchdog: &Watchdog,
@@ -265,7 +253,7 @@ fn refuses_our_options(e: &Error) -> bool {
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.
 fn handshake<T>(
-    rt: &Runtime,
+    rt: &ConnRuntime,
     reg: &Registration,
     config: &tokio_postgres::Config,
     stream: Stream,
@@ -273,14 +261,16 @@ fn handshake<T>(
     deadline: Instant,
 ) -> Result<(Client, mpsc::UnboundedReceiver<Notification>)>
 where
-    T: TlsConnect<Stream> + 'static,
+    T: TlsConnect<Stream> + Send + 'static,
     T::Stream: Send + 'static,
+    T::Future: Send,
 {
     let wait = deadline.saturating_duration_since(Instant::now());
     reg.arm(deadline);
     let res =
         rt.block_on(async { tokio::time::timeout(wait, config.connect_raw(stream, tls)).await });
     reg.disarm();
+    let res = res?;
     let (client, mut connection) = match res {
         Ok(Ok(pair)) => pair,
         Ok(Err(e)) => {

@@ -4,8 +4,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tokio::runtime::Runtime;
-
 use super::*;
 
 impl Inner {
@@ -23,8 +21,11 @@ impl Inner {
         &mut self,
         what: &str,
         timeout: Duration,
-        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<T> {
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send,
+    ) -> Result<T>
+    where
+        T: Send,
+    {
         self.run_then_cancel(what, timeout, fut, true)
     }
 
@@ -34,9 +35,12 @@ impl Inner {
         &mut self,
         what: &str,
         timeout: Duration,
-        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send,
         cancel: bool,
-    ) -> Result<T> {
+    ) -> Result<T>
+    where
+        T: Send,
+    {
         self.usable(what)?;
         let (timeout, capped) = match self.deadline {
             Some(d) if d.saturating_duration_since(Instant::now()) < timeout => {
@@ -51,6 +55,8 @@ impl Inner {
             .block_on(async { tokio::time::timeout(timeout, fut).await });
         self.in_flight = false;
         self.reg.disarm();
+        // Nothing ran when no thread could drive the call: the link is as it was.
+        let res = res.map_err(|e| e.context(what))?;
         match res {
             Ok(Ok(v)) => {
                 self.last_ok = Instant::now();
@@ -89,8 +95,11 @@ impl Inner {
         &mut self,
         what: &str,
         timeout: Duration,
-        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
-    ) -> Result<Option<T>> {
+        fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send,
+    ) -> Result<Option<T>>
+    where
+        T: Send,
+    {
         self.usable(what)?;
         self.reg.arm(deadline_after(timeout));
         self.in_flight = true;
@@ -99,6 +108,8 @@ impl Inner {
             .block_on(async { tokio::time::timeout(timeout, fut).await });
         self.in_flight = false;
         self.reg.disarm();
+        // Nothing ran when no thread could drive the call: the link is as it was.
+        let res = res.map_err(|e| e.context(what))?;
         match res {
             Ok(Ok(v)) => {
                 self.last_ok = Instant::now();
@@ -171,7 +182,7 @@ impl CancelRoute {
     /// Sends a CancelRequest for whatever the session is running, from a fresh socket
     /// registered in the connection's watchdog group (so a shutdown severs it too), under
     /// [`CANCEL_DEADLINE`]. Best effort: a failure is logged, never returned.
-    pub(super) fn send(&self, rt: &Runtime, what: &str, peer: &str, cap: Option<Instant>) {
+    pub(super) fn send(&self, rt: &ConnRuntime, what: &str, peer: &str, cap: Option<Instant>) {
         let mut wait = CANCEL_DEADLINE.min(self.opts.connect_timeout);
         if let Some(cap) = cap {
             wait = wait.min(cap.saturating_duration_since(Instant::now()));
@@ -215,6 +226,7 @@ impl CancelRoute {
             };
             reg.disarm();
             reg.sever();
+            let res = res?;
             match res {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(Error::with_source(ErrorKind::Connect, "sending", e)),
