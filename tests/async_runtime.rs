@@ -119,6 +119,17 @@ fn an_app_is_created_used_and_dropped_inside_a_multi_threaded_runtime() {
         for t in tasks {
             t.await.unwrap();
         }
+        // Inside a LocalSet, where tokio's block_in_place would panic.
+        let local = app.clone();
+        tokio::task::LocalSet::new()
+            .run_until(async move {
+                tokio::task::spawn_local(async move {
+                    local.defer("welcome", &"from spawn_local").unwrap();
+                })
+                .await
+                .unwrap();
+            })
+            .await;
         // Dropped inside a task of the runtime, and on the thread driving it.
         tokio::spawn(async move { drop(other) }).await.unwrap();
         drop(app);
@@ -128,7 +139,7 @@ fn an_app_is_created_used_and_dropped_inside_a_multi_threaded_runtime() {
             &db,
             "SELECT count(*) FROM postpone_jobs WHERE task = 'welcome'"
         ),
-        81
+        82
     );
 }
 
