@@ -2,8 +2,9 @@
 //!
 //! A task is `Fn(&Job) -> Result<(), TaskError> + Send + Sync`. Its [`TaskError`] says what
 //! should happen to the job: retry it (per the task's [`RetryStrategy`], or after an explicit
-//! delay), fail it, or cancel it. Any `std::error::Error` converts into a `TaskError` that
-//! retries per the strategy, so `?` works on ordinary errors.
+//! delay), fail it, or cancel it. `?` on an error that is `Send + Sync` (a boxed one and
+//! `anyhow::Error` included) and `.into()` on text make a `TaskError` that retries per the
+//! strategy (see `task_error.rs`).
 
 use std::collections::HashMap;
 use std::fmt;

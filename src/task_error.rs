@@ -1,16 +1,46 @@
 //! [`TaskError`]: what a task returns when it does not succeed, and the action it asks of
 //! the worker (retry per the strategy, retry after a delay, fail, cancel).
 //!
+//! `?` converts what `Box<dyn Error + Send + Sync>` can be made from: every error type that
+//! is `Send + Sync + 'static`, text (`&str`, `String`), `Box<dyn Error + Send + Sync>`
+//! itself, and `anyhow::Error` (anyhow converts itself into that box, so no feature and no
+//! dependency on anyhow is needed here). One blanket conversion from `std::error::Error`
+//! could not coexist with the ones for boxes and text (the compiler refuses them: the
+//! standard library may one day make a box an `Error`); this one covers them all, at the
+//! price of errors that are not `Send + Sync + 'static` (a `PoisonError` holding a lock
+//! guard), which go through [`TaskError::new`].
+//!
 //! A leaf: jobs, tasks and the worker all use it, and it uses none of them.
 
+use std::error::Error as StdError;
 use std::fmt;
 use std::time::Duration;
 
 /// What a task returns when it does not succeed.
 ///
+/// `?` turns an error into a `TaskError` that retries the job per the task's
+/// [`RetryStrategy`](crate::RetryStrategy), its message the error's and its causes':
+///
 /// ```
 /// use std::time::Duration;
-/// use postpone::TaskError;
+/// use postpone::{Job, RetryStrategy, TaskError, Tasks};
+///
+/// fn lookup(id: i64) -> Result<String, Box<dyn std::error::Error + Send + Sync>> {
+///     Err(format!("no user {id}").into())
+/// }
+///
+/// let mut tasks = Tasks::new();
+/// tasks
+///     .register("welcome", |job: &Job| -> Result<(), TaskError> {
+///         let id: i64 = job.args()?; // postpone::Error
+///         if id < 0 {
+///             return Err("a negative id".into()); // text
+///         }
+///         let _name = lookup(id)?; // Box<dyn Error + Send + Sync>
+///         std::fs::read("/etc/welcome.txt")?; // std::io::Error; anyhow::Error works too
+///         Ok(())
+///     })
+///     .retry(RetryStrategy::fixed(Duration::from_secs(5), 3));
 ///
 /// let e = TaskError::retry_in("rate limited", Duration::from_secs(30));
 /// assert_eq!(e.to_string(), "rate limited");
@@ -38,6 +68,27 @@ pub(crate) enum TaskAction {
 }
 
 impl TaskError {
+    /// An ordinary error: the job is retried per the task's strategy, as after `?`. For
+    /// an error `?` does not convert (one that is not `Send + Sync + 'static`, such as the
+    /// `PoisonError` of a `lock()`): `.map_err(TaskError::new)?`.
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    /// use postpone::TaskError;
+    ///
+    /// fn count(m: &Mutex<u64>) -> Result<(), TaskError> {
+    ///     *m.lock().map_err(TaskError::new)? += 1;
+    ///     Ok(())
+    /// }
+    /// assert!(count(&Mutex::new(0)).is_ok());
+    /// ```
+    pub fn new(message: impl fmt::Display) -> TaskError {
+        TaskError {
+            action: TaskAction::Error,
+            message: message.to_string(),
+        }
+    }
+
     /// Fails the job now, without retry.
     pub fn fail(message: impl fmt::Display) -> TaskError {
         TaskError {
@@ -100,8 +151,14 @@ impl TaskError {
     }
 }
 
-impl<E: std::error::Error> From<E> for TaskError {
+impl<E> From<E> for TaskError
+where
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    /// An ordinary error (retried per the task's strategy) whose message is the error's,
+    /// followed by each of its causes that it does not already show.
     fn from(e: E) -> TaskError {
+        let e: Box<dyn StdError + Send + Sync> = e.into();
         let mut message = e.to_string();
         let mut source = e.source();
         while let Some(s) = source {
@@ -131,5 +188,79 @@ impl fmt::Debug for TaskError {
             .field("action", &self.action)
             .field("message", &self.message)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a cause, as libraries build them.
+    #[derive(Debug)]
+    struct Lookup(std::io::Error);
+
+    impl fmt::Display for Lookup {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("looking up the user")
+        }
+    }
+
+    impl StdError for Lookup {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn boxed() -> Result<(), Box<dyn StdError + Send + Sync>> {
+        Err(Box::new(Lookup(std::io::Error::other(
+            "connection refused",
+        ))))
+    }
+
+    fn with_anyhow() -> anyhow::Result<()> {
+        use anyhow::Context;
+        Err(anyhow::anyhow!("connection refused")).context("looking up the user")
+    }
+
+    /// Each form a task writes, through `?` or `.into()` in a function shaped as a task.
+    fn task(form: &str) -> Result<(), TaskError> {
+        match form {
+            "text" => return Err("no such user".into()),
+            "string" => return Err(format!("no user {}", 42).into()),
+            "question mark on text" => Err("no such user")?,
+            "boxed" => boxed()?,
+            "anyhow" => with_anyhow()?,
+            "io" => Err(std::io::Error::other("disk full"))?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_errors_tasks_write_retry_per_the_strategy_with_their_causes() {
+        for (form, message) in [
+            ("text", "no such user"),
+            ("string", "no user 42"),
+            ("question mark on text", "no such user"),
+            ("boxed", "looking up the user: connection refused"),
+            ("anyhow", "looking up the user: connection refused"),
+            ("io", "disk full"),
+        ] {
+            let e = task(form).unwrap_err();
+            assert_eq!(e.action, TaskAction::Error, "{form}");
+            assert_eq!(e.message(), message, "{form}");
+        }
+    }
+
+    #[test]
+    fn an_error_that_is_not_send_goes_through_new() {
+        let m = std::sync::Mutex::new(0u32);
+        let _ = std::panic::catch_unwind(|| {
+            let _guard = m.lock().unwrap();
+            panic!("poisons the lock");
+        });
+        let e = m.lock().map_err(TaskError::new).unwrap_err();
+        assert_eq!(e.action, TaskAction::Error);
+        assert!(e.message().contains("poisoned"), "{e}");
     }
 }
