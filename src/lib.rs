@@ -75,7 +75,10 @@ pub use types::{JobId, JobStatus, TaskArgs, TaskDefaults};
 pub use unique::{Deferred, Unique, UniqueStates};
 pub use wait::JobResult;
 #[cfg(feature = "web")]
-pub use web::{Dashboard, DashboardAuth, DashboardHandle};
+pub use web::{
+    BodyReader, Dashboard, DashboardAuth, DashboardHandle, DashboardHandler, DashboardRequest,
+    DashboardResponse,
+};
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Vacuum, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,

@@ -1123,6 +1123,12 @@ fn the_workers_page_shows_what_runs_now_and_requeues_and_forgets_stalled_workers
     // A held job's own page and the list call it waiting, not running.
     let list = get(addr, "/jobs?status=doing").body;
     assert_eq!(list.matches(">waiting<").count(), 1, "{list}");
+    assert!(get(addr, &format!("/jobs/{}", ids[1]))
+        .body
+        .contains(">waiting</span>"));
+    assert!(!get(addr, &format!("/jobs/{}", ids[0]))
+        .body
+        .contains(">waiting</span>"));
 
     let token = csrf_of(&page.body);
     assert!(
@@ -1205,4 +1211,236 @@ fn the_live_script_is_served_and_the_csp_allows_only_it() {
     );
     assert!(js.body.contains("data-live") && js.body.contains("localStorage"));
     dash.shutdown();
+}
+
+#[test]
+fn finished_jobs_are_rolled_up_per_statement_and_charted_per_outcome_queue_and_wait() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut c = db.client();
+    let ids: Vec<i64> = (0..6)
+        .map(|n| {
+            app.job("t")
+                .queue(if n < 4 { "mail" } else { "<b>reports</b>" })
+                .defer(&json!({ "n": n }))
+                .unwrap()
+                .get()
+        })
+        .collect();
+    // Started 1 s (four jobs) and 100 ms (two) after they were due, then finished by one
+    // statement each: 3 succeeded and 1 failed in mail, 2 succeeded in reports.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', attempts = 1,
+                started_at = scheduled_at + CASE WHEN queue = 'mail' THEN interval '1 second'
+                                                 ELSE interval '100 milliseconds' END",
+        &[],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET finished_at = now(),
+                status = CASE WHEN id = $1 THEN 'failed' ELSE 'succeeded' END
+          WHERE id = ANY($2)",
+        &[&ids[0], &ids[..4].to_vec()],
+    )
+    .unwrap();
+    // Deleted while running, as a worker with DeleteJobs::Always records a success.
+    c.execute(
+        "DELETE FROM postpone_jobs WHERE id = ANY($1)",
+        &[&ids[4..].to_vec()],
+    )
+    .unwrap();
+    let rows: Vec<(String, String, String, i64)> = c
+        .query(
+            "SELECT span, queue, outcome, sum(jobs)::bigint FROM postpone_stats
+              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let want: Vec<(String, String, String, i64)> = ["hour", "minute"]
+        .iter()
+        .flat_map(|span| {
+            [
+                ("<b>reports</b>", "succeeded", 2),
+                ("mail", "failed", 1),
+                ("mail", "succeeded", 3),
+            ]
+            .map(|(q, o, n)| (span.to_string(), q.to_owned(), o.to_owned(), n))
+        })
+        .collect();
+    assert_eq!(rows, want);
+    // A claim, a retry or a heartbeat writes nothing.
+    app.defer("t", &json!(1)).unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', started_at = now()",
+        &[],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'todo', started_at = NULL",
+        &[],
+    )
+    .unwrap();
+    let n: i64 = c
+        .query_one("SELECT sum(jobs)::bigint FROM postpone_stats", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 12);
+
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), "/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let body = &page.body;
+    assert!(body.contains("0 min ago: 5 succeeded"), "{body}");
+    assert!(body.contains("0 min ago: 1 failed"), "{body}");
+    assert!(body.contains("0 min ago: 4 mail"), "{body}");
+    assert!(
+        body.contains("0 min ago: 2 &lt;b&gt;reports&lt;/b&gt;"),
+        "{body}"
+    );
+    // Four waits of 1 s and two of 100 ms: p50 and p99 in the bucket up to 1,024 ms.
+    assert!(
+        body.contains("p50 1.0s") && body.contains("p99 1.0s"),
+        "{body}"
+    );
+    for range in ["day", "week"] {
+        let page = get(dash.addr(), &format!("/?range={range}"));
+        assert_eq!(page.status, 200);
+        assert!(
+            page.body.contains("0 h ago: 5 succeeded"),
+            "{range}: {}",
+            page.body
+        );
+    }
+    let one = get(dash.addr(), "/?range=hour&queue=mail");
+    assert!(one.body.contains("0 min ago: 3 succeeded"), "{}", one.body);
+    assert_eq!(get(dash.addr(), "/?range=year").status, 400);
+    dash.shutdown();
+}
+
+#[test]
+fn the_rollup_prunes_what_is_past_its_span_when_an_hour_begins() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_stats (span, at, queue, outcome, shard, jobs) VALUES
+           ('minute', date_trunc('minute', now()) - interval '3 hours', 'q', 'succeeded', 0, 1),
+           ('minute', date_trunc('minute', now()) - interval '10 minutes', 'q', 'succeeded', 0, 1),
+           ('hour', date_trunc('hour', now()) - interval '9 days', 'q', 'succeeded', 0, 1),
+           ('hour', date_trunc('hour', now()) - interval '7 days', 'q', 'succeeded', 0, 1)",
+    )
+    .unwrap();
+    let id = app.defer("t", &json!(1)).unwrap().get();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .unwrap();
+    // The first finish of this hour for its key inserts a fresh hour row: it prunes.
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'succeeded', finished_at = now() WHERE id = $1",
+        &[&id],
+    )
+    .unwrap();
+    let left: Vec<String> = c
+        .query(
+            "SELECT span || ' ' || (CASE WHEN at < now() - interval '1 hour' THEN 'old' ELSE 'new' END)
+               FROM postpone_stats ORDER BY span, at",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, ["hour old", "hour new", "minute new", "minute new"]);
+}
+
+#[test]
+fn the_handler_mounts_under_a_path_and_streams_downloads() {
+    use postpone::DashboardRequest;
+    use std::io::Read;
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let id = app
+        .defer("t", &json!({"blob": "x".repeat(600_000)}))
+        .unwrap();
+    let handler = Dashboard::new(&app)
+        .base_path("/admin/queue/")
+        .handler()
+        .unwrap();
+    let get = |path: &str| {
+        let resp =
+            handler.handle(DashboardRequest::new("GET", path).header("Host", "localhost:3000"));
+        let status = resp.status();
+        let headers = resp.headers().to_vec();
+        let len = resp.len();
+        let mut body = String::new();
+        resp.into_body().read_to_string(&mut body).unwrap();
+        assert_eq!(body.len() as u64, len);
+        (status, headers, body)
+    };
+    let (status, headers, body) = get("/admin/queue/jobs");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(&format!("href=\"/admin/queue/jobs/{id}\"")),
+        "{body}"
+    );
+    assert!(body.contains("src=\"/admin/queue/static/live.js\""));
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k == "Content-Security-Policy" && v.contains("script-src 'self'")));
+    let (status, _, page) = get(&format!("/admin/queue/jobs/{id}"));
+    assert_eq!(status, 200);
+    assert!(page.contains(&format!("href=\"/admin/queue/jobs/{id}/args.json\"")));
+    let (status, _, raw) = get(&format!("/admin/queue/jobs/{id}/args.json"));
+    assert_eq!(status, 200);
+    assert_eq!(raw.len(), 600_000 + "{\"blob\": \"\"}".len());
+    assert_eq!(
+        get("/admin/queue").0,
+        200,
+        "the base path itself is the overview"
+    );
+    assert_eq!(get("/elsewhere/jobs").0, 404);
+    assert_eq!(get("/admin/queueing").0, 404);
+    // An action: the form token from a page, the redirect under the base path.
+    let later = app
+        .job("t")
+        .schedule_in(Duration::from_secs(3600))
+        .defer(&json!(1))
+        .unwrap();
+    let (_, _, page) = get(&format!("/admin/queue/jobs/{later}"));
+    let resp = handler.handle(
+        DashboardRequest::new("POST", &format!("/admin/queue/jobs/{later}/cancel"))
+            .header("Host", "localhost:3000")
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .body(format!("csrf={}", csrf_of(&page)).into_bytes()),
+    );
+    assert_eq!(resp.status(), 303);
+    let to = resp
+        .headers()
+        .iter()
+        .find(|(k, _)| k == "Location")
+        .unwrap()
+        .1
+        .clone();
+    assert_eq!(to, format!("/admin/queue/jobs/{later}?done=cancelled"));
+    assert_eq!(status_of(&app, later), "cancelled");
+    // Without auth of its own, a host name is refused unless the host guards access.
+    let named =
+        handler.handle(DashboardRequest::new("GET", "/admin/queue/").header("Host", "ops.example"));
+    assert_eq!(named.status(), 403);
+    let trusting = Dashboard::new(&app)
+        .base_path("/q")
+        .any_host(true)
+        .handler()
+        .unwrap();
+    let named =
+        trusting.handle(DashboardRequest::new("GET", "/q/jobs").header("Host", "ops.example"));
+    assert_eq!(named.status(), 200);
 }

@@ -219,9 +219,38 @@ impl Browser {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("web-screenshots");
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.png"));
-        std::fs::write(&path, png).unwrap();
+        std::fs::write(&path, &png).unwrap();
         eprintln!("screenshot: {}", path.display());
+        // The docs' screenshots are refreshed on request (their times change every run).
+        if std::env::var_os("UPDATE_SCREENSHOTS").is_some() {
+            let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("docs")
+                .join(format!("dashboard-{name}.png"));
+            std::fs::write(&docs, &png).unwrap();
+            eprintln!("screenshot: {}", docs.display());
+        }
         path
+    }
+
+    /// Presses a key (WebDriver's code point for it: Tab is U+E004, Enter U+E007).
+    fn key(&self, key: char) {
+        let k = key.to_string();
+        self.cmd(
+            "POST",
+            "/actions",
+            Some(
+                json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]}]}),
+            ),
+        );
+    }
+
+    fn window_width(&self, width: u32) {
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": 900})),
+        );
     }
 
     /// Loads `url` and checks what every page must hold: its title, no script element,
@@ -421,7 +450,7 @@ fn every_page_in_chromium_with_retry_and_cancel() {
         browser.text("#plan")
     );
     assert_eq!(errors(), 1, "the dry run changed the job");
-    browser.screenshot("bulk-confirm");
+    browser.screenshot("bulk");
     browser.click_to("#confirm", "bulk=retry");
     assert!(
         browser.text("#bulk-done").starts_with("1 job(s) retried"),
@@ -480,6 +509,46 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     assert!(browser.text("table").contains(HOSTILE_TASK));
     assert!(browser.text("table").contains("id<&>"));
     browser.screenshot("periodic");
+
+    // The keyboard alone: Tab reaches the navigation's links in order, Enter follows one.
+    browser.load(&format!("{base}/workers"), "Workers");
+    for _ in 0..3 {
+        browser.key('\u{E004}');
+    }
+    assert_eq!(
+        browser.eval("return document.activeElement.textContent"),
+        json!("Jobs")
+    );
+    browser.key('\u{E007}');
+    assert!(wait_until(Duration::from_secs(10), || browser
+        .url()
+        .ends_with("/jobs")));
+    // Interactive elements show where the focus is.
+    assert!(browser.eval(
+        "return Array.from(document.styleSheets[0].cssRules).some(r => r.cssText.includes(':focus-visible'))"
+    ) == json!(true));
+
+    // 420 px wide: no page is wider than the window (wide tables scroll inside their box).
+    browser.window_width(420);
+    for (path, title) in [
+        ("/", "Overview"),
+        ("/jobs", "Jobs"),
+        (&*format!("/jobs/{}", fx.flaky), "Job"),
+        ("/workers", "Workers"),
+    ] {
+        browser.load(&format!("{base}{path}"), title);
+        let (doc, win) = (
+            browser.eval("return document.documentElement.scrollWidth"),
+            browser.eval("return window.innerWidth"),
+        );
+        assert!(
+            doc.as_u64() <= win.as_u64(),
+            "{path} is {doc} px wide in a {win} px window"
+        );
+    }
+    browser.load(&format!("{base}/"), "Overview");
+    browser.screenshot("narrow");
+    browser.window_width(1200);
 
     // JavaScript off: the pages and their buttons work the same (plain forms and links).
     drop(browser);

@@ -108,10 +108,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "bounded_inputs",
         sql: include_str!("0017_bounded_inputs.sql"),
     },
+    Migration {
+        version: 19,
+        name: "stats",
+        sql: include_str!("0019_stats.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 17;
+pub(crate) const LATEST: i32 = 19;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

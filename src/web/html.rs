@@ -1,5 +1,5 @@
-//! HTML building blocks over maud: the page frame, shown text, times and ages, status words,
-//! and the throughput chart (an inline SVG drawn here).
+//! HTML building blocks over maud: the page frame, shown text, times and ages, status words
+//! (the charts are in `charts.rs`).
 //!
 //! Live updates: every page loads one script of ours, `live.js` (the CSP allows scripts
 //! from the dashboard's own address and nothing inline). It reads the page again every few
@@ -10,7 +10,7 @@
 //! maud escapes every value spliced into a template at compile time (`(value)` is text, in
 //! an element or an attribute alike); markup that is not escaped must be written
 //! `PreEscaped(..)`, and the only such markup here is the style sheet and the SVG text that
-//! this file builds from numbers. Values from the database go through [`Shown`] so that
+//! `charts.rs` builds from numbers. Values from the database go through [`Shown`] so that
 //! control characters (a NUL, say) are shown as `\u{..}` escapes rather than dropped or
 //! replaced by a browser; [`url_enc`] encodes values inside a link's query.
 
@@ -168,67 +168,6 @@ pub(crate) fn page(
     }
 }
 
-/// One minute of the last hour: jobs finished well and badly.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Minute {
-    pub(crate) succeeded: u64,
-    pub(crate) failed: u64,
-}
-
-/// Bars per minute over the last hour (oldest left): succeeded in green, failed (failed,
-/// cancelled, aborted) in red stacked above; a legend and the peak as text.
-pub(crate) fn throughput_svg(minutes: &[Minute]) -> Markup {
-    const W: u32 = 720;
-    const H: u32 = 140;
-    const PAD: u32 = 24;
-    let peak = minutes
-        .iter()
-        .map(|m| m.succeeded + m.failed)
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let n = minutes.len().max(1) as u32;
-    let bar = (W - 2 * PAD) / n;
-    let width = bar.saturating_sub(1).max(1);
-    let plot_h = (H - 2 * PAD) as f64;
-    let total_ok: u64 = minutes.iter().map(|m| m.succeeded).sum();
-    let total_bad: u64 = minutes.iter().map(|m| m.failed).sum();
-    let base = (H - PAD) as f64;
-    html! {
-        svg xmlns="http://www.w3.org/2000/svg" width=(W) height=(H) viewBox={ "0 0 " (W) " " (H) }
-            role="img"
-            aria-label={ "jobs finished per minute over the last hour: " (total_ok)
-                         " succeeded, " (total_bad) " failed" } {
-            rect x="0" y="0" width=(W) height=(H) fill="#fff" {}
-            line x1=(PAD) y1=(H - PAD) x2=(W - PAD) y2=(H - PAD) stroke="#c8cdd2" {}
-            @for (i, m) in minutes.iter().enumerate() {
-                @let x = PAD + i as u32 * bar;
-                @let ok_h = (m.succeeded as f64 / peak as f64 * plot_h).round();
-                @let bad_h = (m.failed as f64 / peak as f64 * plot_h).round();
-                @let ago = minutes.len() - i;
-                @if m.succeeded > 0 {
-                    rect x=(x) y=(base - ok_h) width=(width) height=(ok_h) fill="#2e9d52" {
-                        title { (ago) " min ago: " (m.succeeded) " succeeded" }
-                    }
-                }
-                @if m.failed > 0 {
-                    rect x=(x) y=(base - ok_h - bad_h) width=(width) height=(bad_h) fill="#c9302c" {
-                        title { (ago) " min ago: " (m.failed) " failed" }
-                    }
-                }
-            }
-            text x=(PAD) y="15" font-size="12" fill="#444" {
-                "peak " (peak) "/min · "
-                tspan fill="#2e9d52" { "■ succeeded " (total_ok) }
-                " "
-                tspan fill="#c9302c" { "■ failed, cancelled or aborted " (total_bad) }
-            }
-            text x=(PAD) y=(H - 6) font-size="11" fill="#888" { "60 min ago" }
-            text x=(W - PAD) y=(H - 6) font-size="11" fill="#888" text-anchor="end" { "now" }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,18 +203,5 @@ mod tests {
         assert_eq!(age(Duration::from_secs(245)), "4m 05s");
         assert_eq!(age(Duration::from_secs(7800)), "2h 10m");
         assert_eq!(age(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d 4h");
-    }
-
-    #[test]
-    fn chart_draws_a_bar_per_busy_minute() {
-        let mut m = vec![Minute::default(); 60];
-        m[59] = Minute {
-            succeeded: 10,
-            failed: 2,
-        };
-        let svg = throughput_svg(&m).into_string();
-        assert_eq!(svg.matches("<rect").count(), 3); // background + 2 bars
-        assert!(svg.contains("1 min ago: 10 succeeded"));
-        assert!(svg.contains("succeeded 10") && svg.contains("aborted 2"));
     }
 }

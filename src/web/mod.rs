@@ -20,10 +20,14 @@
 //! written within `response_timeout`, so slow clients cannot hold the others up (see
 //! `http.rs`).
 
+mod charts;
 mod html;
 mod http;
+mod mount;
 mod pages;
 mod queries;
+
+pub use mount::{BodyReader, DashboardHandler, DashboardRequest, DashboardResponse};
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -117,6 +121,8 @@ pub struct Dashboard {
     max_connections: usize,
     stalled_after: Duration,
     schedules: Vec<crate::periodic::PeriodicOptions>,
+    base_path: String,
+    any_host: bool,
 }
 
 impl Dashboard {
@@ -134,6 +140,8 @@ impl Dashboard {
             max_connections: 256,
             stalled_after: Duration::from_secs(30),
             schedules: Vec::new(),
+            base_path: String::new(),
+            any_host: false,
         }
     }
 
@@ -219,13 +227,43 @@ impl Dashboard {
         self
     }
 
-    /// Binds the address and starts serving on threads of its own (`postpone-web-*`).
-    ///
-    /// A dashboard whose database role may not change jobs (a reader's, see
-    /// docs/roles.md) serves read-only, and says so once in the log. (A lazy App that has
-    /// not connected yet is not asked: the dashboard starts at once, and a change it cannot
-    /// make shows the database's refusal.)
-    pub fn spawn(mut self) -> Result<DashboardHandle> {
+    /// The path the dashboard is served under (`/admin/queue`): its links and redirects
+    /// carry it, and requests outside it get a 404. For [`handler`](Self::handler) mounted
+    /// in a program's own server, and the standalone server alike. Defaults to the root.
+    pub fn base_path(mut self, path: &str) -> Dashboard {
+        let p = path.trim().trim_end_matches('/');
+        self.base_path = if p.is_empty() || p.starts_with('/') {
+            p.to_owned()
+        } else {
+            format!("/{p}")
+        };
+        self
+    }
+
+    /// Answers requests addressed to any host name even without a token or user of the
+    /// dashboard's own: for a [`handler`](Self::handler) mounted behind the host program's
+    /// own access control. Without it (and without [`auth`](Self::auth)), only requests
+    /// addressed to an IP address or `localhost` are answered, so that a web page cannot
+    /// reach a dashboard through a name pointed at 127.0.0.1 (DNS rebinding). Defaults to
+    /// false.
+    pub fn any_host(mut self, any: bool) -> Dashboard {
+        self.any_host = any;
+        self
+    }
+
+    /// The dashboard as a plain request-to-response function, to mount in a program's own
+    /// web server under [`base_path`](Self::base_path); see [`DashboardHandler`] and
+    /// `examples/mounted.rs`. The listener settings (address, threads, timeouts) are then
+    /// the host server's business.
+    pub fn handler(mut self) -> Result<DashboardHandler> {
+        self.check_role();
+        Ok(DashboardHandler {
+            state: self.state()?,
+        })
+    }
+
+    /// A role that may not change jobs makes the dashboard read-only.
+    fn check_role(&mut self) {
         if !self.read_only && self.app.open_sockets() > 0 {
             if let Some(role) = role_without_writes(&self.app) {
                 log::warn!(
@@ -236,18 +274,32 @@ impl Dashboard {
                 self.read_only = true;
             }
         }
-        let csrf = random_token()?;
-        let state = Arc::new(pages::State {
+    }
+
+    fn state(&self) -> Result<Arc<pages::State>> {
+        Ok(Arc::new(pages::State {
             admin: self.app.admin(),
             app: self.app.clone(),
             read_only: self.read_only,
             auth: self.auth.clone(),
-            csrf,
+            csrf: random_token()?,
             stalled_after: self.stalled_after,
             overview: std::sync::Mutex::new(None),
             schedules: self.schedules.clone(),
-            base: String::new(),
-        });
+            base: self.base_path.clone(),
+            any_host: self.any_host,
+        }))
+    }
+
+    /// Binds the address and starts serving on threads of its own (`postpone-web-*`).
+    ///
+    /// A dashboard whose database role may not change jobs (a reader's, see
+    /// docs/roles.md) serves read-only, and says so once in the log. (A lazy App that has
+    /// not connected yet is not asked: the dashboard starts at once, and a change it cannot
+    /// make shows the database's refusal.)
+    pub fn spawn(mut self) -> Result<DashboardHandle> {
+        self.check_role();
+        let state = self.state()?;
         let opts = ServerOptions {
             threads: self.threads,
             read_timeout: self.read_timeout,
@@ -265,12 +317,14 @@ impl Dashboard {
             )
         })?;
         log::info!(
-            "dashboard listening on http://{}{}",
+            "dashboard listening on http://{}{}{}",
             server.addr,
+            self.base_path,
             if self.read_only { " (read-only)" } else { "" }
         );
         Ok(DashboardHandle {
             addr: server.addr,
+            base: self.base_path.clone(),
             server: Some(server),
         })
     }
@@ -295,6 +349,7 @@ fn role_without_writes(app: &App) -> Option<String> {
 #[derive(Debug)]
 pub struct DashboardHandle {
     addr: SocketAddr,
+    base: String,
     server: Option<Server>,
 }
 
@@ -304,9 +359,9 @@ impl DashboardHandle {
         self.addr
     }
 
-    /// `http://<addr>`.
+    /// `http://<addr>`, with the base path if one was set.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}{}", self.addr, self.base)
     }
 
     /// Stops accepting connections, lets the requests in progress finish (each bounded by

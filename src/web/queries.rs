@@ -1,40 +1,12 @@
-//! The dashboard's own reads (the admin API serves the rest): the throughput of the last
-//! hour, a keyset page of jobs, the periodic schedules' instants. Every statement runs on a
+//! The dashboard's own reads (the admin API serves the rest): a keyset page of jobs and its
+//! count, the jobs workers hold, the periodic schedules' instants. Every statement runs on a
 //! connection of the App's pool, so under its `pool_timeout` and `io_timeout`.
 
 use std::time::SystemTime;
 
-use super::html::Minute;
 use crate::admin::filter::{JobFilter, Query};
 use crate::conn::Connection;
 use crate::error::Result;
-
-/// Jobs finished per minute over the last 60 minutes (index 59 is the current minute);
-/// served by the partial index on `finished_at`.
-const THROUGHPUT: &str = "
-SELECT (59 - floor(extract(epoch FROM date_trunc('minute', now()) - date_trunc('minute', finished_at)) / 60))::int,
-       count(*) FILTER (WHERE status = 'succeeded'),
-       count(*) FILTER (WHERE status <> 'succeeded')
-  FROM postpone_jobs
- WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
-   AND finished_at > date_trunc('minute', now()) - interval '59 minutes'
-   -- A time after this minute (written by hand: 'infinity' cannot be subtracted, the year
-   -- 9999 is too many minutes for an int) is no part of the last hour.
-   AND finished_at < date_trunc('minute', now()) + interval '1 minute'
- GROUP BY 1";
-
-pub(crate) fn throughput(conn: &mut Connection) -> Result<Vec<Minute>> {
-    let rows = conn.query_named("reading the last hour's throughput", THROUGHPUT, &[])?;
-    let mut minutes = vec![Minute::default(); 60];
-    for r in rows {
-        let i: i32 = r.get(0);
-        if let Some(m) = usize::try_from(i).ok().and_then(|i| minutes.get_mut(i)) {
-            m.succeeded = r.get::<_, i64>(1).max(0) as u64;
-            m.failed = r.get::<_, i64>(2).max(0) as u64;
-        }
-    }
-    Ok(minutes)
-}
 
 /// The one place the dashboard tells a running job from a held one: a job is *running*
 /// when it is `doing` and started (`started_at` set); a `doing` job not started yet is

@@ -23,6 +23,8 @@ pub(super) fn job(
         _ => None,
     };
     let s = j.status;
+    // Held by a worker but not started: it waits, like any other (see queries::RUNNING).
+    let held = s == JobStatus::Doing && !queries::is_running("doing", j.started_at);
     let button = |action: &str, label: &str, enabled: bool| -> Markup {
         html! {
             @if enabled {
@@ -43,7 +45,16 @@ pub(super) fn job(
     };
     let body = html! {
         div #job-live data-live="job" {
-        h1 { "Job " (j.id) " " small { (status(j.status.as_str())) } }
+        h1 {
+            "Job " (j.id) " "
+            small {
+                @if held {
+                    span.status.s-waiting title="held by a worker, not started yet" { "waiting" }
+                } @else {
+                    (status(j.status.as_str()))
+                }
+            }
+        }
         @if let Some(p) = problem {
             p.flash.bad { (Shown(p)) }
         }

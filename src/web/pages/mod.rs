@@ -49,6 +49,8 @@ pub(crate) struct State {
     pub(crate) schedules: Vec<crate::periodic::PeriodicOptions>,
     /// The path the dashboard is served under: `""` at the root of its own server.
     pub(crate) base: String,
+    /// Requests to any host name are answered (the host program guards access).
+    pub(crate) any_host: bool,
 }
 
 /// How long the overview's figures are shared between requests.
@@ -56,7 +58,6 @@ const OVERVIEW_FRESH: Duration = Duration::from_secs(5);
 
 pub(crate) struct OverviewData {
     counts: Vec<crate::admin::QueueCounts>,
-    minutes: Vec<html::Minute>,
     workers: Vec<crate::admin::WorkerInfo>,
     pauses: crate::admin::Pauses,
     took: Duration,
@@ -75,15 +76,10 @@ impl State {
         }
         let started = Instant::now();
         let counts = self.admin.counts()?;
-        let minutes = {
-            let mut conn = self.app.connection()?;
-            queries::throughput(&mut conn)?
-        };
         let workers = self.admin.workers()?;
         let pauses = self.admin.paused()?;
         let data = Arc::new(OverviewData {
             counts,
-            minutes,
             workers,
             pauses,
             took: started.elapsed(),
@@ -145,7 +141,27 @@ impl State {
 }
 
 pub(crate) fn handle(st: &State, req: &Request) -> Response {
-    if st.auth.is_none() && !req.header("host").is_some_and(is_local_host) {
+    if !st.base.is_empty() {
+        // Routes see the path under the base path.
+        let Some(rest) = req.path.strip_prefix(st.base.as_str()) else {
+            return Response::text(404, "not under the dashboard's base path\n");
+        };
+        if !(rest.is_empty() || rest.starts_with('/')) {
+            return Response::text(404, "not under the dashboard's base path\n");
+        }
+        let mut inner = req.clone();
+        inner.path = if rest.is_empty() {
+            "/".to_owned()
+        } else {
+            rest.to_owned()
+        };
+        return handle_under_base(st, &inner);
+    }
+    handle_under_base(st, req)
+}
+
+fn handle_under_base(st: &State, req: &Request) -> Response {
+    if st.auth.is_none() && !st.any_host && !req.header("host").is_some_and(is_local_host) {
         // Without auth, a page of another site could reach a loopback dashboard through a
         // host name that it points at 127.0.0.1 (DNS rebinding), read the CSRF token and
         // post. Such a request names that host: refuse any name but an address or localhost.
@@ -171,7 +187,7 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
     let path = req.path.trim_end_matches('/');
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     match (req.method.as_str(), segments.as_slice()) {
-        ("GET" | "HEAD", [] | [""]) => overview(st),
+        ("GET" | "HEAD", [] | [""]) => overview(st, req),
         ("GET" | "HEAD", ["jobs"]) => jobs(st, req),
         ("GET" | "HEAD", ["jobs", id]) => job(st, parse_id(id)?, None, req.param("done")),
         ("POST", ["jobs", "bulk"]) => bulk(st, req),

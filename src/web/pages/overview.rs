@@ -3,15 +3,31 @@
 
 use super::*;
 
-pub(super) fn overview(st: &State) -> Result<Response, Error> {
+pub(super) fn overview(st: &State, req: &Request) -> Result<Response, Error> {
+    use crate::web::charts::{self, Range};
+    let range = match req.param("range") {
+        None => Range::Hour,
+        Some(r) => Range::from_name(r).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("unknown range {r:?}: use hour, day or week"),
+            )
+        })?,
+    };
+    let queue = req.param("queue");
     let mut cost = Cost::new();
     let (data, fresh) = st.overview_data()?;
     if fresh {
         // Counts (with the pauses and the three kinds of limits they show: 5), throughput,
         // workers, pauses.
-        cost.queries += 8;
+        cost.queries += 7;
     }
-    let (counts, minutes, workers) = (&data.counts, &data.minutes, &data.workers);
+    let history = {
+        let mut conn = st.app.connection()?;
+        charts::history(&mut conn, range, queue)?
+    };
+    cost.queries += 2;
+    let (counts, workers) = (&data.counts, &data.workers);
     let stalled = workers
         .iter()
         .filter(|w| w.heartbeat_age > st.stalled_after)
@@ -94,9 +110,27 @@ pub(super) fn overview(st: &State) -> Result<Response, Error> {
                 }
             } }
         }
-        h2 { "Last hour" }
-        div.chart { (html::throughput_svg(minutes)) }
-        p.dim { "Jobs finished per minute (jobs deleted on completion are not counted)." }
+        h2 #history {
+            "Finished jobs"
+            @if let Some(q) = queue { " of queue " (Shown(q)) }
+            " · "
+            @for (i, r) in Range::ALL.into_iter().enumerate() {
+                @if i > 0 { " " }
+                @if r == range {
+                    strong { "last " (r.name()) }
+                } @else {
+                    a href={ (st.link("/")) "?range=" (r.name())
+                             @if let Some(q) = queue { "&queue=" (url_enc(q)) } "#history" } { "last " (r.name()) }
+                }
+            }
+        }
+        div.charts {
+            div.chart { h3 { "Per outcome" } (charts::by_outcome(range, &history)) }
+            @if queue.is_none() {
+                div.chart { h3 { "Per queue" } (charts::by_queue(range, &history)) }
+            }
+            div.chart { h3 { "Wait before start" } (charts::waits(range, &history)) }
+        }
         h2 { "Workers" }
         p {
             a href=(st.link("/workers")) { (workers.len()) " registered" }
