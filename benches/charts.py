@@ -38,12 +38,16 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-SYSTEMS = ["postpone", "procrastinate", "graphile", "graphile-lq", "pgboss"]
+SYSTEMS = ["postpone", "graphile-rs", "apalis", "fang", "procrastinate", "graphile", "graphile-lq", "pgboss"]
 LABELS = {
     "postpone": "postpone",
+    "postpone-delete": "postpone, DeleteJobs::Always",
+    "graphile-rs": "graphile_worker (Rust)",
+    "apalis": "apalis",
+    "fang": "fang",
     "procrastinate": "procrastinate",
     "graphile": "graphile-worker (defaults)",
-    "graphile-lq": "graphile-worker (local queue 200)",
+    "graphile-lq": "graphile-worker (Node, local queue 200)",
     "pgboss": "pg-boss (batch fetch)",
 }
 # The latency figure runs every system in its default configuration but pg-boss, whose queue
@@ -51,6 +55,9 @@ LABELS = {
 LAT_LABELS = {"pgboss": "pg-boss (LISTEN/NOTIFY)"}
 COLORS = {
     "postpone": "#d62728",
+    "graphile-rs": "#1f77b4",
+    "apalis": "#8c564b",
+    "fang": "#7f7f7f",
     "procrastinate": "#ff7f0e",
     "graphile": "#2ca02c",
     "graphile-lq": "#17becf",
@@ -68,8 +75,21 @@ def figure_label(fig):
     m = re.fullmatch(r"(worker|steady)_c(\d+)(.*)", fig)
     if m:
         kind = "drain" if m.group(1) == "worker" else "steady state"
-        return f"{kind}, concurrency {m.group(2)}{m.group(3).replace('_', ' ')}"
+        rest = re.sub(r"_args_(\d+)_KiB", r", arguments of \1 KiB", m.group(3))
+        return f"{kind}, concurrency {m.group(2)}{rest.replace('_', ' ')}"
     return fig
+
+
+# postpone's figures of realistic jobs carry their output's size (_output_1_KiB); the peers'
+# do not (no output, or an empty one): the table puts them on one row and says so below.
+OUTPUTS = set()
+
+
+def without_output(what):
+    m = re.search(r"_output_(\d+)_KiB", what)
+    if m:
+        OUTPUTS.add(m.group(1))
+    return re.sub(r"_output_\d+_KiB", "", what)
 
 
 def figure_order(fig):
@@ -103,14 +123,43 @@ def first(rec, *keys):
     return None
 
 
+def harness_figure(rec, suffix):
+    """A record of the Rust peers' harness (it has a "system" key) under postpone's figure
+    names: drain -> worker_cC, steady_interval -> steady_cC (t -> t_s); None to skip it."""
+    what = str(rec["what"])
+    if what == "drain":
+        return dict(rec, what=f"worker_c{rec['c']}{suffix}")
+    if what == "steady_interval":
+        return dict(rec, what=f"steady_c{rec['c']}{suffix}", t_s=rec.get("t"))
+    if what in FIGURES and not suffix:
+        return rec
+    return None
+
+
 def collect(out):
     runs, steady, lat, soak = {}, {}, [], {}
     for path in sorted(out.glob("*.txt")):
         system = path.stem
         if system not in SYSTEMS:  # command.txt, or a log someone kept in the folder
             continue
+        suffix = ""
         for rec in json_lines(path):
             what = str(rec["what"])
+            # compare.sh writes {"what": "job_sizes", "suffix": ...} before a peer's runs of
+            # realistic jobs: the harness's figure names do not carry their sizes.
+            if what == "job_sizes":
+                suffix = rec.get("suffix", "")
+                continue
+            if what.startswith("cost"):
+                continue
+            if "_output_" in what:
+                rec = dict(rec, what=without_output(what))
+                what = rec["what"]
+            if "system" in rec:
+                rec = harness_figure(rec, suffix)
+                if rec is None:
+                    continue
+                what = rec["what"]
             if what.endswith("_overall"):
                 continue
             p50 = first(rec, "p50", "p50_ms")
@@ -185,9 +234,37 @@ def table(out):
             cells = [LAT_LABELS.get(r["system"], LABELS.get(r["system"], r["system"])), str(r["rate"])]
             cells += ["-" if r[k] is None else f"{float(r[k]):.2f}" for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms")]
             lines.append("| " + " | ".join(cells) + " |")
+    if OUTPUTS and any("_args_" in f for _, f in figures):
+        lines.append(f"\nRows with arguments: postpone's task also sets an output of {', '.join(sorted(OUTPUTS))} KiB "
+                     "(job.set_output); graphile-worker, graphile_worker and fang store no output, apalis "
+                     "stores the harness handler's empty result. The Rust peers' payloads are set by a trigger "
+                     "on their job tables (benches/compare.sh), their workers fetch and decode them.")
+    lines += cost_table(out)
     text = "\n".join(lines) + "\n"
     (out / "table.md").write_text(text)
     print(text, end="")
+
+
+def cost_table(out):
+    """The per-job costs that benches/costs.py wrote to OUT/costs.txt, as Markdown lines."""
+    path = out / "costs.txt"
+    recs = [r for r in json_lines(path) if r.get("what") == "cost"] if path.exists() else []
+    if not recs:
+        return []
+    order = ["postpone", "postpone-delete"] + [s for s in SYSTEMS if s != "postpone"]
+    recs.sort(key=lambda r: order.index(r["system"]) if r["system"] in order else len(order))
+    r0 = recs[0]
+    fmt = lambda v, p=0: "-" if v is None else f"{float(v):,.{p}f}"  # noqa: E731
+    lines = ["", f"| per job: defer {r0['n']:,} jobs, drain them at concurrency {r0['c']} | defer | WAL bytes, run's database | WAL bytes, whole server | server CPU µs | client CPU µs | vacuum after: WAL bytes | vacuum after: server CPU µs | load average |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in recs:
+        lines.append("| " + " | ".join([
+            LABELS.get(r["system"], r["system"]), r["defer"], fmt(r["wal_bytes_per_job"]),
+            fmt(r["wal_bytes_per_job_server"]), fmt(r["server_cpu_us_per_job"], 1),
+            fmt(r["client_cpu_us_per_job"], 1), fmt(r["vacuum_after_wal_bytes_per_job"]),
+            fmt(r["vacuum_after_server_cpu_us_per_job"], 1), str(r["load"])]) + " |")
+    lines.append(f"\nserver CPU: {r0['server_cpu']}, the difference between a run of {r0['n']:,} jobs and one of {r0['n0']:,}")
+    return lines
 
 
 # ---- SVG ----------------------------------------------------------------------------------

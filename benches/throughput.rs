@@ -35,7 +35,32 @@
 //!   `--interval S` (10) it prints the jobs/s of the interval, the time of the claim's index
 //!   walk (64 due jobs, no locks taken), the table's dead tuples and the claim index's size.
 //!   `--delete` makes the worker delete finished jobs (`DeleteJobs::Always`), in the drain
-//!   (`worker_c<C>_delete`) and in the steady state.
+//!   (`worker_c<C>_delete`) and in the steady state; `--retain S` keeps them S seconds
+//!   (`Retention::new(S)`, pruned every `--prune-every` seconds, 10); `--no-vacuum` leaves
+//!   vacuuming to autovacuum (`Vacuum::off()`). Each interval also prints the table's size
+//!   (`table_mb`: heap and TOAST, `index_mb`, `total_mb`), the worker's vacuums and the
+//!   autovacuums; `--csv PATH` writes the intervals as CSV rows.
+//!
+//! - `retention` (only when named in `--only`): retention at speed. The steady state for
+//!   `--seconds` (600) with `Retention::new(--retain)` (60 s), then the same with
+//!   `DeleteJobs::Always`; prints both rates and the table's total size (first, last, min,
+//!   max over the intervals after the retention window filled). With `--no-vacuum`, the same
+//!   with autovacuum as the only vacuum.
+//!
+//!   ```sh
+//!   cargo bench --bench throughput -- --only retention --cluster --concurrency 4 --csv /tmp/ret.csv
+//!   cargo bench --bench throughput -- --only retention --cluster --concurrency 4 --no-vacuum
+//!   ```
+//!
+//! Everywhere (`work`, `steady`, `retention`): `--args-kb N` gives every job `{"pad": "..."}`
+//! arguments of N KiB (text pglz cannot compress; the task parses and drops them) and
+//! `--output-kb M` has the task set an output of M KiB; the figures' names end in
+//! `_args_N_KiB_output_M_KiB`.
+//!
+//! `--cluster`: instead of `DATABASE_URL`, a PostgreSQL cluster of the bench's own, made with
+//! initdb on a spare port with the server's default settings (autovacuum on, shared_buffers
+//! 128MB; `benches/cluster.sh`), stopped and removed at the end. The first line printed names
+//! the server and its settings.
 //!
 //! - `openloop` and `scheduled` (only when named in `--only`): latency under an open-loop
 //!   load and the lateness of scheduled jobs; see `throughput/openloop.rs` for their flags.
@@ -83,6 +108,19 @@ struct Args {
     seconds: u64,
     interval: u64,
     delete: bool,
+    /// `--seconds` as given (the retention mode's default differs from the steady state's).
+    seconds_given: bool,
+    /// `--retain S`: the steady state's worker keeps finished jobs S seconds
+    /// (`Retention::new(S)`), pruning every `--prune-every` seconds (10).
+    retain: Option<u64>,
+    prune_every: u64,
+    /// `--no-vacuum`: the worker leaves vacuuming to autovacuum (`Vacuum::off()`).
+    no_vacuum: bool,
+    /// `--csv PATH`: the steady state's intervals as CSV rows.
+    csv: Option<String>,
+    /// `--args-kb N`, `--output-kb M`: realistic jobs (see `common::job_sizes`).
+    args_kb: usize,
+    output_kb: usize,
 }
 
 const USAGE: &str = "\
@@ -97,12 +135,16 @@ Modes (--only a,b; none named: defer, work, latency, shutdown, rss, roundtrip):
   roundtrip        a SELECT 1 round-trip's latency; defer one by one without fsync
   roundtrip_async  the round-trip from inside a tokio runtime and from spawn_blocking
   steady           a producer keeps --pending jobs waiting while a worker consumes
+  retention        10 min of steady state with Retention of --retain s, then DeleteJobs::Always
   openloop, scheduled, soak   see benches/throughput/openloop.rs and soak.rs
 
 Options:
   --n-defer N (5000)  --n-work N (20000)  --n-latency N (300)  --n-roundtrip N (5000)
   --concurrency 1,4,16  --repeats N (3)  --prefetch N  --finished N  --future N
   --pending N (20000)  --seconds S (120)  --interval S (10)  --delete  --timeline  --no-ride
+  --retain S  --prune-every S (10)  --no-vacuum  --csv PATH       (steady, retention)
+  --args-kb N  --output-kb M   realistic jobs: N KiB of arguments, an output of M KiB
+  --cluster    run on a cluster of our own with default settings (benches/cluster.sh)
 ";
 
 fn parse_args() -> Args {
@@ -121,6 +163,13 @@ fn parse_args() -> Args {
         seconds: 120,
         interval: 10,
         delete: false,
+        seconds_given: false,
+        retain: None,
+        prune_every: 10,
+        no_vacuum: false,
+        csv: None,
+        args_kb: 0,
+        output_kb: 0,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -136,7 +185,18 @@ fn parse_args() -> Args {
             "--finished" => a.finished = val().parse().expect("--finished N"),
             "--future" => a.future = val().parse().expect("--future N"),
             "--pending" => a.pending = val().parse().expect("--pending N"),
-            "--seconds" => a.seconds = val().parse().expect("--seconds S"),
+            "--seconds" => {
+                a.seconds = val().parse().expect("--seconds S");
+                a.seconds_given = true;
+            }
+            "--retain" => a.retain = Some(val().parse().expect("--retain S")),
+            "--prune-every" => a.prune_every = val().parse().expect("--prune-every S"),
+            "--csv" => a.csv = Some(val()),
+            "--no-vacuum" => {
+                a.no_vacuum = true;
+                i += 1;
+                continue;
+            }
             "--interval" => a.interval = val().parse().expect("--interval S"),
             "--delete" => {
                 a.delete = true;
@@ -157,7 +217,20 @@ fn parse_args() -> Args {
         }
         i += 2;
     }
+    (a.args_kb, a.output_kb) = common::job_sizes();
     a
+}
+
+/// The suffix of a figure's name for realistic jobs: `_args_4_KiB_output_1_KiB`, or "".
+fn sizes_suffix(a: &Args) -> String {
+    let mut s = String::new();
+    if a.args_kb > 0 {
+        s += &format!("_args_{}_KiB", a.args_kb);
+    }
+    if a.output_kb > 0 {
+        s += &format!("_output_{}_KiB", a.output_kb);
+    }
+    s
 }
 
 /// Empties the queue; with `finished > 0`, leaves that many finished jobs in the table (the
@@ -195,21 +268,49 @@ fn clear(app: &App, (finished, future): (usize, usize)) {
     }
 }
 
+/// The sizes of the jobs this bench defers and runs: `--args-kb`, `--output-kb` (0: no-op
+/// jobs, arguments `null`, no output).
+fn sizes() -> (usize, usize) {
+    static SIZES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    *SIZES.get_or_init(common::job_sizes)
+}
+
+/// Defers `n` jobs in batches of 1,000 (`defer_batch`); realistic jobs in batches of at most
+/// 4 MiB of arguments (64 jobs of 64 KiB), so that no statement grows to tens of MiB.
 fn defer_n(app: &App, n: usize) {
-    let batch: Vec<NewJob> = (0..1000)
-        .map(|_| NewJob::new("noop", &()).unwrap())
+    let (args_kb, _) = sizes();
+    let per = 4096usize
+        .checked_div(args_kb)
+        .map_or(1000, |p| p.clamp(1, 1000));
+    let args = common::job_args(args_kb);
+    let batch: Vec<NewJob> = (0..per.min(n.max(1)))
+        .map(|_| NewJob::new("noop", &args).unwrap())
         .collect();
     let mut left = n;
     while left > 0 {
-        let k = left.min(1000);
+        let k = left.min(batch.len());
         app.defer_batch(&batch[..k]).unwrap();
         left -= k;
     }
 }
 
+/// The task every drain and steady state runs: nothing, or with `--args-kb` its arguments
+/// parsed and dropped (as the peers' handlers do: a struct without fields) and with
+/// `--output-kb` an output of that size set (`job.set_output`).
 fn noop_tasks() -> Tasks {
+    let (args_kb, output_kb) = sizes();
+    let output =
+        (output_kb > 0).then(|| serde_json::json!({ "out": common::pad(output_kb * 1024) }));
     let mut t = Tasks::new();
-    t.register("noop", |_: &Job| Ok(()));
+    t.register("noop", move |job: &Job| -> Result<(), TaskError> {
+        if args_kb > 0 {
+            let _: serde::de::IgnoredAny = job.args()?;
+        }
+        if let Some(o) = &output {
+            job.set_output(o)?;
+        }
+        Ok(())
+    });
     t
 }
 
@@ -327,7 +428,11 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             );
             let report = h.shutdown(Duration::from_secs(10));
             assert!(report.is_clean(), "{report}");
-            let key = format!("worker_c{c}{}", if a.delete { "_delete" } else { "" });
+            let key = format!(
+                "worker_c{c}{}{}",
+                if a.delete { "_delete" } else { "" },
+                sizes_suffix(a)
+            );
             r.record(&key, rep, a.n_work, secs, "jobs_per_s");
         }
     }
@@ -458,8 +563,120 @@ fn child(url: &str) {
     println!("VmHWM_kB={hwm}");
 }
 
-/// The steady state: a producer keeps `--pending` jobs waiting while a worker consumes.
+/// What the steady state's worker does with finished jobs.
+#[derive(Clone, Copy)]
+enum Finished {
+    /// Keeps them (the default).
+    Keep,
+    /// `DeleteJobs::Always`.
+    Delete,
+    /// `Retention::new(secs)`, pruning every `--prune-every` seconds.
+    Retain(u64),
+}
+
+/// One interval of a steady state.
+struct Tick {
+    t_s: f64,
+    rate: f64,
+    total_mb: f64,
+}
+
+/// A steady state's figures: its name (`steady_c4_retain_60_s`...), every interval.
+struct SteadyRun {
+    name: String,
+    ticks: Vec<Tick>,
+}
+
+/// The steady state: a producer keeps `--pending` jobs waiting while a worker consumes
+/// (`--retain`, `--delete`: what it does with finished jobs; `--no-vacuum`: autovacuum alone).
 fn bench_steady(app: &App, a: &Args, r: &mut Results) {
+    let finished = match (a.retain, a.delete) {
+        (Some(s), _) => Finished::Retain(s),
+        (None, true) => Finished::Delete,
+        (None, false) => Finished::Keep,
+    };
+    let run = steady_run(app, a, finished, a.seconds, &mut csv_file(a));
+    r.0.entry(run.name)
+        .or_default()
+        .extend(run.ticks.iter().map(|t| t.rate));
+}
+
+/// `--csv PATH`, created with its header.
+fn csv_file(a: &Args) -> Option<std::fs::File> {
+    use std::io::Write;
+    a.csv.as_ref().map(|path| {
+        let mut f = std::fs::File::create(path).unwrap_or_else(|e| panic!("creating {path}: {e}"));
+        writeln!(f, "run,t_s,jobs_per_s,table_mb,index_mb,total_mb,dead_tuples,live_tuples,vacuums,autovacuums").unwrap();
+        f
+    })
+}
+
+/// Retention at speed (`--only retention`): the steady state at full speed for `--seconds`
+/// (600) with `Retention::new(--retain)` (60 s, pruned every `--prune-every` s, 10), then the
+/// same with `DeleteJobs::Always`; the table's size (heap, TOAST and indexes) every
+/// `--interval`. `--no-vacuum`: both with autovacuum as the only vacuum (`Vacuum::off()`).
+/// Prints the rates side by side and whether the table stays flat once the retention window
+/// has filled.
+fn bench_retention(app: &App, a: &Args, r: &mut Results) {
+    let secs = if a.seconds_given { a.seconds } else { 600 };
+    let retain = a.retain.unwrap_or(60);
+    let mut csv = csv_file(a);
+    let runs = [
+        steady_run(app, a, Finished::Retain(retain), secs, &mut csv),
+        steady_run(app, a, Finished::Delete, secs, &mut csv),
+    ];
+    // Intervals that ended once the oldest finished jobs were being pruned.
+    let warm = (retain + a.prune_every + a.interval) as f64;
+    println!("\nretention at speed: {secs} s each, intervals from {warm:.0} s on (the retention window filled)");
+    println!(
+        "{:<44} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "jobs/s", "MiB first", "MiB last", "MiB min", "MiB max"
+    );
+    let mut means = Vec::new();
+    for run in &runs {
+        let settled: Vec<&Tick> = run.ticks.iter().filter(|t| t.t_s >= warm).collect();
+        let all: Vec<&Tick> = if settled.is_empty() {
+            run.ticks.iter().collect()
+        } else {
+            settled
+        };
+        let mean = all.iter().map(|t| t.rate).sum::<f64>() / all.len().max(1) as f64;
+        let sizes: Vec<f64> = all.iter().map(|t| t.total_mb).collect();
+        let min = sizes.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = sizes.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        println!(
+            "{:<44} {mean:>10.0} {:>10.1} {:>10.1} {min:>10.1} {max:>10.1}",
+            run.name,
+            sizes.first().copied().unwrap_or(f64::NAN),
+            sizes.last().copied().unwrap_or(f64::NAN)
+        );
+        println!(
+            "{{\"what\": \"retention_summary\", \"run\": \"{}\", \"from_s\": {warm:.0}, \"jobs_per_s\": {mean:.1}, \"total_mb_first\": {:.1}, \"total_mb_last\": {:.1}, \"total_mb_min\": {min:.1}, \"total_mb_max\": {max:.1}}}",
+            run.name,
+            sizes.first().copied().unwrap_or(f64::NAN),
+            sizes.last().copied().unwrap_or(f64::NAN)
+        );
+        means.push(mean);
+    }
+    println!(
+        "retention / DeleteJobs::Always: {:.1}% of the rate",
+        means[0] * 100.0 / means[1]
+    );
+    for run in runs {
+        r.0.entry(run.name)
+            .or_default()
+            .extend(run.ticks.iter().map(|t| t.rate));
+    }
+}
+
+fn steady_run(
+    app: &App,
+    a: &Args,
+    finished: Finished,
+    seconds: u64,
+    csv: &mut Option<std::fs::File>,
+) -> SteadyRun {
+    use std::io::Write;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     clear(app, (a.finished, a.future));
@@ -467,12 +684,31 @@ fn bench_steady(app: &App, a: &Args, r: &mut Results) {
     let mut b = Worker::builder(app, noop_tasks())
         .outcomes_ride_claims(crate::common::ride())
         .concurrency(c);
-    if a.delete {
-        b = b.delete_finished(postpone::DeleteJobs::Always);
+    let policy = match finished {
+        Finished::Keep => String::new(),
+        Finished::Delete => {
+            b = b.delete_finished(postpone::DeleteJobs::Always);
+            "_delete".into()
+        }
+        Finished::Retain(s) => {
+            b = b.retention(
+                postpone::Retention::new(Duration::from_secs(s))
+                    .interval(Duration::from_secs(a.prune_every)),
+            );
+            format!("_retain_{s}_s")
+        }
+    };
+    if a.no_vacuum {
+        b = b.vacuum(postpone::Vacuum::off());
     }
     if let Some(p) = a.prefetch {
         b = b.prefetch(p);
     }
+    let name = format!(
+        "steady_c{c}{policy}{}{}",
+        if a.no_vacuum { "_autovacuum_only" } else { "" },
+        sizes_suffix(a)
+    );
     let deferred = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let h = b.spawn().unwrap();
@@ -507,8 +743,8 @@ fn bench_steady(app: &App, a: &Args, r: &mut Results) {
         .unwrap();
     let t0 = Instant::now();
     let mut last = (t0, 0u64);
-    let mut rates = Vec::new();
-    while t0.elapsed() < Duration::from_secs(a.seconds) {
+    let mut ticks = Vec::new();
+    while t0.elapsed() < Duration::from_secs(seconds) {
         let next = last.0 + Duration::from_secs(a.interval);
         while Instant::now() < next {
             producer.1.store(recorded(&h), Ordering::Relaxed);
@@ -533,34 +769,52 @@ fn bench_steady(app: &App, a: &Args, r: &mut Results) {
         let row = probe
             .query_one(
                 "SELECT n_dead_tup, n_live_tup, pg_relation_size('postpone_jobs_due_idx'),
-                        coalesce(autovacuum_count, 0)
+                        coalesce(autovacuum_count, 0), pg_table_size('postpone_jobs'),
+                        pg_indexes_size('postpone_jobs'), pg_total_relation_size('postpone_jobs')
                    FROM pg_stat_user_tables WHERE relname = 'postpone_jobs'",
                 &[],
             )
             .unwrap();
+        let mb = |i: usize| row.get::<_, i64>(i) as f64 / (1024.0 * 1024.0);
+        let t_s = (now - t0).as_secs_f64();
+        let vacuums = h.stats().vacuums;
         println!(
-            "{{\"what\": \"steady_c{c}{}\", \"t_s\": {:.0}, \"jobs_per_s\": {rate:.1}, \"claim_walk_ms\": {:.2}, \"dead_tuples\": {}, \"live_tuples\": {}, \"due_idx_kb\": {}, \"autovacuums\": {}}}",
-            if a.delete { "_delete" } else { "" },
-            (now - t0).as_secs_f64(),
+            "{{\"what\": \"{name}\", \"t_s\": {t_s:.0}, \"jobs_per_s\": {rate:.1}, \"claim_walk_ms\": {:.2}, \"dead_tuples\": {}, \"live_tuples\": {}, \"due_idx_kb\": {}, \"table_mb\": {:.1}, \"index_mb\": {:.1}, \"total_mb\": {:.1}, \"vacuums\": {vacuums}, \"autovacuums\": {}}}",
             walk.as_secs_f64() * 1000.0,
             row.get::<_, i64>(0),
             row.get::<_, i64>(1),
             row.get::<_, i64>(2) / 1024,
+            mb(4),
+            mb(5),
+            mb(6),
             row.get::<_, i64>(3),
         );
-        rates.push(rate);
+        if let Some(f) = csv.as_mut() {
+            writeln!(
+                f,
+                "{name},{t_s:.0},{rate:.1},{:.2},{:.2},{:.2},{},{},{vacuums},{}",
+                mb(4),
+                mb(5),
+                mb(6),
+                row.get::<_, i64>(0),
+                row.get::<_, i64>(1),
+                row.get::<_, i64>(3)
+            )
+            .unwrap();
+            f.flush().unwrap();
+        }
+        ticks.push(Tick {
+            t_s,
+            rate,
+            total_mb: mb(6),
+        });
         last = (now, n);
     }
     stop.store(true, Ordering::Relaxed);
     let _ = producer.0.join();
     let report = h.shutdown(Duration::from_secs(10));
     assert!(report.is_clean(), "{report}");
-    r.0.entry(format!(
-        "steady_c{c}{}",
-        if a.delete { "_delete" } else { "" }
-    ))
-    .or_default()
-    .extend(rates);
+    SteadyRun { name, ticks }
 }
 
 fn main() {
@@ -574,6 +828,10 @@ fn main() {
     }
     let a = parse_args();
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
+    // `--cluster`: a cluster of our own with default settings, removed when `main` returns.
+    let own = std::env::args().any(|a| a == "--cluster");
+    let _cluster = own.then(common::OwnCluster::start);
+    println!("{}", common::server_line(own));
     let db = BenchDb::create("postpone_bench");
     let app = App::builder(db.url()).pool_size(4).build().unwrap();
     app.migrate().unwrap();
@@ -601,6 +859,9 @@ fn main() {
     }
     if a.only.iter().any(|o| o == "steady") {
         bench_steady(&app, &a, &mut r);
+    }
+    if a.only.iter().any(|o| o == "retention") {
+        bench_retention(&app, &a, &mut r);
     }
     if a.only.iter().any(|o| o == "openloop" || o == "scheduled") {
         openloop::run(&db.url(), &db.name, &a.only);
