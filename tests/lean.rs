@@ -74,7 +74,11 @@ fn a_version_11_worker_keeps_claiming_and_recording_after_the_upgrade() {
     // Every later migration is applied (versions after 17 add what this test does not use).
     let applied = app.migrate().unwrap();
     assert_eq!(applied[..6], [12, 13, 14, 15, 16, 17], "{applied:?}");
-    assert_eq!(applied.last(), Some(&postpone::SCHEMA_VERSION), "{applied:?}");
+    assert_eq!(
+        applied.last(),
+        Some(&postpone::SCHEMA_VERSION),
+        "{applied:?}"
+    );
 
     // Its recording statement still records, and its claim still returns its ten columns.
     let ids: Vec<i64> = running.iter().map(|r| r.0).collect();

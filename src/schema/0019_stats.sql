@@ -19,10 +19,11 @@
 -- of a new hour prunes what is past its span, so the table holds at most (120 + 192) x 4
 -- rows per queue and outcome.
 --
--- Nothing here can fail the statement it rides on: infinite or missing times give no wait
+-- Every statement here can run again on a schema that has it (a record of this migration
+-- deleted by hand, say). Nothing here can fail the statement it rides on: infinite or missing times give no wait
 -- (the job is counted, its wait is not), and the arithmetic is bounded.
 
-CREATE TABLE postpone_stats (
+CREATE TABLE IF NOT EXISTS postpone_stats (
     span     text        NOT NULL CHECK (span IN ('minute', 'hour')),
     at       timestamptz NOT NULL,
     queue    text        NOT NULL,
@@ -56,7 +57,7 @@ CREATE TABLE postpone_stats (
     PRIMARY KEY (span, at, queue, outcome, shard)
 );
 
-CREATE FUNCTION postpone_stats_record() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION postpone_stats_record() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     new_hours integer;
 BEGIN
@@ -232,10 +233,12 @@ BEGIN
 END
 $$;
 
+DROP TRIGGER IF EXISTS postpone_jobs_stats ON postpone_jobs;
 CREATE TRIGGER postpone_jobs_stats AFTER UPDATE ON postpone_jobs
     REFERENCING OLD TABLE AS postpone_stats_old NEW TABLE AS postpone_stats_new
     FOR EACH STATEMENT EXECUTE FUNCTION postpone_stats_record();
 
+DROP TRIGGER IF EXISTS postpone_jobs_stats_delete ON postpone_jobs;
 CREATE TRIGGER postpone_jobs_stats_delete AFTER DELETE ON postpone_jobs
     REFERENCING OLD TABLE AS postpone_stats_old
     FOR EACH STATEMENT EXECUTE FUNCTION postpone_stats_record();
@@ -243,5 +246,5 @@ CREATE TRIGGER postpone_jobs_stats_delete AFTER DELETE ON postpone_jobs
 -- The dashboard's lists of failed, cancelled and aborted jobs (newest first, with or without
 -- a queue, an error text...) walk this instead of the whole table. Only jobs that end badly
 -- get an entry: the success path writes nothing to it.
-CREATE INDEX postpone_jobs_failed_idx ON postpone_jobs (id)
+CREATE INDEX IF NOT EXISTS postpone_jobs_failed_idx ON postpone_jobs (id)
     WHERE status IN ('failed', 'cancelled', 'aborted');
