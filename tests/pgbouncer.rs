@@ -361,3 +361,47 @@ fn a_stranded_pgbouncer_server_side_is_caught_by_our_deadlines() {
     assert!(healed, "no defer after healing: {last:?}");
     drop(direct);
 }
+
+/// The helper the chaos run restarts PgBouncer with: stopped and started again on its port,
+/// or pointed at another upstream with RELOAD, it forwards again each time.
+#[test]
+fn a_restarted_or_repointed_pgbouncer_forwards_again() {
+    if let Some(reason) = PgBouncer::skip_reason() {
+        skip(&reason);
+        return;
+    }
+    let db = fresh_db();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let mut bouncer = PgBouncer::start(&db.server_addr(), PoolMode::Session, 2);
+    let port_seen = |bouncer: &PgBouncer| -> i32 {
+        let mut c = postgres::Client::connect(
+            &format!("{}?connect_timeout=5", bouncer.url(db.name())),
+            postgres::NoTls,
+        )
+        .unwrap_or_else(|e| panic!("through pgbouncer: {e}\n{}", bouncer.log()));
+        c.query_one("SELECT inet_client_port()", &[])
+            .unwrap()
+            .get(0)
+    };
+    port_seen(&bouncer);
+    for _ in 0..5 {
+        bouncer.stop();
+        assert!(!bouncer.running());
+        bouncer.start_again();
+        port_seen(&bouncer);
+    }
+    // Through the proxy, then directly again: the proxy counts the server links it carried.
+    bouncer
+        .set_upstream(&format!("127.0.0.1:{}", proxy.port()))
+        .unwrap();
+    port_seen(&bouncer);
+    assert!(proxy.accepted() >= 1, "{}", bouncer.log());
+    let before = proxy.accepted();
+    bouncer.set_upstream(&db.server_addr()).unwrap();
+    // A session pool keeps its server link while a client holds it; a new client after the
+    // reload gets one to the new upstream.
+    bouncer.stop();
+    bouncer.start_again();
+    port_seen(&bouncer);
+    assert_eq!(proxy.accepted(), before, "{}", bouncer.log());
+}

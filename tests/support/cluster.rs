@@ -202,28 +202,7 @@ impl Cluster {
     /// `standby.signal` and `primary_conninfo`), on its own port, started.
     pub fn standby_of(primary: &Cluster, tag: &str) -> Cluster {
         let mut c = Cluster::prepare(tag);
-        give_to_postgres(&c.dir);
-        let data = c.data().display().to_string();
-        run(
-            true,
-            &c.bin.join("pg_basebackup"),
-            &[
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &primary.port.to_string(),
-                "-U",
-                "postgres",
-                "-D",
-                &data,
-                "-R",
-                "-X",
-                "stream",
-                "--no-sync",
-            ],
-        );
-        c.append_conf("");
-        c.start();
+        c.reseed_from(primary.port);
         c
     }
 
@@ -326,6 +305,55 @@ impl Cluster {
     pub fn stop(&mut self, mode: &str) {
         self.pg_ctl(&["-m", mode, "-w", "-t", "30", "stop"]);
         self.running = false;
+    }
+
+    /// Restarts the server: `fast` or `immediate` (a crash and its recovery), and waits until
+    /// it accepts connections again (up to 30 s).
+    pub fn restart(&mut self, mode: &str) {
+        let log = self.path("log");
+        self.pg_ctl(&["-m", mode, "-l", &log, "-w", "-t", "30", "restart"]);
+        self.running = true;
+    }
+
+    /// Makes this cluster, stopped or not, a fresh streaming standby of `primary` on the same
+    /// port: stops it (immediate), removes its data directory, copies `primary` with
+    /// pg_basebackup and starts it. An old primary comes back this way after a failover.
+    pub fn reseed_from(&mut self, primary_port: u16) {
+        if self.running {
+            self.stop("immediate");
+        }
+        let data = self.data();
+        let _ = std::fs::remove_dir_all(&data);
+        give_to_postgres(&self.dir);
+        let data = data.display().to_string();
+        run(
+            true,
+            &self.bin.join("pg_basebackup"),
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                &data,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+        );
+        self.append_conf("");
+        self.start();
+    }
+
+    /// Whether the server process is running, as far as this value knows (started and not
+    /// stopped through it).
+    pub fn running(&self) -> bool {
+        self.running
     }
 
     /// Promotes a standby to primary and waits until it accepts writes.

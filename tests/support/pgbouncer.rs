@@ -33,12 +33,15 @@ impl PoolMode {
     }
 }
 
-/// A running PgBouncer.
+/// A running PgBouncer (stopped and started again on the same port by
+/// [`restart`](PgBouncer::restart)).
 pub struct PgBouncer {
     dir: PathBuf,
     port: u16,
     mode: PoolMode,
-    child: Child,
+    upstream: String,
+    pool_size: usize,
+    child: Option<Child>,
 }
 
 impl PgBouncer {
@@ -61,12 +64,31 @@ impl PgBouncer {
     /// `pool_size` server connections per database and user; waits (up to 10 s) until it
     /// listens.
     pub fn start(upstream: &str, mode: PoolMode, pool_size: usize) -> PgBouncer {
-        let (host, port) = upstream.rsplit_once(':').expect("upstream is host:port");
-        let dir = temp_dir("pgbouncer");
-        let listen = spare_port();
-        write(&dir.join("users.txt"), "\"postgres\" \"\"\n\"root\" \"\"\n");
+        let mut bouncer = PgBouncer {
+            dir: temp_dir("pgbouncer"),
+            port: spare_port(),
+            mode,
+            upstream: upstream.to_owned(),
+            pool_size,
+            child: None,
+        };
         write(
-            &dir.join("pgbouncer.ini"),
+            &bouncer.dir.join("users.txt"),
+            "\"postgres\" \"\"\n\"root\" \"\"\n",
+        );
+        bouncer.write_config();
+        give_to_postgres(&bouncer.dir);
+        bouncer.launch();
+        bouncer
+    }
+
+    fn write_config(&self) {
+        let (host, port) = self
+            .upstream
+            .rsplit_once(':')
+            .expect("upstream is host:port");
+        write(
+            &self.dir.join("pgbouncer.ini"),
             &format!(
                 "[databases]\n* = host={host} port={port}\n\n[pgbouncer]\n\
                  listen_addr = 127.0.0.1\nlisten_port = {listen}\nunix_socket_dir =\n\
@@ -74,36 +96,127 @@ impl PgBouncer {
                  pool_mode = {mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 500\n\
                  logfile = {d}/pgbouncer.log\npidfile =\nserver_login_retry = 1\n\
                  server_connect_timeout = 5\nquery_wait_timeout = 30\n",
-                d = dir.display(),
-                mode = mode.as_str()
+                listen = self.port,
+                d = self.dir.display(),
+                mode = self.mode.as_str(),
+                pool_size = self.pool_size,
             ),
         );
-        give_to_postgres(&dir);
+        if is_root() {
+            super::cluster::run(
+                false,
+                Path::new("chown"),
+                &[
+                    "postgres:",
+                    &self.dir.join("pgbouncer.ini").display().to_string(),
+                ],
+            );
+        }
+    }
+
+    /// Starts the process on the configured port and waits (up to 10 s) until it listens.
+    fn launch(&mut self) {
         let child = as_postgres(Path::new(PGBOUNCER))
-            .arg(dir.join("pgbouncer.ini"))
+            .arg(self.dir.join("pgbouncer.ini"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting pgbouncer: {e}"));
-        let mut bouncer = PgBouncer {
-            dir,
-            port: listen,
-            mode,
-            child,
-        };
+        self.child = Some(child);
+        let listen = self.port;
         let up = super::wait_until(Duration::from_secs(10), || {
             TcpStream::connect(("127.0.0.1", listen)).is_ok()
         });
         if !up {
-            let log =
-                std::fs::read_to_string(bouncer.dir.join("pgbouncer.log")).unwrap_or_default();
-            let status = bouncer.child.try_wait();
+            let status = self.child.as_mut().map(Child::try_wait);
             panic!(
-                "pgbouncer did not listen on {listen} within 10 s ({status:?}); its log:\n{log}"
+                "pgbouncer did not listen on {listen} within 10 s ({status:?}); its log:\n{}",
+                self.log()
             );
         }
-        bouncer
+    }
+
+    /// Stops the process (SIGTERM: PgBouncer's immediate shutdown, every client and server
+    /// connection closed) and waits for it (up to 5 s, then SIGKILL).
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // As root the child is runuser and pgbouncer its child: signal pgbouncer itself
+        // (runuser, signalled, forwards SIGTERM but then waits 2 s before it returns), and
+        // runuser returns once it exits.
+        let pid = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+            .ok()
+            .and_then(|c| c.split_whitespace().next().map(str::to_owned))
+            .unwrap_or_else(|| child.id().to_string());
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let stopped = super::wait_until(Duration::from_secs(5), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if !stopped {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // runuser may return before pgbouncer has closed its socket: a new one started now
+        // would fail to listen while the old one still answers.
+        let port = self.port;
+        let closed = super::wait_until(Duration::from_secs(5), || {
+            TcpStream::connect(("127.0.0.1", port)).is_err()
+        });
+        if !closed {
+            eprintln!("pgbouncer: port {port} still answers 5 s after the stop");
+        }
+    }
+
+    /// Starts it again on the same port after [`stop`](Self::stop), and waits until it
+    /// listens.
+    pub fn start_again(&mut self) {
+        if self.child.is_none() {
+            self.launch();
+        }
+    }
+
+    /// Whether the process runs (started, not stopped through this value).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// If the process ended on its own: how, and the end of its log.
+    pub fn exited(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        let log = self.log();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        Some(format!(
+            "pgbouncer on {} exited: {status}; its log ends:\n{}",
+            self.port,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ))
+    }
+
+    /// Points every database at `upstream` (`host:port`), as an operator does after a
+    /// failover: rewrites the configuration and sends `RELOAD` on the admin console.
+    pub fn set_upstream(&mut self, upstream: &str) -> Result<(), String> {
+        self.upstream = upstream.to_owned();
+        self.write_config();
+        if self.child.is_none() {
+            return Ok(());
+        }
+        let mut admin = postgres::Client::connect(
+            &format!(
+                "host=127.0.0.1 port={} user=postgres dbname=pgbouncer connect_timeout=5",
+                self.port
+            ),
+            postgres::NoTls,
+        )
+        .map_err(|e| format!("connecting to the pgbouncer admin console: {e}"))?;
+        admin
+            .simple_query("RELOAD")
+            .map_err(|e| format!("RELOAD on pgbouncer: {e}"))?;
+        Ok(())
     }
 
     /// The port it listens on (127.0.0.1).
@@ -159,18 +272,7 @@ impl PgBouncer {
 
 impl Drop for PgBouncer {
     fn drop(&mut self) {
-        // As root the child is runuser; pgbouncer is its child and ends with it on SIGTERM
-        // only, so signal the whole process group we know: runuser forwards SIGTERM.
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let stopped = super::wait_until(Duration::from_secs(5), || {
-            matches!(self.child.try_wait(), Ok(Some(_)))
-        });
-        if !stopped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
