@@ -9,6 +9,10 @@
 //!   job deferred before and after runs, nothing is left `doing`, shutdown is bounded and
 //!   clean. The URL lists the standby first with `target_session_attrs=read-write`, and no
 //!   statement ever reaches it while it is a standby (no database error before the stop).
+//! - What a failover keeps of what `defer` acknowledged: with synchronous replication
+//!   everything (a defer the standby cannot confirm is not acknowledged: it fails at its
+//!   deadline); with asynchronous replication, what the standby had received (the last
+//!   acknowledged defer can be lost with the primary).
 
 mod support;
 mod worker_util;
@@ -21,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::unbounded;
 use postpone::{App, ErrorKind, Job, Tasks};
-use support::{cluster, skip, wait_until, Cluster};
+use support::{cluster, skip, wait_until, Cluster, FaultProxy, NewConns};
 use worker_util::*;
 
 fn app(url: &str) -> App {
@@ -372,4 +376,110 @@ fn target_session_attrs_and_a_failover_under_a_running_worker() {
     let report = worker.shutdown(Duration::from_secs(5));
     assert!(report.is_clean(), "{report}");
     assert!(report.elapsed() < Duration::from_millis(5100), "{report}");
+}
+
+/// A primary whose standby streams through a fault proxy (so that the test can hold back the
+/// WAL it has not sent yet), `synchronous_commit = on`, and with `sync` the standby as its
+/// synchronous standby. Returns (primary, standby, proxy).
+fn replicated_pair(tag: &str, sync: bool) -> (Cluster, Cluster, FaultProxy) {
+    let primary = Cluster::primary(&format!("{tag}-primary"));
+    let alter = |c: &Cluster, what: &str| {
+        let mut admin = c.client("postgres");
+        admin
+            .batch_execute(&format!("ALTER SYSTEM {what}"))
+            .unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    };
+    alter(&primary, "SET synchronous_commit = on");
+    let standby = Cluster::standby_of(&primary, &format!("{tag}-standby"));
+    let proxy = FaultProxy::start(&primary.addr());
+    alter(
+        &standby,
+        &format!(
+            "SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres application_name=standby'",
+            proxy.port()
+        ),
+    );
+    if sync {
+        alter(&primary, "SET synchronous_standby_names = '*'");
+    }
+    let mut admin = primary.client("postgres");
+    let streaming = wait_until(Duration::from_secs(20), || {
+        proxy.live_connections() > 0
+            && admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby' \
+                       AND state = 'streaming' AND (NOT $1 OR sync_state = 'sync')",
+                    &[&sync],
+                )
+                .is_ok_and(|r| r.get::<_, i64>(0) == 1)
+    });
+    assert!(streaming, "the standby does not stream through the proxy");
+    (primary, standby, proxy)
+}
+
+/// Defers job A with the standby streaming, then job B with the WAL held back in the proxy;
+/// stops the primary (immediate) and promotes the standby. Returns A's id, what the second
+/// defer answered, and the ids the promoted standby has.
+fn defer_then_fail_over(sync: bool) -> (i64, postpone::Result<postpone::JobId>, Vec<i64>) {
+    let tag = if sync { "ha-sync" } else { "ha-async" };
+    let (mut primary, standby, proxy) = replicated_pair(tag, sync);
+    let app = App::builder(primary.url("postgres"))
+        .pool_size(1)
+        .io_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let a = app.defer("count", &()).unwrap().get();
+    if !sync {
+        // Acknowledged does not mean replicated: wait until it is.
+        assert!(standby.wait_caught_up(&primary, Duration::from_secs(10)));
+    }
+    proxy.set_new_conns(NewConns::Strand);
+    proxy.strand_all();
+    let b = app.defer("count", &());
+    primary.stop("immediate");
+    standby.promote();
+    let ids = standby
+        .client("postgres")
+        .query("SELECT id FROM postpone_jobs ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    (a, b, ids)
+}
+
+#[test]
+fn what_a_failover_keeps_of_acknowledged_defers_with_sync_and_async_replication() {
+    if let Some(reason) = cluster::skip_reason() {
+        skip(&reason);
+        return;
+    }
+    support::init_logging();
+
+    // Synchronous: the defer the standby could not confirm fails at its deadline, not
+    // acknowledged; everything acknowledged is on the new primary.
+    let started = Instant::now();
+    let (a, b, ids) = defer_then_fail_over(true);
+    let e = b.expect_err("a commit the synchronous standby never confirmed was acknowledged");
+    assert!(e.is_timeout(), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(ids, vec![a], "synchronous: the new primary's jobs");
+
+    // Asynchronous: acknowledged at once, and gone with the primary.
+    let (a, b, ids) = defer_then_fail_over(false);
+    let b = b.expect("an asynchronous commit is acknowledged without the standby");
+    assert_eq!(
+        ids,
+        vec![a],
+        "asynchronous: job {} was acknowledged before the failover and is lost (as promised \
+         for asynchronous replication); job {a} had reached the standby",
+        b.get()
+    );
+    println!(
+        "failover: sync: the unconfirmed defer failed with {e:?}; async: acknowledged job {} \
+         lost with the primary",
+        b.get()
+    );
 }
