@@ -30,6 +30,20 @@
 //!    and its task never sees `abort_requested` (a bare NOTIFY is not an abort).
 //! 7. **processes** (promises 1, 3, 7): no worker process exits on its own, and each one's
 //!    final shutdown (after the drain) is clean: every thread joined, the cleanup done.
+//! 8. **lost** (promise 4): every defer whose commit was acknowledged (`defer` returned an id)
+//!    has its job row at the end (and rule 1 wants it final). With asynchronous replication
+//!    a failover may take back what was acknowledged after the last moment the standby had
+//!    received everything (see [`server`](super::server)): such a loss is counted, not a
+//!    violation, and so is any other broken rule of a job that did something (was deferred,
+//!    started, returned) within 5 s before that moment and the stop.
+//! 9. **twice** (promises 4, 9, 10): one attempt of a job starts at most once, unless the
+//!    worker of the first start was disturbed (as in rule 2): a start whose record was lost
+//!    with its worker may run the same attempt again. A job held by a worker and given back
+//!    is not started: no execution is logged for it, and its attempt is not used.
+//!
+//! Jobs are matched to executions and acknowledgements by id and by the deferrer's sequence
+//! number in their arguments, so that an id handed out again after a failover is not mixed
+//! up with the job that had it first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
@@ -40,7 +54,12 @@ use postpone::AbortOutcome;
 
 use super::child::RETRY_ATTEMPTS;
 use super::run::{Config, Record};
+use super::server::Replication;
 use super::{Fault, Kind};
+
+/// Before a failover's safe point, how far back an async rollback may reach an outcome: the
+/// time an execution's end may take to be recorded.
+const ROLLBACK_SLACK_US: i64 = 5_000_000;
 
 /// One broken rule.
 #[derive(Clone, Debug)]
@@ -59,6 +78,15 @@ pub struct Report {
     pub faults: BTreeMap<Fault, usize>,
     pub deferred: BTreeMap<Kind, usize>,
     pub defer_errors: usize,
+    /// The longest a defer took, acknowledged or not.
+    pub defer_longest: Duration,
+    /// Acknowledged defers lost with an asynchronous failover (not violations).
+    pub lost_async: usize,
+    /// Other broken rules of jobs an asynchronous failover may have rolled back (not
+    /// violations; listed with the violations).
+    pub excused: Vec<Violation>,
+    pub replication: Option<Replication>,
+    pub failovers: usize,
     pub jobs: usize,
     pub executions: usize,
     pub statuses: BTreeMap<String, usize>,
@@ -105,9 +133,26 @@ impl Report {
             .iter()
             .map(|(r, n)| format!("{r}={n}"))
             .collect();
+        let server = match self.replication {
+            None => "shared server".to_owned(),
+            Some(r) => format!(
+                "own server, {} replication, {} failovers{}",
+                r.name(),
+                self.failovers,
+                if r == Replication::Async {
+                    format!(
+                        ", {} acknowledged defers lost and {} other rules broken within a failover's unreplicated window (allowed)",
+                        self.lost_async,
+                        self.excused.len()
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        };
         format!(
-            "chaos seed {}: {} faults injected ({}); {} jobs ({} deferred: {}; {} defer errors), \
-             {} executions, {} worker processes ({} unclean shutdowns); final: {}; \
+            "chaos seed {} ({server}): {} faults injected ({}); {} jobs ({} deferred: {}; {} defer errors, \
+             longest defer {:.1}s), {} executions, {} worker processes ({} unclean shutdowns); final: {}; \
              run {:.1}s, drain {:.1}s{}; violations: {}{}\n  mix: {}",
             self.seed,
             self.faults.values().sum::<usize>(),
@@ -116,6 +161,7 @@ impl Report {
             self.deferred.values().sum::<usize>(),
             kinds.join(" "),
             self.defer_errors,
+            self.defer_longest.as_secs_f64(),
             self.executions,
             self.processes,
             self.unclean_shutdowns,
@@ -147,6 +193,13 @@ impl fmt::Display for Report {
         if self.violations.len() > 40 {
             writeln!(f, "  ... and {} more", self.violations.len() - 40)?;
         }
+        for v in self.excused.iter().take(10) {
+            writeln!(
+                f,
+                "  allowed (async failover) [{}] job {}: {}",
+                v.rule, v.job, v.detail
+            )?;
+        }
         f.write_str(&self.histories)
     }
 }
@@ -155,6 +208,8 @@ impl fmt::Display for Report {
 #[derive(Clone, Debug)]
 pub struct JobRow {
     pub id: i64,
+    /// The deferrer's sequence number (None: deferred by a task).
+    pub seq: Option<i64>,
     pub task: String,
     pub status: String,
     pub attempts: i32,
@@ -169,6 +224,7 @@ pub struct JobRow {
 #[derive(Clone, Debug)]
 pub struct Exec {
     pub job: i64,
+    pub seq: Option<i64>,
     pub attempt: i32,
     pub pid: u32,
     pub slot: usize,
@@ -185,11 +241,12 @@ struct Checker<'a> {
     violations: Vec<Violation>,
 }
 
-/// Judges a finished run.
-pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
-    let jobs: Vec<JobRow> = client
+/// Judges a finished run: the jobs from `jobs` (the jobs' database), the executions from
+/// `log` (the execution log).
+pub fn check(cfg: &Config, rec: &Record, jobs: &mut Client, log: &mut Client) -> Report {
+    let rows: Vec<JobRow> = jobs
         .query(
-            "SELECT id, task, status, attempts, lock, queueing_lock, \
+            "SELECT id, (args->>'seq')::bigint, task, status, attempts, lock, queueing_lock, \
                     status = 'todo' AND scheduled_at > now() + interval '1 hour', \
                     extract(epoch FROM scheduled_at - now())::float8, \
                     coalesce(errors::text, '') \
@@ -200,19 +257,20 @@ pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
         .iter()
         .map(|r| JobRow {
             id: r.get(0),
-            task: r.get(1),
-            status: r.get(2),
-            attempts: r.get(3),
-            lock: r.get(4),
-            queueing_lock: r.get(5),
-            parked: r.get(6),
-            scheduled_in_s: r.get(7),
-            errors: r.get(8),
+            seq: r.get(1),
+            task: r.get(2),
+            status: r.get(3),
+            attempts: r.get(4),
+            lock: r.get(5),
+            queueing_lock: r.get(6),
+            parked: r.get(7),
+            scheduled_in_s: r.get(8),
+            errors: r.get(9),
         })
         .collect();
-    let execs: Vec<Exec> = client
+    let execs: Vec<Exec> = log
         .query(
-            "SELECT job_id, attempt, pid, slot, lock, t_start, t_end, outcome, \
+            "SELECT job_id, seq, attempt, pid, slot, lock, t_start, t_end, outcome, \
                     coalesce(abort_seen, false) \
                FROM chaos_exec ORDER BY t_start, id",
             &[],
@@ -221,25 +279,26 @@ pub fn check(cfg: &Config, rec: &Record, client: &mut Client) -> Report {
         .iter()
         .map(|r| Exec {
             job: r.get(0),
-            attempt: r.get(1),
-            pid: r.get::<_, i32>(2) as u32,
-            slot: r.get::<_, i32>(3) as usize,
-            lock: r.get(4),
-            start: r.get(5),
-            end: r.get(6),
-            outcome: r.get(7),
-            abort_seen: r.get(8),
+            seq: r.get(1),
+            attempt: r.get(2),
+            pid: r.get::<_, i32>(3) as u32,
+            slot: r.get::<_, i32>(4) as usize,
+            lock: r.get(5),
+            start: r.get(6),
+            end: r.get(7),
+            outcome: r.get(8),
+            abort_seen: r.get(9),
         })
         .collect();
 
-    judge(cfg, rec, &jobs, &execs)
+    judge(cfg, rec, &rows, &execs)
 }
 
 /// Judges the final rows `jobs` and the execution log `execs` (sorted by start) of a run.
 pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Report {
-    let mut by_job: HashMap<i64, Vec<&Exec>> = HashMap::new();
+    let mut by_job: HashMap<(i64, Option<i64>), Vec<&Exec>> = HashMap::new();
     for e in execs {
-        by_job.entry(e.job).or_default().push(e);
+        by_job.entry((e.job, e.seq)).or_default().push(e);
     }
     let mut ck = Checker {
         cfg,
@@ -247,11 +306,13 @@ pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Rep
         violations: Vec::new(),
     };
     for job in jobs {
-        let ex = by_job.get(&job.id).cloned().unwrap_or_default();
+        let ex = by_job.get(&(job.id, job.seq)).cloned().unwrap_or_default();
         ck.job(job, &ex);
     }
     ck.locks(execs);
     ck.processes();
+    let lost_async = ck.lost(jobs);
+    let excused = ck.excuse_rollbacks(jobs, &by_job);
 
     let mut statuses = BTreeMap::new();
     for j in jobs {
@@ -274,7 +335,7 @@ pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Rep
             {
                 shown.push(v.job);
                 if let Some(job) = jobs.iter().find(|j| j.id == v.job) {
-                    let ex = by_job.get(&job.id).cloned().unwrap_or_default();
+                    let ex = by_job.get(&(job.id, job.seq)).cloned().unwrap_or_default();
                     ck.history(&mut histories, job, &ex);
                 }
             }
@@ -291,6 +352,11 @@ pub fn judge(cfg: &Config, rec: &Record, jobs: &[JobRow], execs: &[Exec]) -> Rep
         faults: rec.faults_by_kind(),
         deferred: rec.deferred.clone(),
         defer_errors: rec.defer_errors,
+        defer_longest: Duration::from_micros(rec.defer_longest.max(0) as u64),
+        lost_async,
+        excused,
+        replication: rec.replication,
+        failovers: rec.failovers.len(),
         jobs: jobs.len(),
         executions: execs.len(),
         statuses,
@@ -325,22 +391,92 @@ impl Checker<'_> {
     /// A fault that can make slot `slot`'s worker look dead touched it within `[w0, w1]`.
     fn disturbed(&self, slot: usize, w0: i64, w1: i64) -> bool {
         self.rec.faults.iter().any(|f| {
-            let hits_slot = match f.slot {
-                Some(s) => s == slot,
-                None => matches!(f.fault, Fault::Terminate | Fault::Restart),
-            };
-            let kind = matches!(
-                f.fault,
-                Fault::Kill
-                    | Fault::Stop
-                    | Fault::Strand
-                    | Fault::Refuse
-                    | Fault::Reset
-                    | Fault::Terminate
-                    | Fault::Restart
-            );
-            hits_slot && kind && f.from <= w1 && f.to >= w0
+            let hits_slot = f.slot.is_none_or(|s| s == slot);
+            hits_slot && f.fault.disturbs() && f.from <= w1 && f.to >= w0
         })
+    }
+
+    /// Rule 8: every acknowledged defer has its row. Returns how many were lost within an
+    /// asynchronous failover's unreplicated window (allowed).
+    fn lost(&mut self, jobs: &[JobRow]) -> usize {
+        let rows: std::collections::HashSet<(i64, Option<i64>)> =
+            jobs.iter().map(|j| (j.id, j.seq)).collect();
+        let mut allowed = 0;
+        for &(seq, id, at) in &self.rec.acks {
+            if rows.contains(&(id, Some(seq as i64))) {
+                continue;
+            }
+            if self.unreplicated(at) {
+                allowed += 1;
+                continue;
+            }
+            let other = jobs.iter().find(|j| j.id == id).map_or(String::new(), |j| {
+                format!(" (id {id} now belongs to a job with seq {:?})", j.seq)
+            });
+            let detail = format!(
+                "defer {seq} was acknowledged with id {id} at {}, and no such job exists at the end{other}",
+                self.rel(at)
+            );
+            self.violation(id, "lost", detail);
+        }
+        allowed
+    }
+
+    /// Whether a commit at `t` may have been taken back by an asynchronous failover: after
+    /// the last moment its standby had everything, before the stop.
+    fn unreplicated(&self, t: i64) -> bool {
+        self.rec.replication == Some(Replication::Async)
+            && self
+                .rec
+                .failovers
+                .iter()
+                .any(|f| t <= f.stop && f.safe.is_none_or(|s| t > s))
+    }
+
+    /// With asynchronous replication, moves the violations of jobs that did something
+    /// within a failover's unreplicated window (or the slack before it) out of the
+    /// violations, and returns them.
+    fn excuse_rollbacks(
+        &mut self,
+        jobs: &[JobRow],
+        by_job: &HashMap<(i64, Option<i64>), Vec<&Exec>>,
+    ) -> Vec<Violation> {
+        if self.rec.replication != Some(Replication::Async) {
+            return Vec::new();
+        }
+        let windows: Vec<(i64, i64)> = self
+            .rec
+            .failovers
+            .iter()
+            .map(|f| (f.safe.unwrap_or(i64::MIN / 2) - ROLLBACK_SLACK_US, f.stop))
+            .collect();
+        let touched = |t: i64| windows.iter().any(|(a, b)| t >= *a && t <= *b);
+        let mut excused = Vec::new();
+        let violations = std::mem::take(&mut self.violations);
+        for v in violations {
+            let job = jobs.iter().find(|j| j.id == v.job);
+            let acked = self
+                .rec
+                .acks
+                .iter()
+                .filter(|(seq, id, _)| {
+                    *id == v.job && job.is_none_or(|j| j.seq == Some(*seq as i64))
+                })
+                .any(|(_, _, at)| touched(*at));
+            let ran = job
+                .and_then(|j| by_job.get(&(j.id, j.seq)))
+                .is_some_and(|ex| {
+                    ex.iter()
+                        .any(|e| touched(e.start) || e.end.is_some_and(touched))
+                });
+            // A lost defer is judged by the precise moment already (rule 8).
+            if v.job != 0 && v.rule != "lost" && (acked || ran) {
+                excused.push(v);
+            } else {
+                self.violations.push(v);
+            }
+        }
+        excused
     }
 
     fn stalled_us(&self) -> i64 {
@@ -396,6 +532,18 @@ impl Checker<'_> {
                             "attempt {} (pid {}, slot {}) ran {}..{} while attempt {} (pid {}) started at {}, and pid {}'s worker was not disturbed",
                             x.attempt, x.pid, x.slot, self.rel(x.start), self.end_text(x),
                             y.attempt, y.pid, self.rel(y.start), x.pid
+                        ),
+                    );
+                }
+                if y.attempt == x.attempt
+                    && !self.disturbed(x.slot, x.start - self.stalled_us(), y.start)
+                {
+                    self.violation(
+                        job.id,
+                        "twice",
+                        format!(
+                            "attempt {} started at {} (pid {}) and again at {} (pid {}), and pid {}'s worker was not disturbed",
+                            x.attempt, self.rel(x.start), x.pid, self.rel(y.start), y.pid, x.pid
                         ),
                     );
                 }

@@ -1,8 +1,10 @@
 //! The worker process of a chaos run, and its tasks.
 //!
 //! The orchestrator starts it (this test binary or the example, re-invoked) with env
-//! `CHAOS_CHILD_URL` (the database through this slot's fault proxy), `CHAOS_LOG_URL` (direct,
-//! for the execution log), `CHAOS_SLOT` and the worker's timings. It prints
+//! `CHAOS_CHILD_URL` (the database through this slot's fault proxy, and a PgBouncer for some
+//! slots of a server of the run's own), `CHAOS_LOG_URL` (the execution log, on a server the
+//! faults never touch), `CHAOS_LISTEN_URL` (optional: where LISTEN goes, for a slot behind a
+//! transaction pooler), `CHAOS_SLOT` and the worker's timings. It prints
 //! `CHAOS_READY <pid> <worker id>` once its worker runs, shuts the worker down when its
 //! standard input closes, and prints `CHAOS_REPORT <clean> <report>`.
 //!
@@ -28,6 +30,9 @@ pub const ENV_SLOT: &str = "CHAOS_SLOT";
 pub const ENV_CONCURRENCY: &str = "CHAOS_CONCURRENCY";
 pub const ENV_STALLED_MS: &str = "CHAOS_STALLED_MS";
 pub const ENV_HEARTBEAT_MS: &str = "CHAOS_HEARTBEAT_MS";
+/// Where the worker's LISTEN connection goes instead of `CHAOS_CHILD_URL` (set for a slot
+/// behind a transaction pooler).
+pub const ENV_LISTEN_URL: &str = "CHAOS_LISTEN_URL";
 
 /// The task timeout of [`Kind::Timeout`].
 pub const TASK_TIMEOUT: Duration = Duration::from_millis(300);
@@ -42,6 +47,9 @@ pub struct Args {
     /// The queueing lock of a [`Kind::QlockCollide`] job (its successor takes the same).
     #[serde(default)]
     pub ql: Option<String>,
+    /// The deferrer's sequence number (none for the successors tasks defer).
+    #[serde(default)]
+    pub seq: Option<u64>,
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -62,6 +70,7 @@ pub fn main_from_env() -> bool {
     let concurrency = env_u64(ENV_CONCURRENCY, 2) as usize;
     let stalled = Duration::from_millis(env_u64(ENV_STALLED_MS, 2000));
     let heartbeat = Duration::from_millis(env_u64(ENV_HEARTBEAT_MS, 250));
+    let listen_url = std::env::var(ENV_LISTEN_URL).ok();
     let _ = env_logger::builder().try_init();
 
     // Standard input closing is the signal to stop (the orchestrator closes it, or dies).
@@ -86,7 +95,22 @@ pub fn main_from_env() -> bool {
             .lazy(true)
             .build()
             .and_then(|app| {
-                Worker::builder(&app, tasks(&ctx))
+                let listen = match &listen_url {
+                    Some(u) => Some(
+                        App::builder(u.as_str())
+                            .pool_size(1)
+                            .io_timeout(Duration::from_secs(2))
+                            .connect_timeout(Duration::from_secs(1))
+                            .lazy(true)
+                            .build()?,
+                    ),
+                    None => None,
+                };
+                let mut builder = Worker::builder(&app, tasks(&ctx));
+                if let Some(l) = &listen {
+                    builder = builder.listen_via(l);
+                }
+                builder
                     .name(format!("chaos-{slot}-{}", ctx.pid))
                     .concurrency(concurrency)
                     .poll_interval(Duration::from_millis(100))
@@ -164,15 +188,16 @@ impl Ctx {
         None
     }
 
-    fn log_start(&self, job: &Job, kind: Kind, t_start: i64) -> Option<i64> {
+    fn log_start(&self, job: &Job, kind: Kind, seq: Option<i64>, t_start: i64) -> Option<i64> {
         let attempt = job.attempts() as i32;
         let lock = job.lock().map(str::to_owned);
         self.log("logging a start", |c| {
             c.query_one(
-                "INSERT INTO chaos_exec (job_id, attempt, kind, pid, slot, lock, t_start) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+                "INSERT INTO chaos_exec (job_id, seq, attempt, kind, pid, slot, lock, t_start) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
                 &[
                     &job.id().get(),
+                    &seq,
                     &attempt,
                     &kind.name(),
                     &self.pid,
@@ -214,8 +239,8 @@ fn work(job: &Job, ms: u64) -> bool {
 
 fn run_task(ctx: &Ctx, kind: Kind, job: &Job) -> Result<(), TaskError> {
     let t_start = now_us();
-    let exec = ctx.log_start(job, kind, t_start);
     let args: Args = job.args().unwrap_or_default();
+    let exec = ctx.log_start(job, kind, args.seq.map(|s| s as i64), t_start);
     if kind == Kind::QlockCollide {
         if let Some(ql) = &args.ql {
             // A successor waiting under the same queueing lock (and the same lock, if any),
@@ -231,7 +256,11 @@ fn run_task(ctx: &Ctx, kind: Kind, job: &Job) -> Result<(), TaskError> {
             if let Some(lock) = job.lock() {
                 b = b.lock(lock);
             }
-            if let Err(e) = b.defer(&Args { ms: 20, ql: None }) {
+            if let Err(e) = b.defer(&Args {
+                ms: 20,
+                ql: None,
+                seq: None,
+            }) {
                 eprintln!("chaos: deferring the successor of job {}: {e}", job.id());
             }
         }

@@ -7,6 +7,9 @@
 //!   `CHAOS_CHILD_URL`) and its tasks, one per hostile kind.
 //! - [`run`]: the orchestrator: database, fault proxies, worker processes, the seeded fault
 //!   schedule, the drain.
+//! - [`feed`]: the deferrer thread, which reports every acknowledged defer.
+//! - [`server`]: the server under test (the shared one, or a cluster of the run's own with a
+//!   standby and PgBouncers) and its faults.
 //! - [`check`]: the checker and the report.
 //!
 //! Used by `tests/chaos.rs` (a few seeds in CI) and `examples/chaos.rs` (as long as asked).
@@ -16,7 +19,9 @@
 
 pub mod check;
 pub mod child;
+pub mod feed;
 pub mod run;
+pub mod server;
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -106,10 +111,28 @@ pub enum Fault {
     BareNotify,
     /// Restart the server with a user-given command (never in CI: the server is shared).
     Restart,
+    /// `pg_ctl restart -m fast` of a server of the run's own.
+    RestartFast,
+    /// `pg_ctl restart -m immediate` (a crash and its recovery) of a server of the run's own.
+    RestartImmediate,
+    /// Stop the primary (immediate) and promote its streaming standby.
+    Failover,
+    /// Stop a PgBouncer for a while, then start it again.
+    BouncerRestart,
+    /// Every connection slot of the server held for a while.
+    ConnsExhausted,
+    /// `default_transaction_read_only = on` for a while (`ALTER SYSTEM`, reload).
+    ReadOnly,
+    /// A low `statement_timeout` for a while.
+    StatementTimeout,
+    /// A low `lock_timeout` for a while.
+    LockTimeout,
+    /// Not injected: a PgBouncer that ended on its own (and was started again).
+    BouncerCrash,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 18] = [
         Fault::Kill,
         Fault::Stop,
         Fault::Strand,
@@ -119,6 +142,15 @@ impl Fault {
         Fault::Abort,
         Fault::BareNotify,
         Fault::Restart,
+        Fault::RestartFast,
+        Fault::RestartImmediate,
+        Fault::Failover,
+        Fault::BouncerRestart,
+        Fault::ConnsExhausted,
+        Fault::ReadOnly,
+        Fault::StatementTimeout,
+        Fault::LockTimeout,
+        Fault::BouncerCrash,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,10 +164,20 @@ impl Fault {
             Fault::Abort => "abort",
             Fault::BareNotify => "bare_notify",
             Fault::Restart => "restart",
+            Fault::RestartFast => "restart_fast",
+            Fault::RestartImmediate => "restart_immediate",
+            Fault::Failover => "failover",
+            Fault::BouncerRestart => "bouncer_restart",
+            Fault::ConnsExhausted => "conns_exhausted",
+            Fault::ReadOnly => "read_only",
+            Fault::StatementTimeout => "statement_timeout",
+            Fault::LockTimeout => "lock_timeout",
+            Fault::BouncerCrash => "bouncer_crash",
         }
     }
 
-    /// Default weight in the random pick (Restart only with an explicit command).
+    /// Default weight in the random pick (Restart only with an explicit command, the
+    /// server's faults only on a server of the run's own: see [`Mix::with_own_server`]).
     pub fn default_weight(self) -> u32 {
         match self {
             Fault::Kill => 2,
@@ -146,8 +188,28 @@ impl Fault {
             Fault::Terminate => 2,
             Fault::Abort => 4,
             Fault::BareNotify => 2,
-            Fault::Restart => 0,
+            _ => 0,
         }
+    }
+
+    /// A fault of the server itself (a server of the run's own).
+    pub fn is_server(self) -> bool {
+        matches!(
+            self,
+            Fault::RestartFast
+                | Fault::RestartImmediate
+                | Fault::Failover
+                | Fault::BouncerRestart
+                | Fault::ConnsExhausted
+                | Fault::ReadOnly
+                | Fault::StatementTimeout
+                | Fault::LockTimeout
+        )
+    }
+
+    /// Whether it can make a worker look dead (stop its heartbeats) while it lasts.
+    pub fn disturbs(self) -> bool {
+        !matches!(self, Fault::Abort | Fault::BareNotify)
     }
 }
 
@@ -237,6 +299,8 @@ impl Kind {
 pub struct Mix {
     pub faults: Vec<(Fault, u32)>,
     pub kinds: Vec<(Kind, u32)>,
+    /// Faults named in [`excluding`](Mix::excluding), kept out by later calls too.
+    pub excluded: Vec<Fault>,
 }
 
 impl Default for Mix {
@@ -247,6 +311,7 @@ impl Default for Mix {
                 .map(|&f| (f, f.default_weight()))
                 .collect(),
             kinds: Kind::ALL.iter().map(|&k| (k, k.default_weight())).collect(),
+            excluded: Vec::new(),
         }
     }
 }
@@ -261,6 +326,7 @@ impl Mix {
                 if f.name() == name {
                     *w = 0;
                     known = true;
+                    self.excluded.push(*f);
                 }
             }
             for (k, w) in &mut self.kinds {
@@ -278,6 +344,29 @@ impl Mix {
             }
         }
         Ok(self)
+    }
+
+    /// Turns on the faults a server of the run's own allows: restarts, the read-only and
+    /// timeout settings, exhausted connections, a failover with a standby, a PgBouncer
+    /// restart with bouncers. Faults excluded before stay out.
+    pub fn with_own_server(mut self, own: &server::OwnServer) -> Mix {
+        for (f, w) in &mut self.faults {
+            let on = match f {
+                Fault::RestartFast
+                | Fault::RestartImmediate
+                | Fault::ConnsExhausted
+                | Fault::ReadOnly
+                | Fault::StatementTimeout
+                | Fault::LockTimeout => true,
+                Fault::Failover => own.replication != server::Replication::None,
+                Fault::BouncerRestart => own.bouncers,
+                _ => false,
+            };
+            if on && !self.excluded.contains(f) {
+                *w = 1;
+            }
+        }
+        self
     }
 
     /// Gives `fault` weight `w` (e.g. Restart, off by default).

@@ -1,7 +1,9 @@
 //! The orchestrator of a chaos run.
 //!
-//! On a fresh database: one fault proxy per worker slot, one worker process per slot (its
-//! links through its proxy), a deferrer, and a fault schedule drawn from the seed. The
+//! On a fresh database (on the shared server, or on a server of the run's own: see
+//! [`server`](super::server)): fault proxies per worker slot (one per host the slot's URL
+//! lists), one worker process per slot (its links through its proxies), a deferrer thread
+//! ([`feed`](super::feed)), and a fault schedule drawn from the seed. The
 //! sequence of decisions (which fault, which slot, how long, which task kind) is a function
 //! of the seed; what the faults hit depends on timing, so two runs of one seed are alike,
 //! not identical. After `run_for`: every fault is healed, dead slots get a process again,
@@ -24,9 +26,11 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use postgres::Client;
 use postpone::{AbortOutcome, App, JobId};
 
-use super::child::{self, Args};
+use super::child;
+use super::feed::{self, Deferral};
+use super::server::{Failover, OwnServer, Replication, Server};
 use super::{check, now_us, Fault, Kind, Mix, Report, Rng};
-use crate::support::{FaultProxy, NewConns, TestDb};
+use crate::support::{FaultProxy, NewConns};
 
 /// Builds the command that starts one worker process (the env is added by the run).
 pub type ChildCommand = Arc<dyn Fn() -> Command + Send + Sync>;
@@ -53,6 +57,9 @@ pub struct Config {
     pub mix: Mix,
     /// Shell command that restarts the server, for [`Fault::Restart`] (never in CI).
     pub restart_cmd: Option<String>,
+    /// A server of the run's own (initdb on a spare port) instead of a database on the
+    /// shared server; the server's faults need one.
+    pub own: Option<OwnServer>,
     pub child_cmd: ChildCommand,
     /// Directory for the worker processes' stderr (`chaos-<seed>-<slot>-<pid>.log`); none:
     /// discarded.
@@ -77,6 +84,7 @@ impl Config {
             fault_every: (Duration::from_millis(250), Duration::from_millis(900)),
             mix: Mix::default(),
             restart_cmd: None,
+            own: None,
             child_cmd,
             child_logs: None,
             verbose: false,
@@ -84,11 +92,13 @@ impl Config {
     }
 }
 
-/// One injected fault. `from`/`to` in microseconds since the epoch (equal for instant ones).
+/// One injected fault. `from`/`to` in microseconds since the epoch (equal for instant ones;
+/// `to` is when it was healed, for those that last).
 #[derive(Clone, Debug)]
 pub struct FaultEvent {
     pub fault: Fault,
-    /// The slot it hit; None for faults on every slot (terminate, restart).
+    /// The slot it hit; None for faults on every slot (terminate, the server's faults but a
+    /// PgBouncer restart).
     pub slot: Option<usize>,
     pub pid: Option<u32>,
     pub from: i64,
@@ -135,6 +145,13 @@ pub struct Record {
     pub procs: Vec<Proc>,
     pub deferred: BTreeMap<Kind, usize>,
     pub defer_errors: usize,
+    /// Acknowledged defers: (seq, job id, when `defer` returned).
+    pub acks: Vec<(u64, i64, i64)>,
+    /// The longest a defer took, acknowledged or not (µs).
+    pub defer_longest: i64,
+    /// Failovers, and the replication they happened under.
+    pub failovers: Vec<Failover>,
+    pub replication: Option<Replication>,
     pub drained: bool,
     /// Why the drain stopped early (empty when drained).
     pub drain_end: String,
@@ -158,13 +175,24 @@ impl Record {
 }
 
 enum Heal {
-    Cont { slot: usize, pid: u32 },
-    Net { slot: usize, reset: bool },
-    Respawn { slot: usize },
+    Cont {
+        slot: usize,
+        pid: u32,
+        event: usize,
+    },
+    Net {
+        slot: usize,
+        reset: bool,
+        event: usize,
+    },
+    Respawn {
+        slot: usize,
+    },
 }
 
 struct Slot {
-    proxy: FaultProxy,
+    /// One per host of the slot's URL.
+    proxies: Vec<FaultProxy>,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     pid: u32,
@@ -175,23 +203,28 @@ struct Slot {
 
 struct Run<'a> {
     cfg: &'a Config,
-    db: &'a TestDb,
+    server: &'a mut Server,
     app: App,
+    /// The jobs' database (reconnected after a restart or failover).
     ctl: Client,
+    /// The execution log (on a server no fault touches).
+    obs: Client,
     rng: Rng,
     slots: Vec<Slot>,
     heals: Vec<(Instant, Heal)>,
     lines_tx: Sender<(u32, String)>,
     lines_rx: Receiver<(u32, String)>,
+    feed_rx: Receiver<Deferral>,
+    feed: Option<thread::JoinHandle<()>>,
     rec: Record,
     recent: Vec<i64>,
-    seq: u64,
 }
 
 const EXEC_TABLE: &str = "
 CREATE TABLE chaos_exec (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     job_id      bigint  NOT NULL,
+    seq         bigint,
     attempt     integer NOT NULL,
     kind        text    NOT NULL,
     pid         integer NOT NULL,
@@ -206,22 +239,26 @@ CREATE TABLE chaos_exec (
 /// Runs one seed and checks it; panics only on setup failures (no database, no process).
 pub fn run(cfg: &Config) -> Report {
     crate::support::init_logging();
-    let db = TestDb::new();
-    let ctl_url = format!("{}?application_name=chaos-ctl", db.url());
-    let mut ctl = Client::connect(&ctl_url, postgres::NoTls).expect("chaos: control connection");
-    let app = App::builder(format!("{}?application_name=chaos-parent", db.url()))
+    let mut server = Server::new(cfg.own.as_ref());
+    let mut obs = server.observer.client();
+    obs.batch_execute(EXEC_TABLE)
+        .expect("chaos: creating chaos_exec");
+    let ctl = server.client().expect("chaos: control connection");
+    let app = App::builder(server.url())
         .pool_size(2)
         .io_timeout(Duration::from_secs(5))
         .connect_timeout(Duration::from_secs(2))
         .build()
         .expect("chaos: the orchestrator's App");
     app.migrate().expect("chaos: migrate");
-    ctl.batch_execute(EXEC_TABLE)
-        .expect("chaos: creating chaos_exec");
     let (lines_tx, lines_rx) = unbounded();
     let slots = (0..cfg.workers)
-        .map(|_| Slot {
-            proxy: FaultProxy::start(&db.server_addr()),
+        .map(|slot| Slot {
+            proxies: server
+                .upstreams(slot)
+                .iter()
+                .map(|up| FaultProxy::start(up))
+                .collect(),
             child: None,
             stdin: None,
             pid: 0,
@@ -230,25 +267,36 @@ pub fn run(cfg: &Config) -> Report {
             respawn_pending: false,
         })
         .collect();
+    let (_, feed_rx) = unbounded();
+    let replication = server.is_own().then(|| server.replication());
     let mut run = Run {
         cfg,
-        db: &db,
+        server: &mut server,
         app,
         ctl,
+        obs,
         rng: Rng::new(cfg.seed),
         slots,
         heals: Vec::new(),
         lines_tx,
         lines_rx,
-        rec: Record::default(),
+        feed_rx,
+        feed: None,
+        rec: Record {
+            replication,
+            ..Record::default()
+        },
         recent: Vec::new(),
-        seq: 0,
     };
     run.go();
-    let rec = std::mem::take(&mut run.rec);
-    let mut client = run.db.client();
+    let mut rec = std::mem::take(&mut run.rec);
+    rec.failovers = run.server.failovers();
+    let mut obs = run.server.observer.client();
     drop(run);
-    check::check(cfg, &rec, &mut client)
+    let mut jobs = server
+        .client()
+        .expect("chaos: connecting to the jobs' database for the check");
+    check::check(cfg, &rec, &mut jobs, &mut obs)
 }
 
 impl Run<'_> {
@@ -264,10 +312,20 @@ impl Run<'_> {
         let start = Instant::now();
         self.rec.t0 = now_us();
         let end = start + self.cfg.run_for;
+        let (feed_tx, feed_rx) = unbounded();
+        self.feed_rx = feed_rx;
+        self.feed = Some(feed::spawn(
+            self.app.clone(),
+            self.cfg.mix.clone(),
+            self.cfg.seed,
+            self.cfg.jobs_per_sec,
+            end,
+            feed_tx,
+        ));
         let mut next_fault = start + self.next_gap();
         while Instant::now() < end {
             self.tick();
-            self.defer_due(start);
+            self.read_feed();
             if Instant::now() >= next_fault {
                 self.inject();
                 next_fault = Instant::now() + self.next_gap();
@@ -281,6 +339,12 @@ impl Run<'_> {
         for (_, heal) in heals {
             self.heal(heal);
         }
+        let ended = self.server.heal_all(Duration::from_secs(120));
+        self.ended(ended);
+        if let Some(feed) = self.feed.take() {
+            let _ = feed.join();
+        }
+        self.read_feed();
         // Until nothing is pending; or nothing progressed (no execution started, no job
         // finished) for `drain_timeout`; or past the cap (twice the run, at least that).
         let drain_start = Instant::now();
@@ -330,14 +394,53 @@ impl Run<'_> {
 
     /// (executions logged, jobs finished), to tell a slow drain from a stuck one.
     fn progress(&mut self) -> Option<(i64, i64)> {
-        self.ctl
+        let execs = self
+            .obs
+            .query_one("SELECT count(*) FROM chaos_exec", &[])
+            .map(|r| r.get(0))
+            .ok()?;
+        let finished = self
+            .ctl
             .query_one(
-                "SELECT (SELECT count(*) FROM chaos_exec), (SELECT count(*) FROM postpone_jobs \
-                  WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted'))",
+                "SELECT count(*) FROM postpone_jobs \
+                  WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')",
                 &[],
             )
-            .map(|r| (r.get(0), r.get(1)))
-            .ok()
+            .map(|r| r.get(0))
+            .ok()?;
+        Some((execs, finished))
+    }
+
+    /// Takes in what the deferrer reported.
+    fn read_feed(&mut self) {
+        while let Ok(d) = self.feed_rx.try_recv() {
+            self.rec.defer_longest = self.rec.defer_longest.max(d.returned - d.called);
+            match d.result {
+                Ok(id) => {
+                    *self.rec.deferred.entry(d.kind).or_insert(0) += 1;
+                    self.rec.acks.push((d.seq, id, d.returned));
+                    self.recent.push(id);
+                    if self.recent.len() > 40 {
+                        self.recent.remove(0);
+                    }
+                }
+                Err(e) => {
+                    self.rec.defer_errors += 1;
+                    if self.cfg.verbose {
+                        eprintln!("chaos: defer {} failed: {e}", d.seq);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records when faults that lasted ended.
+    fn ended(&mut self, ended: Vec<(usize, i64)>) {
+        for (event, at) in ended {
+            if let Some(f) = self.rec.faults.get_mut(event) {
+                f.to = f.to.max(at);
+            }
+        }
     }
 
     /// Jobs running, or due within the hour (a job parked further is not waited for).
@@ -355,8 +458,13 @@ impl Run<'_> {
     fn spawn(&mut self, slot: usize) {
         let cfg = self.cfg;
         let mut cmd = (cfg.child_cmd)();
-        let log_url = format!("{}?application_name=chaos-log", self.db.url());
-        cmd.env(child::ENV_URL, self.db.url_via(&self.slots[slot].proxy))
+        let log_url = format!("{}?application_name=chaos-log", self.server.log_url());
+        let ports: Vec<u16> = self.slots[slot].proxies.iter().map(|p| p.port()).collect();
+        let (url, listen) = self.server.slot_urls(slot, &ports);
+        if let Some(listen) = listen {
+            cmd.env(child::ENV_LISTEN_URL, listen);
+        }
+        cmd.env(child::ENV_URL, url)
             .env(child::ENV_LOG_URL, log_url)
             .env(child::ENV_SLOT, slot.to_string())
             .env(child::ENV_CONCURRENCY, cfg.concurrency.to_string())
@@ -438,10 +546,25 @@ impl Run<'_> {
     /// control connection if it broke (a server restart).
     fn tick(&mut self) {
         if self.ctl.is_closed() {
-            let url = format!("{}?application_name=chaos-ctl", self.db.url());
-            if let Ok(c) = Client::connect(&url, postgres::NoTls) {
+            if let Ok(c) = self.server.client() {
                 self.ctl = c;
             }
+        }
+        let ended = self.server.tick(false);
+        self.ended(ended);
+        for (fault, slot, from, to, note) in self.server.take_unplanned() {
+            eprintln!(
+                "chaos: +{:.1}s {fault} slot {slot:?}: {note}",
+                (from - self.rec.t0) as f64 / 1e6
+            );
+            self.rec.faults.push(FaultEvent {
+                fault,
+                slot,
+                pid: None,
+                from,
+                to,
+                note,
+            });
         }
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.heals)
@@ -480,74 +603,27 @@ impl Run<'_> {
 
     fn heal(&mut self, heal: Heal) {
         match heal {
-            Heal::Cont { slot, pid } => {
+            Heal::Cont { slot, pid, event } => {
                 if self.slots[slot].pid == pid && self.slots[slot].child.is_some() {
                     signal("CONT", pid);
                     self.slots[slot].stopped = false;
                 }
+                self.ended(vec![(event, now_us())]);
             }
-            Heal::Net { slot, reset } => {
+            Heal::Net { slot, reset, event } => {
                 let s = &mut self.slots[slot];
-                s.proxy.set_new_conns(NewConns::Forward);
-                if reset {
-                    s.proxy.reset_all();
+                for p in &s.proxies {
+                    p.set_new_conns(NewConns::Forward);
+                    if reset {
+                        p.reset_all();
+                    }
                 }
                 s.net_fault = false;
+                self.ended(vec![(event, now_us())]);
             }
             Heal::Respawn { slot } => {
                 if self.slots[slot].child.is_none() {
                     self.spawn(slot);
-                }
-            }
-        }
-    }
-
-    fn defer_due(&mut self, start: Instant) {
-        let due = (start.elapsed().as_secs_f64() * f64::from(self.cfg.jobs_per_sec)) as usize;
-        let done: usize = self.rec.deferred.values().sum::<usize>() + self.rec.defer_errors;
-        for _ in done..due {
-            self.defer_one();
-        }
-    }
-
-    fn defer_one(&mut self) {
-        let weights: Vec<u32> = self.cfg.mix.kinds.iter().map(|(_, w)| *w).collect();
-        let kind = self.cfg.mix.kinds[self.rng.weighted(&weights)].0;
-        self.seq += 1;
-        let ms = match kind {
-            Kind::Slow => self.rng.range(1000, 3500),
-            Kind::Ok => self.rng.range(20, 400),
-            Kind::Timeout => 5000,
-            Kind::QlockCollide => self.rng.range(300, 2000),
-            _ => self.rng.range(10, 200),
-        };
-        let mut args = Args { ms, ql: None };
-        let task = kind.task();
-        let mut b = self.app.job(&task);
-        if matches!(kind, Kind::Ok | Kind::Slow) && self.rng.chance(0.3) {
-            b = b.lock(format!("lk{}", self.rng.range(0, 4)));
-        }
-        if kind == Kind::QlockCollide {
-            let ql = format!("ql{}", self.seq);
-            b = b.queueing_lock(ql.as_str());
-            if self.rng.chance(0.5) {
-                // lock == queueing lock: a requeue that collides must not stall the lock.
-                b = b.lock(ql.as_str());
-            }
-            args.ql = Some(ql);
-        }
-        match b.defer(&args) {
-            Ok(id) => {
-                *self.rec.deferred.entry(kind).or_insert(0) += 1;
-                self.recent.push(id.get());
-                if self.recent.len() > 40 {
-                    self.recent.remove(0);
-                }
-            }
-            Err(e) => {
-                self.rec.defer_errors += 1;
-                if self.cfg.verbose {
-                    eprintln!("chaos: defer failed: {e}");
                 }
             }
         }
@@ -560,12 +636,13 @@ impl Run<'_> {
         }
         let fault = self.cfg.mix.faults[self.rng.weighted(&weights)].0;
         let slot = self.rng.range(0, self.slots.len() as u64) as usize;
+        let event = self.rec.faults.len();
         let now = Instant::now();
         let t = now_us();
         let live = self.slots[slot].child.is_some();
         let pid = self.slots[slot].pid;
         let stalled = self.cfg.stalled_after;
-        let event = match fault {
+        let happened = match fault {
             Fault::Kill if live => {
                 if let Some(mut c) = self.slots[slot].child.take() {
                     let _ = c.kill();
@@ -588,7 +665,7 @@ impl Run<'_> {
                         .duration(Duration::from_millis(300), Duration::from_millis(2000));
                 signal("STOP", pid);
                 self.slots[slot].stopped = true;
-                self.heals.push((now + d, Heal::Cont { slot, pid }));
+                self.heals.push((now + d, Heal::Cont { slot, pid, event }));
                 Some((
                     Some(slot),
                     Some(pid),
@@ -603,10 +680,12 @@ impl Run<'_> {
                 );
                 let reset = self.rng.chance(0.5);
                 let s = &mut self.slots[slot];
-                s.proxy.set_new_conns(NewConns::Strand);
-                s.proxy.strand_all();
+                for p in &s.proxies {
+                    p.set_new_conns(NewConns::Strand);
+                    p.strand_all();
+                }
                 s.net_fault = true;
-                self.heals.push((now + d, Heal::Net { slot, reset }));
+                self.heals.push((now + d, Heal::Net { slot, reset, event }));
                 Some((
                     Some(slot),
                     Some(pid),
@@ -622,10 +701,19 @@ impl Run<'_> {
                     .rng
                     .duration(Duration::from_millis(200), Duration::from_millis(1500));
                 let s = &mut self.slots[slot];
-                s.proxy.set_new_conns(NewConns::Refuse);
-                s.proxy.reset_all();
+                for p in &s.proxies {
+                    p.set_new_conns(NewConns::Refuse);
+                    p.reset_all();
+                }
                 s.net_fault = true;
-                self.heals.push((now + d, Heal::Net { slot, reset: false }));
+                self.heals.push((
+                    now + d,
+                    Heal::Net {
+                        slot,
+                        reset: false,
+                        event,
+                    },
+                ));
                 Some((
                     Some(slot),
                     Some(pid),
@@ -634,7 +722,9 @@ impl Run<'_> {
                 ))
             }
             Fault::Reset => {
-                self.slots[slot].proxy.reset_all();
+                for p in &self.slots[slot].proxies {
+                    p.reset_all();
+                }
                 Some((Some(slot), Some(pid), t, "links reset".to_owned()))
             }
             Fault::Terminate => {
@@ -665,9 +755,15 @@ impl Run<'_> {
                     format!("server restarted by {cmd:?}: {status:?}"),
                 ))
             }
+            f if f.is_server() && self.server.can(f) => {
+                // Over already, or healed by a later tick (which sets `to`).
+                self.server
+                    .inject(f, &mut self.rng, event)
+                    .map(|(slot, to, note)| (slot, None, to.unwrap_or(t), note))
+            }
             _ => None,
         };
-        let Some((slot, pid, to, note)) = event else {
+        let Some((slot, pid, to, note)) = happened else {
             return;
         };
         if self.cfg.verbose {
@@ -697,7 +793,8 @@ impl Run<'_> {
         let mut candidates: Vec<i64> = if running_first || self.rng.chance(0.5) {
             self.ctl
                 .query(
-                    "SELECT id FROM postpone_jobs WHERE status = 'doing' ORDER BY id",
+                    "SELECT id FROM postpone_jobs \
+                      WHERE status = 'doing' AND started_at IS NOT NULL ORDER BY id",
                     &[],
                 )
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
