@@ -22,6 +22,9 @@ mod app;
 mod client_trait;
 mod conn;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod insert;
 mod job;
 mod limits;

@@ -634,7 +634,7 @@ enum ReadError {
 /// Reads one request from `buf` and the stream; the whole of it must arrive before
 /// `deadline`. Bytes past it stay in `buf` (the next request of the connection).
 async fn read_request(
-    stream: &mut TcpStream,
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
     buf: &mut Vec<u8>,
     deadline: Instant,
 ) -> Result<Request, ReadError> {
@@ -694,7 +694,7 @@ async fn read_request(
 }
 
 async fn read_more(
-    stream: &mut TcpStream,
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
     buf: &mut Vec<u8>,
     chunk: &mut [u8],
     deadline: Instant,
@@ -708,6 +708,40 @@ async fn read_more(
             Ok(())
         }
     }
+}
+
+/// Parses `bytes` as the requests of one connection, as the server reads them from a
+/// socket, until one fails (`Err` holds the status it is answered with, 0 for none): the
+/// fuzz targets' way in (fuzz/fuzz_targets/http_request.rs).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn requests_from_bytes(bytes: &[u8]) -> Vec<std::result::Result<Request, u16>> {
+    thread_local! {
+        static RT: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime");
+    }
+    RT.with(|rt| {
+        rt.block_on(async {
+            let mut stream = bytes;
+            let mut buf = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut out = Vec::new();
+            while out.len() < MAX_REQUESTS_PER_CONNECTION {
+                match read_request(&mut stream, &mut buf, deadline).await {
+                    Ok(req) => out.push(Ok(req)),
+                    Err(e) => {
+                        out.push(Err(match e {
+                            ReadError::Status(code, _) => code,
+                            ReadError::Io => 0,
+                        }));
+                        break;
+                    }
+                }
+            }
+            out
+        })
+    })
 }
 
 /// `a=1&b=x%20y` into pairs, `+` as a space, percent-decoded.

@@ -400,3 +400,96 @@ fn random_token() -> Result<String> {
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// The fuzz targets' way into the dashboard (src/fuzzing.rs): `bytes` parsed as a request
+/// the way the server reads a socket, then the access checks of three dashboards (no auth,
+/// a token, basic auth). Oracles: a request let through a token or basic dashboard carries
+/// its secret; a read-only dashboard refuses every change.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_request(bytes: &[u8]) {
+    use std::sync::OnceLock;
+    const TOKEN: &str = "s3cretTok";
+    const PASSWORD: &str = "pAssw0rd";
+    static STATES: OnceLock<Vec<Arc<pages::State>>> = OnceLock::new();
+    let states = STATES.get_or_init(|| {
+        let app = App::builder("postgres://fuzz@127.0.0.1:1/fuzz")
+            .lazy(true)
+            .build()
+            .expect("a lazy App needs no server");
+        let base = Dashboard::new(&app);
+        vec![
+            base.clone().state().expect("a dashboard state"),
+            base.clone()
+                .auth(Some(DashboardAuth::Token(TOKEN.into())))
+                .state()
+                .expect("a dashboard state"),
+            base.read_only(true)
+                .auth(Some(DashboardAuth::Basic {
+                    user: "admin".into(),
+                    password: PASSWORD.into(),
+                }))
+                .state()
+                .expect("a dashboard state"),
+        ]
+    });
+    let raw = String::from_utf8_lossy(bytes);
+    for req in http::requests_from_bytes(bytes).into_iter().flatten() {
+        let _ = (req.param("status"), req.header("host"), req.form());
+        fuzz_checks(states, &req, &raw, TOKEN, PASSWORD);
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+fn fuzz_checks(
+    states: &[Arc<pages::State>],
+    req: &Request,
+    raw: &str,
+    token: &str,
+    password: &str,
+) {
+    for (i, st) in states.iter().enumerate() {
+        let (gate, refusal) = pages::checks(st, req);
+        if gate.is_none() && st.auth.is_some() {
+            // Let in: the secret is in the request, plainly or encoded (cookie, query,
+            // base64 of basic auth).
+            let secret = if i == 1 { token } else { password };
+            let basic = req
+                .header("authorization")
+                .and_then(|h| h.strip_prefix("Basic "))
+                .and_then(|b| pages::helpers(b.trim()).1)
+                .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+                .unwrap_or_default();
+            let decoded = req
+                .query
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .chain(req.headers.values().map(String::as_str))
+                .any(|v| {
+                    v.contains(secret)
+                        || http::parse_pairs(&format!("v={v}"))
+                            .iter()
+                            .any(|(_, d)| d.contains(secret))
+                });
+            assert!(
+                raw.contains(secret) || basic.contains(secret) || decoded,
+                "dashboard {i} let in a request without its secret: {raw:?}"
+            );
+        }
+        if st.read_only {
+            assert!(
+                refusal.is_some(),
+                "a read-only dashboard let a change through: {raw:?}"
+            );
+        }
+    }
+}
+
+/// See [`fuzz_request`]: the access code's helpers on one text.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_auth_texts(s: &str) {
+    let (path, _, _) = pages::helpers(s);
+    assert!(
+        path.starts_with('/') && !path.starts_with("//") && !path.starts_with("/\\"),
+        "redirect {path:?} (from {s:?}) may leave the site"
+    );
+}

@@ -140,6 +140,26 @@ impl State {
     }
 }
 
+/// The checks a request meets before its page: the local-host guard and the auth
+/// (`gate`), and those of a change (`refusal`: read-only, origin, CSRF); each as the status
+/// it would be answered with, `None` when it passes. The fuzz targets' way in.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn checks(st: &State, req: &Request) -> (Option<u16>, Option<u16>) {
+    let gate =
+        if st.auth.is_none() && !st.any_host && !req.header("host").is_some_and(is_local_host) {
+            Some(403)
+        } else {
+            check_auth(st, req).map(|r| r.status)
+        };
+    (gate, refusal(st, req).map(|r| r.status))
+}
+
+/// [`auth::local_path`] and [`auth::base64_decode`], for the fuzz targets.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn helpers(s: &str) -> (String, Option<Vec<u8>>, bool) {
+    (local_path(s), base64_decode(s), is_local_host(s))
+}
+
 pub(crate) fn handle(st: &State, req: &Request) -> Response {
     if !st.base.is_empty() {
         // Routes see the path under the base path.
