@@ -494,3 +494,47 @@ fn a_float_argument_reaches_its_task_exactly() {
     let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&got), bits(&floats), "{got:?} for {floats:?}");
 }
+
+/// Every input a fuzz target saved (fuzz/seeds/TARGET/found-*), through the same entry
+/// point as its target: the cron expression that took seconds to refuse, and two inputs
+/// that broke oracles too strict for the code (a password spelled by a host and a port; a
+/// run of spaces that is also the statement's indentation). scripts/fuzz.sh starts from
+/// them too.
+#[test]
+fn inputs_the_fuzzers_found_pass_their_checks() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds");
+    let mut replayed = 0;
+    for target in std::fs::read_dir(&dir).unwrap() {
+        let target = target.unwrap().path();
+        let name = target.file_name().unwrap().to_string_lossy().into_owned();
+        for file in std::fs::read_dir(&target).unwrap() {
+            let path = file.unwrap().path();
+            if !path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("found-")
+            {
+                continue;
+            }
+            let data = std::fs::read(&path).unwrap();
+            match name.as_str() {
+                "conn_url" => fuzzing::connection_string(&String::from_utf8_lossy(&data)),
+                "job_filter" => fuzzing::job_filter(&fuzzing::fields(&data, 9)),
+                "cron" => {
+                    let f = fuzzing::fields(&data, 3);
+                    let started = std::time::Instant::now();
+                    fuzzing::schedule(&f[0], &f[1], fuzzing::now_secs());
+                    // Refused before any search (it took about 2 s of CPU): generous for
+                    // a loaded machine.
+                    assert!(started.elapsed() < Duration::from_secs(1), "{path:?}");
+                }
+                "http_request" => fuzzing::http_request(&data),
+                "dashboard_texts" => fuzzing::auth_texts(&String::from_utf8_lossy(&data)),
+                other => panic!("no entry point for fuzz target {other}"),
+            }
+            replayed += 1;
+        }
+    }
+    assert!(replayed >= 3, "{replayed} found inputs in {dir:?}");
+}
