@@ -156,20 +156,25 @@ UPDATE postpone_jobs j
  WHERE j.id = $1 AND j.status = 'doing' AND j.worker_id = $2 AND j.attempts = $3
 RETURNING j.id";
 
-/// Registers a worker; returns its id.
+/// Registers a worker; returns its id. `$6` and `$7` its heartbeat interval and
+/// `stalled_after` in milliseconds (its lease: schema version 22), `$8` the task names it
+/// claims (NULL: every task).
 pub(crate) const WORKER_INSERT: &str = "
-INSERT INTO postpone_workers (name, host, pid, queues, concurrency)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO postpone_workers (name, host, pid, queues, concurrency, heartbeat_interval_ms,
+                              stalled_after_ms, tasks)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING id";
 
 /// Refreshes a worker's heartbeat; 0 rows means the row is gone.
 pub(crate) const WORKER_HEARTBEAT: &str =
     "UPDATE postpone_workers SET last_heartbeat = now() WHERE id = $1";
 
-/// Removes workers whose heartbeat is older than `$1` milliseconds (never `$2`, the caller)
-/// and requeues their running jobs, plus any running job whose worker row has been gone for
-/// as long, through `postpone_rescue` (schema version 2): one job can never fail the rescue
-/// of the others. Returns (workers removed, ids of the jobs touched, their outcomes).
+/// Removes workers whose own lease has ended (their last heartbeat plus their own
+/// `stalled_after`; `$1` milliseconds, the caller's, only for workers older than schema 22,
+/// see `postpone_lease_end`), never `$2` (the caller), and requeues their running jobs, plus
+/// any running job whose worker row has been gone for `$1` milliseconds, through
+/// `postpone_rescue` (schema version 22): one job can never fail the rescue of the others.
+/// Returns (workers removed, ids of the jobs touched, their outcomes).
 pub(crate) const WORKER_RESCUE: &str = "SELECT dead, ids, outcomes FROM postpone_rescue($1, $2)";
 
 /// At shutdown: puts every job still `doing` under worker `$1` back in the queue (the

@@ -408,13 +408,17 @@ fn every_command_against_a_real_database() {
             "THREADS",
             "CLAIMED",
             "HEARTBEAT AGE",
+            "LEASE",
             "STATE",
             "STARTED (UTC)"
         ]
     );
-    assert_eq!(t.len(), 3);
+    assert_eq!(t.len(), 4);
     assert!(t[2][0].starts_with("-- CLAIMED: "), "{t:?}");
-    assert_eq!(t[1][8], "live");
+    assert!(t[3][0].starts_with("-- LEASE: "), "{t:?}");
+    // The worker's own stalled_after (the tests' fast workers use 30 s, the default).
+    assert_eq!(t[1][8], "30.0s");
+    assert_eq!(t[1][9], "live");
     assert_eq!(t[1][1], "cli-test-worker");
     assert_eq!(t[1][3], std::process::id().to_string());
     assert_eq!(t[1][4..7], ["slow", "2", "1"]);
@@ -1057,8 +1061,11 @@ fn stalled_jobs_are_listed_requeued_or_failed_and_dead_workers_forgotten() {
     // workers: the ghost is stale; claimed jobs per worker.
     let t = table(&ok(url, &["workers"]));
     assert_eq!(t[1][..2], ["900", "ghost"]);
-    assert_eq!((t[1][6].as_str(), t[1][8].as_str()), ("2", "STALE"));
-    assert_eq!((t[2][6].as_str(), t[2][8].as_str()), ("1", "live"));
+    assert_eq!(
+        (t[1][6].as_str(), t[1][8].as_str(), t[1][9].as_str()),
+        ("2", "-", "STALE")
+    );
+    assert_eq!((t[2][6].as_str(), t[2][9].as_str()), ("1", "live"));
     let w = json(url, &["workers", "--stale-after", "2h"]);
     assert_eq!(
         (w[0]["stale"].clone(), w[0]["claimed"].clone()),
@@ -1119,8 +1126,9 @@ fn healthcheck_checks_live_workers_and_lag_for_probes() {
     let o = run(url, &["healthcheck", "--min-workers", "1"]);
     assert_eq!(o.code, 1, "{o:?}");
     assert!(
-        o.stdout
-            .contains("0 live worker(s) (heartbeat within 30.0s), fewer than --min-workers 1"),
+        o.stdout.contains(
+            "0 live worker(s) (heartbeat within their lease), fewer than --min-workers 1"
+        ),
         "{o:?}"
     );
     c.batch_execute(

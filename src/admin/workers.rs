@@ -6,6 +6,13 @@
 //! tell the ones a thread runs from the ones waiting in the worker's prefetch queue. At
 //! most `concurrency` of them run; the rest wait.
 //!
+//! A worker is stale once its own lease has ended: its last heartbeat plus the
+//! `stalled_after` it recorded when it registered (`postpone_lease_end`, schema version 22).
+//! The threshold an operator gives here can lengthen a lease, never shorten it, so a short
+//! `--after` cannot presume a healthy worker with a longer setting dead. A worker older than
+//! schema 22 recorded no lease: its lease is the longest of the threshold given, the longest
+//! any registered worker records, and 30 s (the workers' default).
+//!
 //! Every change is one statement whose guard is in its `WHERE`: a stalled job is only
 //! touched while it is still `doing` under a worker that is still stale (or gone), so a
 //! worker that comes back to life and finishes the job first wins.
@@ -14,13 +21,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::info::{job_from_row, secs, ser_secs, ser_time, JobInfo, JOB_COLUMNS};
+use super::info::{job_from_row, secs, ser_opt_secs, ser_secs, ser_time, JobInfo, JOB_COLUMNS};
 use super::Admin;
 use crate::error::Result;
-
-/// The heartbeat age past which [`Admin::workers`] marks a worker stale: the workers'
-/// default `stalled_after`.
-pub(crate) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
 
 /// A registered worker; from [`Admin::workers`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -47,8 +50,21 @@ pub struct WorkerInfo {
     /// How long ago that was, by the database's clock.
     #[serde(serialize_with = "ser_secs", rename = "heartbeat_age_secs")]
     pub heartbeat_age: Duration,
-    /// True when the heartbeat is older than the threshold asked for: the worker is dead
-    /// or cut off, and its jobs will be rescued.
+    /// How often it sends a heartbeat, as it recorded when it registered; `None` for a
+    /// worker older than schema version 22.
+    #[serde(serialize_with = "ser_opt_secs", rename = "heartbeat_interval_secs")]
+    pub heartbeat_interval: Option<Duration>,
+    /// Its `stalled_after`, as it recorded when it registered: it is presumed dead once its
+    /// last heartbeat is older than this (its lease). `None` for a worker older than schema
+    /// version 22, whose lease is the longest of the threshold asked for, the longest any
+    /// registered worker records, and 30 s.
+    #[serde(serialize_with = "ser_opt_secs", rename = "stalled_after_secs")]
+    pub stalled_after: Option<Duration>,
+    /// The task names it claims, sorted; `None`: every task (a worker with
+    /// `only_registered_tasks(false)`, or older than schema version 22).
+    pub tasks: Option<Vec<String>>,
+    /// True when its lease has ended (lengthened to the threshold asked for, if that is
+    /// longer): the worker is dead or cut off, and its jobs will be rescued.
     pub stale: bool,
     /// Jobs `doing` under it: running, or claimed and waiting for a thread.
     pub claimed: u64,
@@ -74,25 +90,46 @@ enum StalledFix {
     Fail,
 }
 
-/// Running jobs of workers silent for `$1` ms, or whose worker row is gone.
+/// Running jobs of workers whose lease has ended (lengthened to at least `$1` ms), or whose
+/// worker row is gone.
 const STALLED_CONDITION: &str = "j.status = 'doing'
    AND NOT EXISTS (SELECT 1 FROM postpone_workers w
                     WHERE w.id = j.worker_id
-                      AND w.last_heartbeat >= now() - $1::bigint * interval '1 millisecond')";
+                      AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms,
+                                             $1::bigint, $1::bigint) >= now())";
 
 fn millis(d: Duration) -> i64 {
     crate::limits::age_millis(d)
 }
 
+/// A duration recorded in milliseconds (none when not recorded, or negative: by hand).
+fn ms(v: Option<i64>) -> Option<Duration> {
+    v.filter(|&m| m >= 0)
+        .map(|m| Duration::from_millis(m as u64))
+}
+
 impl Admin {
-    /// Registered workers, oldest first, marked stale past 30 s (the workers' default
-    /// `stalled_after`).
+    /// Registered workers, oldest first, marked stale once their own lease has ended (their
+    /// last heartbeat is older than their own `stalled_after`).
     pub fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        self.workers_stale_after(DEFAULT_STALE_AFTER)
+        self.workers_stale_after(Duration::ZERO)
     }
 
-    /// Registered workers, oldest first, marked stale when their heartbeat is older than
-    /// `stale_after` (use the workers' `stalled_after`).
+    /// Registered workers, oldest first, marked stale once their own lease has ended,
+    /// lengthened to `stale_after` when that is longer (a threshold never shortens a
+    /// worker's lease; `Duration::ZERO`: each worker's own).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// use std::time::Duration;
+    /// let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// for w in app.admin().workers_stale_after(Duration::from_secs(60))? {
+    ///     let own = w.stalled_after.map_or("unrecorded".to_owned(), |d| format!("{d:?}"));
+    ///     println!("{} stale={} (its stalled_after: {own})", w.name, w.stale);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn workers_stale_after(&self, stale_after: Duration) -> Result<Vec<WorkerInfo>> {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
@@ -106,7 +143,14 @@ impl Admin {
                     w.concurrency, w.started_at,
                     w.last_heartbeat,
                     date_part('epoch', now()) - date_part('epoch', w.last_heartbeat),
-                    coalesce(r.n, 0)
+                    coalesce(r.n, 0),
+                    w.heartbeat_interval_ms, w.stalled_after_ms,
+                    CASE WHEN w.tasks IS NOT NULL
+                         THEN ARRAY(SELECT t FROM unnest(w.tasks) AS t WHERE t IS NOT NULL
+                                     ORDER BY t)
+                    END,
+                    postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, $1::bigint,
+                                       $1::bigint) < now()
                FROM postpone_workers w
                -- One pass over the running jobs (postpone_jobs_doing_idx holds them by
                -- queue, then worker), rather than one per worker.
@@ -114,7 +158,7 @@ impl Admin {
                            WHERE j.status = 'doing' GROUP BY j.worker_id) r
                       ON r.worker_id = w.id
               ORDER BY w.id",
-            &[],
+            &[&millis(stale_after)],
         )?;
         Ok(rows
             .iter()
@@ -130,15 +174,20 @@ impl Admin {
                     started_at: r.get(6),
                     last_heartbeat: r.get(7),
                     heartbeat_age: age,
-                    stale: age > stale_after,
+                    heartbeat_interval: ms(r.get(10)),
+                    stalled_after: ms(r.get(11)),
+                    tasks: r.get(12),
+                    stale: r.get(13),
                     claimed: r.get::<_, i64>(9).max(0) as u64,
                 }
             })
             .collect())
     }
 
-    /// Running jobs whose worker has sent no heartbeat for `stalled_after`, or whose
-    /// worker row is gone: a live worker rescues them once its own `stalled_after` passes.
+    /// Running jobs whose worker's lease has ended (its last heartbeat is older than its own
+    /// `stalled_after`, and than `stalled_after` here when that is longer: this threshold
+    /// lengthens leases, never shortens them; `Duration::ZERO`: each worker's own), or whose
+    /// worker row is gone. A live worker rescues them on its own.
     pub fn stalled_jobs(&self, stalled_after: Duration) -> Result<Vec<JobInfo>> {
         let mut conn = self.conn()?;
         let sql = format!(
@@ -225,8 +274,9 @@ SELECT count(*), 0::bigint FROM s"
         })
     }
 
-    /// Deletes the rows of workers whose heartbeat is older than `stale_after`. Jobs they
-    /// still hold stay stalled (requeue or fail them, or let a live worker rescue them); a
+    /// Deletes the rows of workers whose lease has ended (lengthened to `stale_after` when
+    /// that is longer, as for [`stalled_jobs`](Self::stalled_jobs)). Jobs they still hold
+    /// stay stalled (requeue or fail them, or let a live worker rescue them); a
     /// worker that was only cut off registers again when it comes back. With `dry_run`,
     /// only counts them.
     pub fn forget_workers(&self, stale_after: Duration, dry_run: bool) -> Result<StalledReport> {
@@ -234,10 +284,12 @@ SELECT count(*), 0::bigint FROM s"
         let ms = millis(stale_after);
         let sql = if dry_run {
             "SELECT count(*) FROM postpone_workers
-              WHERE last_heartbeat < now() - $1::bigint * interval '1 millisecond'"
+              WHERE postpone_lease_end(last_heartbeat, stalled_after_ms, $1::bigint,
+                                       $1::bigint) < now()"
         } else {
             "WITH d AS (DELETE FROM postpone_workers
-                         WHERE last_heartbeat < now() - $1::bigint * interval '1 millisecond'
+                         WHERE postpone_lease_end(last_heartbeat, stalled_after_ms, $1::bigint,
+                                                  $1::bigint) < now()
                         RETURNING id)
              SELECT count(*) FROM d"
         };

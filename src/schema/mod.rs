@@ -113,10 +113,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "stats",
         sql: include_str!("0019_stats.sql"),
     },
+    Migration {
+        version: 22,
+        name: "leases",
+        sql: include_str!("0022_leases.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 19;
+pub(crate) const LATEST: i32 = 22;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

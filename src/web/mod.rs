@@ -138,7 +138,7 @@ impl Dashboard {
             response_timeout: Duration::from_secs(30),
             keep_alive: Duration::from_secs(15),
             max_connections: 256,
-            stalled_after: Duration::from_secs(30),
+            stalled_after: Duration::ZERO,
             schedules: Vec::new(),
             base_path: String::new(),
             any_host: false,
@@ -220,8 +220,10 @@ impl Dashboard {
         self
     }
 
-    /// Heartbeat age past which the workers page marks a worker stalled (use the workers'
-    /// own `stalled_after`). Defaults to 30 s, the workers' default.
+    /// Lengthens every worker's lease on the workers page to at least this: a worker is
+    /// marked stalled (and its jobs offered for requeueing) once its last heartbeat is older
+    /// than its own `stalled_after`, recorded when it registered, or than this when longer.
+    /// It never shortens a lease. Defaults to zero: each worker's own.
     pub fn stalled_after(mut self, after: Duration) -> Dashboard {
         self.stalled_after = after;
         self

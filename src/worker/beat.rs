@@ -3,9 +3,10 @@
 //! Every tick (a quarter second) it raises the abort flag of jobs past their task timeout;
 //! every half second it polls abort requests for its running jobs (the backstop for a missed
 //! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
-//! refreshes its heartbeat and rescues the jobs of workers whose heartbeat is older than
-//! `stalled_after`, and gives back its own `doing` jobs that a claim with a lost reply left
-//! behind (`release_lost_claims`).
+//! refreshes its heartbeat and rescues the jobs of workers whose own lease has ended (their
+//! last heartbeat plus the `stalled_after` each recorded when it registered: a worker is
+//! never judged by this one's setting), and gives back its own `doing` jobs that a claim
+//! with a lost reply left behind (`release_lost_claims`).
 //!
 //! It keeps beating through a shutdown's graceful wait, until the last executor has ended or
 //! the hard deadline comes, so a worker finishing its jobs is never presumed dead.
@@ -164,6 +165,9 @@ fn heartbeat(shared: &Shared, conn: &mut Connection) -> Result<()> {
                 &who.pid,
                 &who.queues,
                 &who.concurrency,
+                &who.heartbeat_interval_ms,
+                &who.stalled_after_ms,
+                &who.tasks,
             ],
         )
         .map_err(|e| e.context("registering the worker again"))?
@@ -245,9 +249,8 @@ fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     if dead > 0 || !jobs.is_empty() {
         let count = |what: &str| outcomes.iter().filter(|o| *o == what).count();
         log::warn!(
-            "worker {}: removed {dead} stalled worker(s) (no heartbeat for {}) and took back {} job(s): {} requeued, {} aborted (their abort was requested), {} superseded by a waiting job of their queueing lock: {:?}",
+            "worker {}: removed {dead} stalled worker(s) (no heartbeat for their own stalled_after) and took back {} job(s): {} requeued, {} aborted (their abort was requested), {} superseded by a waiting job of their queueing lock: {:?}",
             shared.name,
-            crate::error::fmt_duration(shared.opts.stalled_after),
             jobs.len(),
             count("todo"),
             count("aborted"),

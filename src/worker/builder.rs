@@ -208,8 +208,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// A worker whose heartbeat is older than this is presumed dead: any other worker
-    /// removes it and puts its running jobs back in the queue. Must be longer than
+    /// This worker is presumed dead once its last heartbeat is older than this: any other
+    /// worker then removes it and puts its running jobs back in the queue. The setting is
+    /// recorded with the worker's row (its lease), and other workers judge it by this value,
+    /// never by their own, so workers with different settings can share a database (and
+    /// `postpone stalled --after` can only lengthen it). Must be longer than
     /// `heartbeat_interval` plus the App's `io_timeout`, and `heartbeat_interval` below three
     /// quarters of it: a worker starts jobs only while its last accepted heartbeat is younger
     /// than three quarters of `stalled_after` (its lease), so that no other worker can have
@@ -347,7 +350,7 @@ impl WorkerBuilder {
             .map_err(|e| e.context(format_args!("starting worker {name}")))?;
         app.ensure_schema(&mut conn)
             .map_err(|e| e.context(format_args!("starting worker {name}")))?;
-        let identity = Identity::new(&name, &opts);
+        let identity = Identity::new(&name, &opts, &tasks);
         let schedules = periodic::schedules(&tasks);
         let registered = std::time::Instant::now();
         let id: i64 = conn
@@ -359,6 +362,9 @@ impl WorkerBuilder {
                     &identity.pid,
                     &identity.queues,
                     &identity.concurrency,
+                    &identity.heartbeat_interval_ms,
+                    &identity.stalled_after_ms,
+                    &identity.tasks,
                 ],
             )
             .map_err(|e| e.context(format_args!("registering worker {name}")))?
@@ -556,7 +562,9 @@ impl WorkerBuilder {
     }
 }
 
-/// What the worker says about itself in `postpone_workers`.
+/// What the worker says about itself in `postpone_workers`: who it is, what it serves, and
+/// its lease (its heartbeat interval and `stalled_after`: no other worker presumes it dead
+/// before its last heartbeat plus its own `stalled_after`).
 #[derive(Debug)]
 pub(crate) struct Identity {
     pub(crate) name: String,
@@ -564,16 +572,27 @@ pub(crate) struct Identity {
     pub(crate) pid: i32,
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) concurrency: i32,
+    pub(crate) heartbeat_interval_ms: i64,
+    pub(crate) stalled_after_ms: i64,
+    /// The task names it claims, sorted; `None`: every task.
+    pub(crate) tasks: Option<Vec<String>>,
 }
 
 impl Identity {
-    fn new(name: &str, opts: &WorkerOptions) -> Identity {
+    fn new(name: &str, opts: &WorkerOptions, tasks: &Tasks) -> Identity {
         Identity {
             name: name.to_owned(),
             host: hostname(),
             pid: std::process::id() as i32,
             queues: opts.queues.clone(),
             concurrency: opts.concurrency as i32,
+            heartbeat_interval_ms: crate::limits::age_millis(opts.heartbeat_interval),
+            stalled_after_ms: crate::limits::age_millis(opts.stalled_after),
+            tasks: opts.only_registered.then(|| {
+                let mut names: Vec<String> = tasks.map.keys().cloned().collect();
+                names.sort_unstable();
+                names
+            }),
         }
     }
 }

@@ -241,11 +241,13 @@ impl Fixture {
             status_of(&app, hostile),
             status_of(&app, ok)
         );
-        // A worker that stopped sending heartbeats an hour ago, and two periodic instants.
+        // A worker (with a lease of 30 s) that stopped sending heartbeats an hour ago, and
+        // two periodic instants.
         let mut c = app.connection().unwrap();
         c.execute(
-            "INSERT INTO postpone_workers (name, host, pid, queues, concurrency, last_heartbeat)
-             VALUES ('gone-worker', $1, 4242, ARRAY[$2], 3, now() - interval '1 hour')",
+            "INSERT INTO postpone_workers (name, host, pid, queues, concurrency, last_heartbeat,
+                                           stalled_after_ms)
+             VALUES ('gone-worker', $1, 4242, ARRAY[$2], 3, now() - interval '1 hour', 30000)",
             &[&HOSTILE_HOST, &HOSTILE_QUEUE],
         )
         .unwrap();

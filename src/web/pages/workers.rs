@@ -53,8 +53,9 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
             p.dim { "No worker is registered." }
         } @else {
             p.dim {
-                "Marked stalled: no heartbeat for more than " (age(st.stalled_after))
-                ". Running: started by a thread; waiting: held by the worker, not started yet."
+                "Marked stalled: no heartbeat for longer than its lease (its own stalled_after"
+                @if !st.stalled_after.is_zero() { ", at least " (age(st.stalled_after)) }
+                "). Running: started by a thread; waiting: held by the worker, not started yet."
             }
             @if requeue > 0 || forget > 0 {
                 p.bar {
@@ -70,7 +71,8 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
             }
             div.scroll { table #workers {
                 tr { th.n { "Id" } th { "Name" } th { "Host" } th.n { "Pid" } th { "Queues" }
-                     th.n { "Threads" } th.n { "Heartbeat age" } th { "Running now" }
+                     th.n { "Threads" } th.n { "Heartbeat age" } th.n { "Lease" }
+                     th { "Running now" }
                      th.n { "Waiting" } th { "Started" } }
                 @for w in &ws {
                     @let mine: Vec<&queries::HeldJob> = held.iter().filter(|h| h.worker_id == w.id).collect();
@@ -91,6 +93,12 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
                         td.n {
                             (age(w.heartbeat_age))
                             @if w.stale { " " strong.err { "stalled" } }
+                        }
+                        td.n {
+                            @match w.stalled_after {
+                                Some(d) => (age(d)),
+                                None => span.dim title="a worker older than schema 22: judged by the longest lease" { "unrecorded" },
+                            }
                         }
                         td.running {
                             @if running.is_empty() { (dash()) }
@@ -114,7 +122,7 @@ pub(super) fn workers(st: &State, done: Option<&str>) -> Result<Response, Error>
 }
 
 /// `POST /workers/requeue` and `/workers/forget`: the admin API's remedies for workers
-/// silent past the dashboard's `stalled_after`.
+/// whose lease has ended (lengthened to the dashboard's `stalled_after`).
 pub(super) fn act_workers(st: &State, req: &Request, action: &str) -> Result<Response, Error> {
     if let Some(r) = refusal(st, req) {
         return Ok(r);

@@ -25,9 +25,11 @@ pub(crate) struct DashboardArgs {
     /// Requests served at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     threads: u16,
-    /// Heartbeat age past which a worker is marked stalled (the workers' stalled_after).
-    #[arg(long, default_value = "30s", value_parser = parse::duration, value_name = "DURATION")]
-    stalled_after: Duration,
+    /// Lengthen every worker's lease to at least this: a worker is marked stalled once its
+    /// last heartbeat is older than its own stalled_after, or than this when longer. Defaults
+    /// to each worker's own.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    stalled_after: Option<Duration>,
 }
 
 pub(crate) fn run(
@@ -50,7 +52,7 @@ pub(crate) fn run(
         .read_only(args.read_only)
         .auth(auth)
         .threads(usize::from(args.threads))
-        .stalled_after(args.stalled_after)
+        .stalled_after(args.stalled_after.unwrap_or_default())
         .spawn()?;
     writeln!(
         out,

@@ -18,9 +18,11 @@ pub struct HealthArgs {
     /// Unhealthy with fewer live workers than this (of --queue, if given).
     #[arg(long, value_name = "N")]
     pub min_workers: Option<u32>,
-    /// A worker whose heartbeat is older than this is not alive.
-    #[arg(long, default_value = "30s", value_parser = parse::duration, value_name = "DURATION")]
-    pub stale_after: Duration,
+    /// Lengthen every worker's lease to at least this: a worker is alive until its last
+    /// heartbeat is older than its own stalled_after, or than this when longer. Defaults to
+    /// each worker's own.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub stale_after: Option<Duration>,
     /// Unhealthy when a due job has waited longer than this (in --queue, if given).
     #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
     pub max_lag: Option<Duration>,
@@ -114,7 +116,7 @@ fn check(
     h.schema_version = Some(state.require_current()?);
     if let Some(min) = a.min_workers {
         let live = admin
-            .workers_stale_after(a.stale_after)?
+            .workers_stale_after(a.stale_after.unwrap_or_default())?
             .iter()
             .filter(|w| !w.stale)
             .filter(|w| match (&a.queue, &w.queues) {
@@ -125,8 +127,10 @@ fn check(
         h.live_workers = Some(live);
         if live < u64::from(min) {
             problems.push(format!(
-                "{live} live worker(s) (heartbeat within {}), fewer than --min-workers {min}",
-                output::age(a.stale_after)
+                "{live} live worker(s) (heartbeat within their lease{}), fewer than --min-workers {min}",
+                a.stale_after
+                    .map(|d| format!(" or {}", output::age(d)))
+                    .unwrap_or_default()
             ));
         }
     }

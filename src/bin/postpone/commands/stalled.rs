@@ -1,4 +1,5 @@
-//! `postpone stalled`: running jobs whose worker is silent or gone; requeue or fail them,
+//! `postpone stalled`: running jobs whose worker's lease has ended (its own stalled_after,
+//! lengthened by `--after`, never shortened) or whose worker is gone; requeue or fail them,
 //! and forget dead workers.
 
 use std::io::Write;
@@ -14,16 +15,18 @@ use crate::parse;
 
 #[derive(Debug, Args)]
 pub struct StalledArgs {
-    /// A worker silent this long is dead (use the workers' stalled_after).
-    #[arg(long, default_value = "30s", value_parser = parse::duration, value_name = "DURATION")]
-    pub after: Duration,
+    /// Lengthen every worker's lease to at least this. A worker is dead once its last
+    /// heartbeat is older than its own stalled_after (recorded when it registered); --after
+    /// can lengthen that, never shorten it. Defaults to each worker's own.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub after: Option<Duration>,
     /// Put the stalled jobs back to todo (their attempt stays counted).
     #[arg(long, conflicts_with = "fail")]
     pub requeue: bool,
     /// End the stalled jobs as failed.
     #[arg(long)]
     pub fail: bool,
-    /// Delete the rows of workers silent for --after.
+    /// Delete the rows of workers whose lease has ended.
     #[arg(long)]
     pub forget_workers: bool,
     /// Count what would change, and change nothing.
@@ -40,13 +43,14 @@ struct Report {
 
 pub fn run(ctx: &Context, app: &App, a: &StalledArgs, out: &mut dyn Write) -> Result<(), CliError> {
     let admin = app.admin();
+    let after = a.after.unwrap_or_default();
     if !(a.requeue || a.fail || a.forget_workers) {
         if a.dry_run {
             return Err(CliError::usage(
                 "--dry-run goes with --requeue, --fail or --forget-workers",
             ));
         }
-        let list = admin.stalled_jobs(a.after)?;
+        let list = admin.stalled_jobs(after)?;
         if ctx.json {
             return json(out, &list);
         }
@@ -79,12 +83,12 @@ pub fn run(ctx: &Context, app: &App, a: &StalledArgs, out: &mut dyn Write) -> Re
         r.workers += s.workers;
     };
     if a.requeue {
-        add(&mut r, admin.requeue_stalled(a.after, a.dry_run)?);
+        add(&mut r, admin.requeue_stalled(after, a.dry_run)?);
     } else if a.fail {
-        add(&mut r, admin.fail_stalled(a.after, a.dry_run)?);
+        add(&mut r, admin.fail_stalled(after, a.dry_run)?);
     }
     if a.forget_workers {
-        add(&mut r, admin.forget_workers(a.after, a.dry_run)?);
+        add(&mut r, admin.forget_workers(after, a.dry_run)?);
     }
     if ctx.json {
         return json(out, &r);

@@ -1,5 +1,6 @@
-//! `postpone workers`: registered workers, their heartbeat (stale past `--stale-after`)
-//! and the jobs they have claimed.
+//! `postpone workers`: registered workers, their heartbeat and lease (stale once their own
+//! `stalled_after` has passed since it, or `--stale-after` when longer) and the jobs they
+//! have claimed.
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,13 +14,17 @@ use crate::parse;
 
 #[derive(Debug, Args)]
 pub struct WorkersArgs {
-    /// A heartbeat older than this is stale (use the workers' stalled_after).
-    #[arg(long, default_value = "30s", value_parser = parse::duration, value_name = "DURATION")]
-    pub stale_after: Duration,
+    /// Lengthen every worker's lease to at least this. A worker is stale once its last
+    /// heartbeat is older than its own stalled_after (recorded when it registered); this can
+    /// lengthen that, never shorten it. Defaults to each worker's own.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
+    pub stale_after: Option<Duration>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let list = app.admin().workers_stale_after(a.stale_after)?;
+    let list = app
+        .admin()
+        .workers_stale_after(a.stale_after.unwrap_or_default())?;
     if ctx.json {
         return json(out, &list);
     }
@@ -36,6 +41,7 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
         "THREADS",
         "CLAIMED",
         "HEARTBEAT AGE",
+        "LEASE",
         "STATE",
         "STARTED (UTC)",
     ]);
@@ -51,6 +57,7 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
             w.concurrency.to_string(),
             w.claimed.to_string(),
             output::age(w.heartbeat_age),
+            w.stalled_after.map_or_else(|| "-".to_owned(), output::age),
             if w.stale { "STALE" } else { "live" }.to_owned(),
             output::time(w.started_at),
         ]);
@@ -59,6 +66,10 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
     writeln!(
         out,
         "-- CLAIMED: jobs doing under the worker; at most THREADS of them run, the rest wait in its queue"
+    )?;
+    writeln!(
+        out,
+        "-- LEASE: the worker's own stalled_after (STALE once its heartbeat is older); - for a worker older than schema 22, judged by the longest lease"
     )?;
     Ok(())
 }
