@@ -1,9 +1,11 @@
-//! Jobs as tasks see them: [`Job`] (its id and status types live in `types.rs`).
+//! Jobs as tasks see them: [`Job`] (its id and status types live in `types.rs`), and
+//! [`AbortReason`].
 //!
 //! A `Job` is handed to a task while it runs. It carries the job's identity, its arguments
 //! (kept as the JSON text read from the database and deserialized only when the task asks),
 //! an abort flag the worker raises (an abort request, a shutdown past its graceful deadline,
-//! or the task's own timeout), and the [`App`] so the task can reach the database.
+//! the task's own timeout, or a lost lease), and the [`App`] so the task can reach the
+//! database.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -29,6 +31,91 @@ pub(crate) const ABORT_TIMEOUT: u8 = 4;
 /// will be refused, and the job runs again elsewhere.
 pub(crate) const ABORT_LOST: u8 = 8;
 
+/// Why a running job is asked to stop; from [`Job::abort_reason`].
+///
+/// What the task returns then, and what becomes of the job:
+///
+/// | reason | the job ends | the task should return |
+/// |---|---|---|
+/// | [`Requested`](Self::Requested) | `aborted`, whatever the task returns | anything, at once |
+/// | [`Shutdown`](Self::Shutdown) | back in its queue, its attempt given back (see below) | any error, or `Ok` if the work is done |
+/// | [`Timeout`](Self::Timeout) | as the task decides: an error retries per the strategy | an error (or `fail`, `cancel`) |
+/// | [`LeaseLost`](Self::LeaseLost) | nothing this attempt returns is recorded | anything, at once |
+///
+/// A job interrupted by a shutdown goes back to its queue whatever its task returned (an
+/// ordinary error, [`TaskError::fail`], [`TaskError::cancel`], a retry, a panic), does not
+/// count against its retry budget, and its history (the job's errors) says it was
+/// interrupted. A task that means its answer even then says so with
+/// [`TaskError::even_on_shutdown`]. A task that finishes during the graceful window (before
+/// `should_abort` turns true) was not interrupted: its outcome counts as usual.
+///
+/// When several reasons hold, `abort_reason` gives the first of: `Requested`, `LeaseLost`,
+/// `Shutdown`, `Timeout` (the one that decides the job).
+///
+/// ```
+/// use postpone::{AbortReason, Job, TaskError};
+///
+/// fn import(job: &Job) -> Result<(), TaskError> {
+///     for _chunk in 0..100 {
+///         match job.abort_reason() {
+///             None => {} // ... import a chunk ...
+///             // Any error: the job runs again later, its attempt not counted.
+///             Some(AbortReason::Shutdown) => return Err("stopped by a shutdown".into()),
+///             Some(AbortReason::Timeout) => return Err(TaskError::fail("took too long")),
+///             // The job ends aborted (or runs elsewhere) whatever this returns.
+///             Some(_) => return Err("aborted".into()),
+///         }
+///     }
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AbortReason {
+    /// Someone asked for this job to be aborted (`Admin::abort`, `postpone abort`, the
+    /// dashboard). The job ends `aborted` whatever the task returns: stop at once.
+    Requested,
+    /// The worker is shutting down and its graceful window has passed. The job goes back to
+    /// its queue whatever the task returns (unless the error says
+    /// [`TaskError::even_on_shutdown`]), without using an attempt; return `Ok` only if
+    /// the work is in fact complete.
+    Shutdown,
+    /// The task ran past the timeout it was registered with
+    /// ([`TaskOptions::timeout`](crate::TaskOptions::timeout)). What it returns decides, as
+    /// usual: an error is retried per its strategy.
+    Timeout,
+    /// Another worker presumed this one dead (its heartbeats could not reach the database
+    /// for its `stalled_after`, so its lease ended) and put the job back in its queue: it may
+    /// already run elsewhere, and nothing this attempt returns is recorded. Stop at once.
+    LeaseLost,
+}
+
+impl AbortReason {
+    /// The reason that decides, from the flag's bits (see the type's docs for the order).
+    pub(crate) fn from_bits(bits: u8) -> Option<AbortReason> {
+        [
+            (ABORT_REQUESTED, AbortReason::Requested),
+            (ABORT_LOST, AbortReason::LeaseLost),
+            (ABORT_SHUTDOWN, AbortReason::Shutdown),
+            (ABORT_TIMEOUT, AbortReason::Timeout),
+        ]
+        .into_iter()
+        .find(|(bit, _)| bits & bit != 0)
+        .map(|(_, r)| r)
+    }
+}
+
+impl fmt::Display for AbortReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AbortReason::Requested => "abort requested",
+            AbortReason::Shutdown => "worker shutting down",
+            AbortReason::Timeout => "task timeout passed",
+            AbortReason::LeaseLost => "worker presumed dead (lease lost)",
+        })
+    }
+}
+
 /// Raised by the worker, read by the task through [`Job::should_abort`].
 #[derive(Debug, Default)]
 pub(crate) struct AbortFlag(AtomicU8);
@@ -53,7 +140,8 @@ impl AbortFlag {
 ///     let email: Email = job.args()?;
 ///     for _chunk in 0..10 {
 ///         if job.should_abort() {
-///             return Err(TaskError::fail("aborted before the last chunk"));
+///             // On a shutdown the job goes back to its queue; see `AbortReason`.
+///             return Err(TaskError::retry("stopped before the last chunk"));
 ///         }
 ///         // ... send a part ...
 ///     }
@@ -166,10 +254,24 @@ impl Job {
     }
 
     /// True once the task should stop: an abort was requested for this job, the worker is
-    /// shutting down past its graceful deadline, or the task ran past its timeout. Long tasks
-    /// should check it between steps and return early.
+    /// shutting down past its graceful deadline, the task ran past its timeout, or the
+    /// worker lost its lease. Long tasks should check it between steps and return early;
+    /// [`abort_reason`](Self::abort_reason) tells which, and what to return:
+    ///
+    /// - an abort request: anything (the job ends `aborted` whatever it returns);
+    /// - a shutdown: any error, or `Ok` if the work is done (the job goes back to its
+    ///   queue, its attempt not counted, even after [`TaskError::fail`] or
+    ///   [`TaskError::cancel`], unless the error says [`TaskError::even_on_shutdown`]);
+    /// - a timeout: the outcome the task wants (an error retries per its strategy);
+    /// - a lost lease: anything (nothing is recorded; the job may run elsewhere).
     pub fn should_abort(&self) -> bool {
         self.abort.get() != 0
+    }
+
+    /// Why the task should stop, once [`should_abort`](Self::should_abort) is true; `None`
+    /// before. See [`AbortReason`] for what to return in each case.
+    pub fn abort_reason(&self) -> Option<AbortReason> {
+        AbortReason::from_bits(self.abort.get())
     }
 
     /// True when someone asked for this job to be aborted (not a shutdown or a timeout).
@@ -271,5 +373,27 @@ impl Job {
         )?;
         let v: Option<SystemTime> = rows.first().and_then(|r| r.get(0));
         Ok(*self.extras.instant.get_or_init(|| v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_that_decides_the_job_comes_first() {
+        use AbortReason::*;
+        assert_eq!(AbortReason::from_bits(0), None);
+        assert_eq!(AbortReason::from_bits(ABORT_TIMEOUT), Some(Timeout));
+        assert_eq!(
+            AbortReason::from_bits(ABORT_TIMEOUT | ABORT_SHUTDOWN),
+            Some(Shutdown)
+        );
+        assert_eq!(
+            AbortReason::from_bits(ABORT_SHUTDOWN | ABORT_LOST),
+            Some(LeaseLost)
+        );
+        assert_eq!(AbortReason::from_bits(0xff), Some(Requested));
+        assert_eq!(Shutdown.to_string(), "worker shutting down");
     }
 }

@@ -66,7 +66,7 @@ pub use conn::{Connection, Notification, Transaction};
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
 pub use insert::{MAX_META_BYTES, MAX_TAGS};
-pub use job::{Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};
+pub use job::{AbortReason, Job, MAX_OUTPUT_BYTES, MAX_PROGRESS_BYTES};
 pub use periodic::{PeriodicOptions, Schedules};
 pub use retention::{PruneReport, Retention};
 pub use retry::RetryStrategy;

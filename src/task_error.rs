@@ -50,6 +50,8 @@ use std::time::Duration;
 pub struct TaskError {
     pub(crate) action: TaskAction,
     message: String,
+    /// The action stands when the worker is shutting down ([`TaskError::even_on_shutdown`]).
+    pub(crate) even_on_shutdown: bool,
 }
 
 /// What the worker does with the job after a [`TaskError`].
@@ -86,14 +88,18 @@ impl TaskError {
         TaskError {
             action: TaskAction::Error,
             message: message.to_string(),
+            even_on_shutdown: false,
         }
     }
 
-    /// Fails the job now, without retry.
+    /// Fails the job now, without retry. Returned after a shutdown asked the task to stop,
+    /// it puts the job back in its queue instead, unless made
+    /// [`even_on_shutdown`](Self::even_on_shutdown).
     pub fn fail(message: impl fmt::Display) -> TaskError {
         TaskError {
             action: TaskAction::Fail,
             message: message.to_string(),
+            even_on_shutdown: false,
         }
     }
 
@@ -108,14 +114,18 @@ impl TaskError {
         TaskError {
             action: TaskAction::RetryIn(delay),
             message: message.to_string(),
+            even_on_shutdown: false,
         }
     }
 
-    /// Cancels the job: it ends `cancelled`, not `failed`, and is not retried.
+    /// Cancels the job: it ends `cancelled`, not `failed`, and is not retried. Returned after
+    /// a shutdown asked the task to stop, it puts the job back in its queue instead, unless
+    /// made [`even_on_shutdown`](Self::even_on_shutdown).
     pub fn cancel(message: impl fmt::Display) -> TaskError {
         TaskError {
             action: TaskAction::Cancel,
             message: message.to_string(),
+            even_on_shutdown: false,
         }
     }
 
@@ -138,11 +148,45 @@ impl TaskError {
         TaskError {
             action: TaskAction::Snooze(delay),
             message: format!("snoozed for {}", crate::error::fmt_duration(delay)),
+            even_on_shutdown: false,
         }
     }
 
+    /// Makes this error's action stand even when the worker is shutting down: the job is
+    /// failed, cancelled or retried (its attempt counted) as the error says, instead of going
+    /// back to its queue with its attempt given back. Without it, a job interrupted by a
+    /// shutdown (`should_abort()` true because of it, see
+    /// [`AbortReason::Shutdown`](crate::AbortReason::Shutdown)) goes back to its queue
+    /// whatever its task returned: a `fail` returned then is taken for the answer to
+    /// `should_abort`, not for a verdict on the job. Outside a shutdown it changes nothing.
+    ///
+    /// ```
+    /// use postpone::{Job, TaskError};
+    ///
+    /// fn charge(job: &Job) -> Result<(), TaskError> {
+    ///     let card: String = job.args()?;
+    ///     if card.is_empty() {
+    ///         // A verdict on the job, whenever it comes.
+    ///         return Err(TaskError::fail("no card on file").even_on_shutdown());
+    ///     }
+    ///     if job.should_abort() {
+    ///         // Not a verdict: on a shutdown the job runs again later.
+    ///         return Err(TaskError::fail("stopped"));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn even_on_shutdown(mut self) -> TaskError {
+        self.even_on_shutdown = true;
+        self
+    }
+
     pub(crate) fn with_action(action: TaskAction, message: String) -> TaskError {
-        TaskError { action, message }
+        TaskError {
+            action,
+            message,
+            even_on_shutdown: false,
+        }
     }
 
     /// The message recorded on the job.
@@ -172,6 +216,7 @@ where
         TaskError {
             action: TaskAction::Error,
             message,
+            even_on_shutdown: false,
         }
     }
 }
@@ -187,6 +232,7 @@ impl fmt::Debug for TaskError {
         f.debug_struct("TaskError")
             .field("action", &self.action)
             .field("message", &self.message)
+            .field("even_on_shutdown", &self.even_on_shutdown)
             .finish()
     }
 }

@@ -1,8 +1,13 @@
-//! Real deployments (DESIGN.md promises 11 and 4): workers with different settings and
-//! versions side by side. A worker is presumed dead only when its own lease has ended (its
-//! last heartbeat plus the `stalled_after` it recorded), never by another worker's or an
-//! operator's shorter threshold; rows of workers older than schema 22 (no lease recorded)
-//! are judged by the longest one.
+//! Real deployments (DESIGN.md promises 11, 12 and 4): workers with different settings and
+//! versions side by side, and the shutdowns of a rolling deploy.
+//!
+//! - Leases: a worker is presumed dead only when its own lease has ended (its last heartbeat
+//!   plus the `stalled_after` it recorded), never by another worker's or an operator's
+//!   shorter threshold; rows of workers older than schema 22 (no lease recorded) are judged
+//!   by the longest one.
+//! - Shutdowns decide nothing: a job whose task answers `should_abort` during a shutdown
+//!   with any error, `fail` included, goes back to its queue with its attempt given back;
+//!   `even_on_shutdown` makes an answer stand.
 
 mod support;
 mod worker_util;
@@ -13,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
-use postpone::{App, Job, JobId, Tasks, Worker, WorkerHandle};
+use postpone::{AbortReason, App, Job, JobId, TaskError, Tasks, Worker, WorkerHandle};
 use support::TestDb;
 use worker_util::*;
 
@@ -272,4 +277,162 @@ fn an_operators_longer_after_lengthens_a_lease() {
     );
     let row = job_row(&mut db.client(), id).unwrap();
     assert_eq!((row.status.as_str(), row.attempts), ("todo", 1), "{row:?}");
+}
+
+/// A task "stoppable" that loops until `should_abort`, records the reason, then returns what
+/// `answer` makes of its argument; once `done` is set it succeeds at once.
+fn stoppable(
+    answer: fn(&str) -> TaskError,
+) -> (
+    Tasks,
+    Arc<std::sync::atomic::AtomicBool>,
+    crossbeam_channel::Receiver<i64>,
+    crossbeam_channel::Receiver<Option<AbortReason>>,
+) {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started_tx, started_rx) = unbounded();
+    let (reason_tx, reason_rx) = unbounded();
+    let mut tasks = Tasks::new();
+    let d = done.clone();
+    tasks.register("stoppable", move |job: &Job| -> Result<(), TaskError> {
+        if d.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let _ = started_tx.send(job.id().0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !job.should_abort() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = reason_tx.send(job.abort_reason());
+        let how: String = job.args()?;
+        Err(answer(&how))
+    });
+    (tasks, done, started_rx, reason_rx)
+}
+
+fn answer_as_told(how: &str) -> TaskError {
+    match how {
+        "fail" => TaskError::fail("stopped"),
+        "cancel" => TaskError::cancel("stopped"),
+        "fail!" => TaskError::fail("no card on file").even_on_shutdown(),
+        "cancel!" => TaskError::cancel("not wanted any more").even_on_shutdown(),
+        "retry" => TaskError::retry("stopped"),
+        "panic" => panic!("stopped by a panic"),
+        other => TaskError::new(format!("stopped ({other})")),
+    }
+}
+
+fn recv_all<T>(rx: &crossbeam_channel::Receiver<T>, n: usize) -> Vec<T> {
+    (0..n)
+        .map(|i| {
+            rx.recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("only {i} of {n} arrived"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_routine_shutdown_fails_no_job_whose_task_answers_should_abort_with_fail() {
+    let (db, app) = setup();
+    let (tasks, _, started, reasons) = stoppable(answer_as_told);
+    let w = fast_worker(&app, tasks).concurrency(8).spawn().unwrap();
+    let ids: Vec<JobId> = (0..8)
+        .map(|_| app.defer("stoppable", &"fail").unwrap())
+        .collect();
+    recv_all(&started, 8);
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        (report.jobs_requeued(), report.jobs_finished()),
+        (8, 0),
+        "{report}"
+    );
+    assert_eq!(recv_all(&reasons, 8), [Some(AbortReason::Shutdown); 8]);
+    let mut c = db.client();
+    for &id in &ids {
+        let row = job_row(&mut c, id).unwrap();
+        assert_eq!(
+            (row.status.as_str(), row.attempts, row.worker_id),
+            ("todo", 0, None),
+            "back in the queue, the attempt given back: {row:?}"
+        );
+        // Its history says what happened.
+        let texts = row.error_texts();
+        assert_eq!(texts.len(), 1, "{row:?}");
+        assert!(
+            texts[0].starts_with("interrupted by the shutdown of worker ")
+                && texts[0]
+                    .ends_with("(attempt 1 given back); the task returned: a failure (stopped)"),
+            "{texts:?}"
+        );
+        assert_eq!(row.errors[0]["attempt"], 1, "{row:?}");
+    }
+    // The next worker runs them all: each succeeds at its first counted attempt.
+    let (tasks, done, _, _) = stoppable(answer_as_told);
+    done.store(true, Ordering::SeqCst);
+    let w = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
+    for &id in &ids {
+        let row = wait_status(&db, id, "succeeded", Duration::from_secs(10));
+        assert_eq!(row.attempts, 1, "{row:?}");
+    }
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
+fn every_answer_to_a_shutdown_requeues_the_job_unless_it_says_even_on_shutdown() {
+    let (db, app) = setup();
+    let (tasks, _, started, reasons) = stoppable(answer_as_told);
+    let w = fast_worker(&app, tasks).concurrency(7).spawn().unwrap();
+    let answers = [
+        "fail", "cancel", "retry", "error", "panic", "fail!", "cancel!",
+    ];
+    let ids: Vec<JobId> = answers
+        .iter()
+        .map(|a| app.defer("stoppable", a).unwrap())
+        .collect();
+    recv_all(&started, answers.len());
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        recv_all(&reasons, answers.len()),
+        [Some(AbortReason::Shutdown); 7]
+    );
+    let mut c = db.client();
+    let got: Vec<(&str, String, i32)> = answers
+        .iter()
+        .zip(&ids)
+        .map(|(a, &id)| {
+            let row = job_row(&mut c, id).unwrap();
+            (*a, row.status, row.attempts)
+        })
+        .collect();
+    let want: Vec<(&str, String, i32)> = [
+        ("fail", "todo", 0),
+        ("cancel", "todo", 0),
+        ("retry", "todo", 0),
+        ("error", "todo", 0),
+        ("panic", "todo", 0),
+        ("fail!", "failed", 1),
+        ("cancel!", "cancelled", 1),
+    ]
+    .into_iter()
+    .map(|(a, s, n)| (a, s.to_owned(), n))
+    .collect();
+    assert_eq!(got, want);
+    let row = job_row(&mut c, ids[5]).unwrap();
+    assert_eq!(row.error_texts(), ["no card on file"], "{row:?}");
+}
+
+#[test]
+fn an_abort_request_is_told_apart_from_a_shutdown() {
+    let (db, app) = setup();
+    let (tasks, _, started, reasons) = stoppable(answer_as_told);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let id = app.defer("stoppable", &"fail").unwrap();
+    recv_all(&started, 1);
+    app.admin().abort(id).unwrap();
+    assert_eq!(recv_all(&reasons, 1), [Some(AbortReason::Requested)]);
+    let row = wait_status(&db, id, "aborted", Duration::from_secs(10));
+    assert_eq!(row.attempts, 1, "{row:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }

@@ -5,9 +5,11 @@
 //! free for its next job while the previous outcome is being recorded.
 //!
 //! Deciding, in order: a job whose abort was requested ends `aborted`, whatever the task
-//! returned; `Ok` succeeds; an error while the worker is shutting down past its graceful
-//! deadline gives the job back to the queue; otherwise the [`TaskError`] and the task's
-//! retry strategy decide between retry, failed and cancelled.
+//! returned; `Ok` succeeds; a snooze snoozes; once the shutdown has asked the task to stop
+//! (past its graceful deadline), anything else (an error, a `fail`, a `cancel`, a retry, a
+//! panic) is an interruption: the job goes back to the queue with its attempt given back,
+//! unless the error was made [`TaskError::even_on_shutdown`]; otherwise the [`TaskError`]
+//! and the task's retry strategy decide between retry, failed and cancelled.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -296,6 +298,15 @@ fn run_one(
     shared.job_duration.observe(took);
 
     let flags = abort.get();
+    // Asked to stop by the shutdown: the task's answer is taken for an interruption, not
+    // for a verdict on the job (DESIGN promise 12), unless it says otherwise.
+    let interrupted = |why: String| {
+        Decision::Interrupted(format!(
+            "interrupted by the shutdown of worker {} (attempt {attempt} given back); the task returned: {why}",
+            shared.name
+        ))
+    };
+    let shutdown = flags & ABORT_SHUTDOWN != 0;
     let decision = match result {
         _ if flags & ABORT_REQUESTED != 0 => {
             let why = match &result {
@@ -309,18 +320,13 @@ fn run_one(
             Decision::Aborted(why)
         }
         Ok(Ok(())) => Decision::Succeeded,
-        // Interrupted by the shutdown: the job goes back to the queue, unless its task said
-        // what it wants (fail or cancel), which is honoured.
         Ok(Err(e))
-            if flags & ABORT_SHUTDOWN != 0
-                && matches!(e.action, TaskAction::Error | TaskAction::RetryIn(_)) =>
+            if shutdown && !e.even_on_shutdown && !matches!(e.action, TaskAction::Snooze(_)) =>
         {
-            Decision::Interrupted(format!(
-                "interrupted by the shutdown of worker {}: {e}",
-                shared.name
-            ))
+            interrupted(format!("{} ({e})", action_word(e.action)))
         }
         Ok(Err(e)) => decide(&e, attempt, &strategy),
+        Err(p) if shutdown => interrupted(format!("a panic ({})", panic_text(&p))),
         Err(p) => {
             let e = TaskError::with_action(
                 TaskAction::Error,
@@ -357,6 +363,17 @@ enum Decision {
     Aborted(String),
     Interrupted(String),
     Snooze(Duration),
+}
+
+/// What an action asks for, in the words of an interruption's note.
+fn action_word(action: TaskAction) -> &'static str {
+    match action {
+        TaskAction::Error => "an error",
+        TaskAction::RetryIn(_) => "a retry",
+        TaskAction::Fail => "a failure",
+        TaskAction::Cancel => "a cancel",
+        TaskAction::Snooze(_) => "a snooze",
+    }
 }
 
 fn decide(e: &TaskError, attempt: u32, strategy: &crate::RetryStrategy) -> Decision {
