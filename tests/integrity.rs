@@ -423,8 +423,8 @@ fn an_abort_request_survives_a_shutdown() {
     assert_eq!(row.status, "aborted", "{row:?}");
 }
 
-/// During a shutdown, a task that says what it wants (fail, cancel) is obeyed; only errors
-/// that would be retried give the job back to the queue.
+/// During a shutdown, a task that says its failure stands (`even_on_shutdown`) is obeyed;
+/// any other answer gives the job back to the queue (tests/deploy.rs covers each).
 #[test]
 fn an_explicit_fail_during_shutdown_is_not_turned_into_a_requeue() {
     let (db, app) = setup();
@@ -435,7 +435,7 @@ fn an_explicit_fail_during_shutdown_is_not_turned_into_a_requeue() {
         while !job.should_abort() {
             std::thread::sleep(Duration::from_millis(10));
         }
-        Err(TaskError::fail("gave up cleanly"))
+        Err(TaskError::fail("gave up cleanly").even_on_shutdown())
     });
     let id = app.defer("careful", &()).unwrap();
     let w = fast_worker(&app, tasks).spawn().unwrap();
