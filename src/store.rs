@@ -66,6 +66,12 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 ///
 /// Each job's own attempt limit (schema version 5) comes with it, or NULL (none).
 ///
+/// `$5` is how many of the jobs the worker can start at once (its free threads). The jobs
+/// are *held* (schema version 20): counted as attempts, `started_at` NULL, shown as waiting
+/// by every view until the worker writes their start ([`JOB_START`], or with their outcome);
+/// the last column says so. In a queue with a limit the claim takes at most `$5` jobs and
+/// starts them (`held` false).
+///
 /// Every row also carries the database's `now()` and, when the claim took fewer jobs than
 /// asked, when the earliest job of the worker's queues not due yet will be due
 /// (`postpone_next_due`, schema version 9), both in µs since the epoch: the same `now()` as
@@ -83,7 +89,7 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// takes fewer jobs than it asks for fail.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
-    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[])
+    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[], $5::int)
 ), n AS MATERIALIZED (
         SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
                CASE WHEN (SELECT count(*) FROM c) < $2::int
@@ -105,7 +111,7 @@ WITH c AS MATERIALIZED (
                END AS next_due
 )
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
-       c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due
+       c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due, c.held
   FROM n LEFT JOIN c ON true";
 
 /// Records the final outcomes of many attempts at once through `postpone_finish` (schema
@@ -134,7 +140,33 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
 /// were down), with a note in its errors; it is never deleted then.
 pub(crate) const JOB_FINISH_BATCH: &str = "
 SELECT id FROM postpone_finish($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
-                               $6::jsonb[]) AS f(id)";
+                               $6::jsonb[], $7::bigint[]) AS f(id)";
+
+/// Writes the start of held jobs that started (schema version 20, `postpone_start`): arrays
+/// `$1` ids, `$2` and `$3` each attempt's fence, `$4` how long ago it started (µs). A row
+/// another session holds locked is skipped: its start is written with its outcome. Returns
+/// the ids written.
+pub(crate) const JOB_START: &str = "
+SELECT id FROM postpone_start($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS s(id)";
+
+/// What the controls say to worker `$1`: one row per job it holds whose abort (`cancel`
+/// false) or cancel (`cancel` true: an operator cancelled it while it was held) was
+/// requested, and one row per paused queue (`id` NULL; `queue` NULL when every queue is
+/// paused). The truth behind every abort, cancel and pause: a notification only makes the
+/// worker look sooner.
+pub(crate) const WORKER_CONTROL_POLL: &str = "
+SELECT j.id, j.cancel_requested AND NOT j.abort_requested AS cancel, NULL::text AS queue
+  FROM postpone_jobs j
+ WHERE j.worker_id = $1 AND j.status = 'doing' AND (j.abort_requested OR j.cancel_requested)
+UNION ALL
+SELECT NULL, NULL, p.queue FROM postpone_paused_queues p";
+
+/// Held jobs (claimed, not started) of queue `$1` (NULL: of every queue): what a pause waits
+/// for.
+pub(crate) const QUEUE_HELD: &str = "
+SELECT count(*) FROM postpone_jobs
+ WHERE status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+   AND ($1::text IS NULL OR queue = $1::text)";
 
 /// Puts jobs back in the queue through `postpone_requeue` (schema version 2), the one
 /// definition every path back to `todo` uses: arrays `$1` ids, `$2` workers and `$3` attempts
@@ -198,7 +230,7 @@ WITH lost AS (
     SELECT j.id, j.attempts
       FROM postpone_jobs j
      WHERE j.worker_id = $1 AND j.status = 'doing'
-       AND j.started_at < $3::timestamptz
+       AND coalesce(j.claimed_at, j.started_at) < $3::timestamptz
        AND NOT (j.id = ANY($2::bigint[]))
 )
 SELECT coalesce(array_agg(r.job_id), '{}'::bigint[])
@@ -212,11 +244,6 @@ SELECT coalesce(array_agg(r.job_id), '{}'::bigint[])
 /// apply).
 pub(crate) const JOB_STATES: &str =
     "SELECT id, status, worker_id, attempts FROM postpone_jobs WHERE id = ANY($1::bigint[])";
-
-/// Running jobs of worker `$1` whose abort was requested: the truth behind every abort (a
-/// notification only makes the worker look sooner), and the backstop for missed ones.
-pub(crate) const JOB_ABORTS_POLL: &str =
-    "SELECT id FROM postpone_jobs WHERE worker_id = $1 AND status = 'doing' AND abort_requested";
 
 // ---------------------------------------------------------------------------------------
 // Operations: periodic tasks, retention and the admin API (periodic.rs, retention.rs,
@@ -283,11 +310,17 @@ DELETE FROM postpone_periodic
         LIMIT $2
           FOR UPDATE SKIP LOCKED)";
 
-/// The columns of a job as the admin API shows it (`admin::JobInfo::from_row`).
+/// The columns of a job as the admin API shows it (`admin::JobInfo::from_row`); a job a
+/// worker holds but has not started shows as waiting.
 macro_rules! job_columns {
     () => {
-        "j.id, j.queue, j.task, j.args, j.status, j.priority, j.lock, j.queueing_lock, \
-         j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at, \
+        "j.id, j.queue, j.task, j.args, \
+         CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+              THEN 'todo' ELSE j.status END, j.priority, j.lock, j.queueing_lock, \
+         j.scheduled_at, \
+         CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+              THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
+         j.worker_id, j.abort_requested, j.created_at, \
          j.started_at, j.finished_at"
     };
 }
@@ -309,7 +342,10 @@ pub(crate) const JOB_GET: &str = concat!(
 );
 
 /// The status of job `$1` (to explain why an operation did nothing).
-pub(crate) const JOB_STATUS: &str = "SELECT status FROM postpone_jobs WHERE id = $1";
+pub(crate) const JOB_STATUS: &str = "
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+            THEN 'todo' ELSE status END
+  FROM postpone_jobs WHERE id = $1";
 
 /// Puts failed, cancelled or aborted job `$1` back to `todo`, due now, with its attempts
 /// counted from zero again (its errors are kept), and wakes the workers of its queue, through
@@ -320,9 +356,26 @@ SELECT outcome FROM postpone_requeue(ARRAY[$1::bigint], '{}', '{}', '{}', '{}', 
 
 /// Cancels job `$1` if it is waiting (`todo`).
 pub(crate) const JOB_CANCEL: &str = "
-UPDATE postpone_jobs SET status = 'cancelled', finished_at = now()
+UPDATE postpone_jobs SET status = 'cancelled', finished_at = now(), cancel_requested = false
  WHERE id = $1 AND status = 'todo'
 RETURNING id";
+
+/// Asks the worker holding job `$1` (claimed, not started) to cancel it, and tells it at
+/// once (`abort:<id>`, a hint: it reads the table). Returns the id if the job was held.
+pub(crate) const JOB_CANCEL_HELD: &str = "
+WITH c AS (
+    UPDATE postpone_jobs SET cancel_requested = true
+     WHERE id = $1 AND status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+    RETURNING id
+)
+SELECT c.id, pg_notify('postpone', 'abort:' || c.id)::text FROM c";
+
+/// Status of job `$1` as every view shows it (held: `todo`), and whether it is held.
+pub(crate) const JOB_SHOWN_STATUS: &str = "
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+            THEN 'todo' ELSE status END,
+       status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+  FROM postpone_jobs WHERE id = $1";
 
 /// Deletes job `$1` if it is waiting (`todo`).
 pub(crate) const JOB_CANCEL_DELETE: &str =
@@ -361,7 +414,9 @@ pub(crate) const JOB_PERIODIC_INSTANT: &str =
 
 /// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
 pub(crate) const JOB_RESULT: &str = "
-SELECT status, output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+            THEN 'todo' ELSE status END,
+       output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
 
 /// The channel on which finished job ids are announced (see migration 4).
 pub(crate) const DONE_CHANNEL: &str = "postpone_done";
@@ -409,10 +464,7 @@ UPDATE postpone_jobs j
 
 /// Pauses queue `$1` (NULL: every queue), schema version 5. Returns the pause time, or no
 /// row when it was already paused (the first pause keeps its time).
-pub(crate) const QUEUE_PAUSE: &str = "
-INSERT INTO postpone_paused_queues (queue) VALUES ($1::text)
-ON CONFLICT DO NOTHING
-RETURNING paused_at";
+pub(crate) const QUEUE_PAUSE: &str = "SELECT paused_at FROM postpone_pause($1::text)";
 
 /// Lifts the pause of queue `$1` and wakes its workers (the table is the truth; the wake
 /// only makes them look at once). Returns how many pauses were lifted (0 or 1).

@@ -307,7 +307,18 @@ impl JobFilter {
                 .iter()
                 .map(|s| s.as_str().to_owned())
                 .collect();
-            c.push(format!("j.status = ANY({}::text[])", q.bind(s)));
+            // A job a worker holds but has not started is waiting (`todo`), not running.
+            let todo = s.iter().any(|s| s == "todo");
+            let p = q.bind(s);
+            c.push(format!(
+                "((j.status = ANY({p}::text[]) \
+                   AND (j.status <> 'doing' OR j.started_at IS NOT NULL OR j.claimed_at IS NULL)){})",
+                if todo {
+                    " OR (j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL)"
+                } else {
+                    ""
+                }
+            ));
         }
         if let Some(v) = &self.lock {
             c.push(format!("j.lock = {}::text", q.bind(v.clone())));

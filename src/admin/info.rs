@@ -141,8 +141,16 @@ pub struct JobDetail {
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.
-pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, j.status, j.priority, \
-     j.lock, j.queueing_lock, j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, \
+///
+/// A job a worker holds but has not started (schema version 20) shows as waiting: status
+/// `todo`, its attempt not counted.
+pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
+     CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+          THEN 'todo' ELSE j.status END, j.priority, \
+     j.lock, j.queueing_lock, j.scheduled_at, \
+     CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+          THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
+     j.worker_id, j.abort_requested, \
      j.created_at, j.started_at, j.finished_at, \
      CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END";
 

@@ -173,9 +173,10 @@ impl Admin {
         Ok(())
     }
 
-    /// Cancels a waiting (`todo`) job: it becomes `cancelled` and will not run. A running
-    /// job cannot be cancelled ([`InvalidState`](ErrorKind::InvalidState)): use
-    /// [`abort`](Self::abort).
+    /// Cancels a waiting (`todo`) job: it becomes `cancelled` and will not run. A job a
+    /// worker claimed but has not started is waiting too: its worker ends it `cancelled`
+    /// without running it (this waits up to 2 s for that). A running job cannot be
+    /// cancelled ([`InvalidState`](ErrorKind::InvalidState)): use [`abort`](Self::abort).
     pub fn cancel(&self, id: JobId) -> Result<()> {
         self.cancel_with(id, "cancelling a job", store::JOB_CANCEL, "cancelled")
     }
@@ -190,9 +191,54 @@ impl Admin {
         )
     }
 
+    /// Longest [`cancel`](Self::cancel) waits for the worker holding a job to end it.
+    const CANCEL_HELD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
     fn cancel_with(&self, id: JobId, what: &str, sql: &str, done: &str) -> Result<()> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named(what, sql, &[&id.0])?;
+        let mut rows = conn.query_named(what, sql, &[&id.0])?;
+        if rows.is_empty()
+            && !conn
+                .query_named(what, store::JOB_CANCEL_HELD, &[&id.0])?
+                .is_empty()
+        {
+            // Held by a worker, not started: it ends the job without running it, or gives
+            // it back (then it is cancelled here), or it started meanwhile.
+            let until = std::time::Instant::now() + Self::CANCEL_HELD_WAIT;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                rows = conn.query_named(what, sql, &[&id.0])?;
+                if !rows.is_empty() {
+                    break;
+                }
+                let shown = conn.query_named(what, store::JOB_SHOWN_STATUS, &[&id.0])?;
+                let (status, held) = shown
+                    .first()
+                    .map_or((None, false), |r| (Some(r.get::<_, String>(0)), r.get(1)));
+                match status.as_deref() {
+                    Some("cancelled") if sql == store::JOB_CANCEL => {
+                        log::info!("job {id} {done} by the admin API (its worker held it)");
+                        return Ok(());
+                    }
+                    Some("cancelled") => {
+                        rows = conn.query_named(
+                            what,
+                            "DELETE FROM postpone_jobs WHERE id = $1 AND status = 'cancelled' RETURNING id",
+                            &[&id.0],
+                        )?;
+                        break;
+                    }
+                    _ if held && std::time::Instant::now() < until => continue,
+                    Some("todo") | Some("doing") if held => {
+                        log::info!(
+                            "job {id}: cancel requested by the admin API; the worker holding it has not answered yet (it will not start it)"
+                        );
+                        return Ok(());
+                    }
+                    _ => break,
+                }
+            }
+        }
         if rows.is_empty() {
             return Err(wrong_state(
                 &mut conn,
@@ -208,9 +254,8 @@ impl Admin {
     /// Aborts a job. A `doing` job gets the request stored and its worker told by NOTIFY
     /// (and by polling, when notifications are off or lost): a running task sees
     /// [`Job::should_abort`](crate::Job::should_abort) turn true within a second, and the
-    /// job ends `aborted` whatever the task returns; a job claimed but not yet started by a
-    /// thread (in a worker's prefetch queue, or held by a dead worker) ends `aborted`
-    /// without running. A waiting job is cancelled. Finished jobs are an
+    /// job ends `aborted` whatever the task returns; a job claimed but not yet started (held
+    /// by a worker) ends `aborted` at once, without running and without using an attempt. A waiting job is cancelled. Finished jobs are an
     /// [`InvalidState`](ErrorKind::InvalidState) error.
     pub fn abort(&self, id: JobId) -> Result<AbortOutcome> {
         let mut conn = self.conn()?;

@@ -18,7 +18,7 @@
 //! used the name, and the `postpone` commands that name a queue print the same note when
 //! none has (`queue_seen` in their JSON).
 
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
@@ -68,7 +68,10 @@ impl Pauses {
 
 impl Admin {
     /// Pauses `queue`: no worker claims its jobs until [`resume`](Self::resume); running
-    /// jobs finish, and new jobs can still be deferred (they wait). The pause is stored, so
+    /// jobs finish, and new jobs can still be deferred (they wait). Jobs a worker claimed
+    /// but has not started go back to the queue: once this returns, no job of the queue
+    /// starts (it waits up to 1.75 s for workers to give them back; a worker that
+    /// does not answer by then cannot start them either). The pause is stored, so
     /// it survives restarts. Returns `false` if the queue was already paused (nothing
     /// changes). The queue need not have been seen ([`queue_seen`](Self::queue_seen) tells).
     /// An empty name, a NUL, or a name over 255 bytes is an
@@ -80,6 +83,7 @@ impl Admin {
         if !rows.is_empty() {
             log::info!("queue {queue:?} paused by the admin API");
         }
+        wait_held_gone(&mut conn, Some(queue))?;
         Ok(!rows.is_empty())
     }
 
@@ -91,6 +95,7 @@ impl Admin {
         if !rows.is_empty() {
             log::info!("every queue paused by the admin API");
         }
+        wait_held_gone(&mut conn, None)?;
         Ok(!rows.is_empty())
     }
 
@@ -164,5 +169,29 @@ impl Admin {
             }
         }
         Ok(p)
+    }
+}
+
+/// Longest a pause waits for the jobs of its queue that workers hold unstarted to go back:
+/// longer than a worker may start such a job on what it last read of the pauses.
+pub(crate) const PAUSE_WAIT: Duration = Duration::from_millis(1750);
+
+/// Waits until no worker holds an unstarted job of `queue` (`None`: of any queue), at most
+/// [`PAUSE_WAIT`].
+fn wait_held_gone(conn: &mut crate::conn::Connection, queue: Option<&str>) -> Result<()> {
+    let until = Instant::now() + PAUSE_WAIT;
+    loop {
+        let held: i64 = conn
+            .query_named(
+                "waiting for held jobs to go back",
+                store::QUEUE_HELD,
+                &[&queue],
+            )?
+            .first()
+            .map_or(0, |r| r.get(0));
+        if held == 0 || Instant::now() >= until {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }

@@ -142,7 +142,11 @@ SELECT {group},
        percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
            FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL),
        count(*) FILTER (WHERE held)
-  FROM (SELECT j.queue, j.task, j.status, j.scheduled_at,
+  FROM (SELECT j.queue, j.task,
+               -- A job a worker holds but has not started is waiting (schema version 20).
+               CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL
+                    THEN 'todo' ELSE j.status END AS status,
+               j.scheduled_at,
                (j.status = 'todo' AND j.scheduled_at <= now() AND j.lock IS NOT NULL
                 AND EXISTS (SELECT 1 FROM postpone_jobs e
                              WHERE e.lock = j.lock AND e.status IN ('todo', 'doing')

@@ -155,7 +155,8 @@ impl Admin {
                -- One pass over the running jobs (postpone_jobs_doing_idx holds them by
                -- queue, then worker), rather than one per worker.
                LEFT JOIN (SELECT j.worker_id, count(*) AS n FROM postpone_jobs j
-                           WHERE j.status = 'doing' GROUP BY j.worker_id) r
+                           WHERE j.status = 'doing' AND j.started_at IS NOT NULL
+                           GROUP BY j.worker_id) r
                       ON r.worker_id = w.id
               ORDER BY w.id",
             &[&millis(stale_after)],

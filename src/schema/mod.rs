@@ -114,6 +114,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("0019_stats.sql"),
     },
     Migration {
+        version: 20,
+        name: "claimed_not_started",
+        sql: include_str!("0020_claimed_not_started.sql"),
+    },
+    Migration {
         version: 22,
         name: "leases",
         sql: include_str!("0022_leases.sql"),

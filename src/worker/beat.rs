@@ -26,10 +26,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{select, Receiver, TryRecvError};
+use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
+use super::ledger::{Paused, Unstarted};
 use super::link::Link;
-use super::Shared;
+use super::{Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
 use crate::job::{JobId, ABORT_TIMEOUT};
@@ -42,7 +43,13 @@ const ABORT_POLL: Duration = Duration::from_millis(400);
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
-pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: &Receiver<()>) {
+pub(crate) fn run(
+    shared: &Shared,
+    conn: Connection,
+    stop: &Receiver<()>,
+    hard: &Receiver<()>,
+    outcomes: &Sender<Outcome>,
+) {
     let mut link = Link::new(shared, "the heartbeat");
     link.adopt(conn, ());
     let mut retry_at = Instant::now();
@@ -70,6 +77,9 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
             }
         }
         raise_timeouts(shared);
+        if !stopping {
+            end_unstarted(shared, outcomes);
+        }
         let now = Instant::now();
         if now < retry_at {
             continue;
@@ -77,8 +87,9 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
         let due_beat = now >= next_beat;
         // A stopping worker takes on nothing: the shutdown gives back what it holds.
         let due_rescue = now >= next_rescue && !stopping;
-        let due_abort =
-            shared.ledger.has_suspects() || (now >= next_abort_poll && shared.ledger.any_running());
+        let due_abort = shared.ledger.has_suspects()
+            || shared.ledger.needs_control_read()
+            || (now >= next_abort_poll && shared.ledger.any_held());
         if !(due_beat || due_rescue || due_abort) {
             continue;
         }
@@ -95,8 +106,11 @@ pub(crate) fn run(shared: &Shared, conn: Connection, stop: &Receiver<()>, hard: 
                 next_beat = Instant::now() + shared.opts.heartbeat_interval;
             }
             if due_abort {
-                poll_aborts(shared, c)?;
+                poll_controls(shared, c)?;
                 next_abort_poll = Instant::now() + ABORT_POLL;
+                if !stopping {
+                    end_unstarted(shared, outcomes);
+                }
             }
             if due_rescue {
                 rescue(shared, c)?;
@@ -182,12 +196,82 @@ fn heartbeat(shared: &Shared, conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-fn poll_aborts(shared: &Shared, conn: &mut Connection) -> Result<()> {
+/// How long a held job may wait for a thread before it goes back to the queue, where an
+/// idle thread of any worker can take it.
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_millis(500);
+
+/// Takes out of the board the held jobs that must not wait for a thread: their abort or
+/// cancel was read, their queue is paused, or they waited past [`HOLD_LIMIT`]; their
+/// outcomes go to the completer. A job given back for waiting too long makes the fetcher
+/// hold nothing for threads only expected to be free, for a while.
+fn end_unstarted(shared: &Shared, outcomes: &Sender<Outcome>) {
+    if !shared.ledger.any_unstarted_to_end(HOLD_LIMIT) {
+        return;
+    }
+    let mut ended = Vec::new();
+    let taken =
+        shared.board.remove_if(
+            |c| match shared.ledger.take_unstarted(&c.key(), HOLD_LIMIT) {
+                Some(why) => {
+                    ended.push(why);
+                    true
+                }
+                None => false,
+            },
+        );
+    let mut given_back = 0;
+    for (claimed, why) in taken.iter().zip(ended) {
+        match why {
+            Unstarted::GivenBack => given_back += 1,
+            Unstarted::Aborted => {
+                shared.stats.aborted.fetch_add(1, Ordering::Relaxed);
+            }
+            Unstarted::Cancelled => {
+                shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        log::debug!(
+            "worker {}: job {} ({}) ends unstarted: {why:?}",
+            shared.name,
+            claimed.id,
+            claimed.task
+        );
+        // The channel holds as many outcomes as the worker can hold attempts: never full.
+        let _ = outcomes.send(Outcome::unstarted(claimed.key(), why));
+    }
+    if given_back > 0 {
+        *shared.quiet_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + super::fetch::QUIET);
+        log::debug!(
+            "worker {}: gave back {given_back} held job(s) no thread could start",
+            shared.name
+        );
+    }
+}
+
+/// Reads the controls (abort and cancel requests of held jobs, paused queues).
+fn poll_controls(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let id = shared.id();
     let generation = shared.ledger.poll_begins();
-    let rows = conn.query_cached("polling abort requests", store::JOB_ABORTS_POLL, &[&id])?;
-    let ids: Vec<JobId> = rows.iter().map(|r| JobId(r.get(0))).collect();
-    for (job, task) in shared.ledger.aborts_confirmed(&ids, generation) {
+    let sent = Instant::now();
+    let rows = conn.query_cached("polling the controls", store::WORKER_CONTROL_POLL, &[&id])?;
+    let mut aborts = Vec::new();
+    let mut paused = Paused::default();
+    for r in &rows {
+        match r.get::<_, Option<i64>>(0) {
+            Some(job) => aborts.push((JobId(job), r.get::<_, Option<bool>>(1).unwrap_or(false))),
+            None => match r.get::<_, Option<String>>(2) {
+                Some(q) => {
+                    paused.queues.insert(q);
+                }
+                None => paused.all = true,
+            },
+        }
+    }
+    for (job, task) in shared
+        .ledger
+        .control_read(sent, &aborts, paused, generation)
+    {
         log::info!(
             "worker {}: abort requested for job {job} ({task})",
             shared.name

@@ -142,6 +142,31 @@ impl<T> Board<T> {
         self.len.load(Ordering::SeqCst) == 0
     }
 
+    /// How many jobs wait (a look without the lock).
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::SeqCst)
+    }
+
+    /// Takes out, in order, the waiting jobs `f` picks: no executor will take them.
+    pub(crate) fn remove_if(&self, mut f: impl FnMut(&T) -> bool) -> Vec<T> {
+        let mut s = self.lock();
+        if s.queue.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut kept = VecDeque::with_capacity(s.queue.len());
+        for job in s.queue.drain(..) {
+            if f(&job) {
+                out.push(job);
+            } else {
+                kept.push_back(job);
+            }
+        }
+        s.queue = kept;
+        self.len.store(s.queue.len(), Ordering::SeqCst);
+        out
+    }
+
     /// Wakes every sleeping executor for good: [`take`](Self::take) returns `None` from now
     /// on. The jobs left waiting stay in the worker's ledger as never started.
     pub(crate) fn close(&self) {

@@ -384,8 +384,14 @@ impl WorkerBuilder {
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
 
         let lease_until = registered + beat::lease_span(opts.stalled_after);
+        let task_time = tasks
+            .map
+            .keys()
+            .map(|t| (t.clone(), fetch::Ewma::guess(Duration::from_secs(1))))
+            .collect();
         let shared = Arc::new(Shared {
             app,
+            task_time,
             tasks: tasks.map,
             opts,
             group,
@@ -406,6 +412,8 @@ impl WorkerBuilder {
             vacuum: super::vacuum::VacuumState::new(),
             due: Default::default(),
             ride: Default::default(),
+            quiet_until: Mutex::new(None),
+            starts_due: crossbeam_channel::bounded(1),
         });
 
         let mut threads = Vec::new();
@@ -434,11 +442,16 @@ impl WorkerBuilder {
 
         let result = (|| {
             {
-                let (s, stop, hard) = (shared.clone(), stop_rx.clone(), hard_rx.clone());
+                let (s, stop, hard, out) = (
+                    shared.clone(),
+                    stop_rx.clone(),
+                    hard_rx.clone(),
+                    outcome_tx.clone(),
+                );
                 spawn(
                     Role::Beat,
                     "postpone-beat".into(),
-                    Box::new(move || beat::run(&s, conn, &stop, &hard)),
+                    Box::new(move || beat::run(&s, conn, &stop, &hard, &out)),
                 )?;
             }
             for i in 0..shared.opts.concurrency {

@@ -86,6 +86,7 @@ pub(crate) fn run(
                     .deadline()
                     .into_iter()
                     .chain((!locked.is_empty()).then_some(locked_retry))
+                    .chain(shared.ledger.next_start_due())
                     .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
                 select! {
@@ -95,10 +96,12 @@ pub(crate) fn run(
                     },
                     recv(hard) -> _ => return,
                     recv(ride.back.1) -> _ => {}
+                    recv(shared.starts_due.1) -> _ => {}
                     default(timeout.unwrap_or(Duration::from_secs(3600))) => {}
                 }
             }
         }
+        write_starts(shared, &mut link);
         while pending.len() < MAX_BATCH {
             match outcomes.try_recv() {
                 Ok(o) => pending.push(o),
@@ -179,6 +182,40 @@ pub(crate) fn run(
                 }
             }
         }
+    }
+}
+
+/// Writes the start of the held jobs that have run for a while (see `ledger.rs`), so
+/// that every view shows them running. A failure is only logged: the start is written
+/// with the job's outcome anyway.
+fn write_starts(shared: &Shared, link: &mut Link<'_>) {
+    let due = shared.ledger.due_starts();
+    if due.is_empty() {
+        return;
+    }
+    let ids: Vec<i64> = due.iter().map(|(k, _)| k.id.0).collect();
+    let workers: Vec<i64> = due.iter().map(|(k, _)| k.worker).collect();
+    let attempts: Vec<i32> = due.iter().map(|(k, _)| k.attempt).collect();
+    let ran: Vec<i64> = due.iter().map(|(_, r)| *r).collect();
+    let res = match link.get() {
+        Ok((c, ())) => {
+            let res = c
+                .query_cached(
+                    "writing job starts",
+                    store::JOB_START,
+                    &[&ids, &workers, &attempts, &ran],
+                )
+                .map(|_| ());
+            link.judge(res)
+        }
+        Err(wait) => Err(wait),
+    };
+    if res.is_err() {
+        log::debug!(
+            "worker {}: the start of {} job(s) was not written now; it is written with their outcome",
+            shared.name,
+            ids.len()
+        );
     }
 }
 
@@ -407,6 +444,7 @@ pub(crate) struct FinishParams<'a> {
     words: Vec<&'static str>,
     errors: Vec<Option<String>>,
     outputs: Vec<Option<&'a RawJson>>,
+    ran_us: Vec<Option<i64>>,
 }
 
 impl<'a> FinishParams<'a> {
@@ -421,10 +459,14 @@ impl<'a> FinishParams<'a> {
                 .map(|o| o.error.as_deref().map(limits::safe_text))
                 .collect(),
             outputs: group.iter().map(|o| o.output.as_ref()).collect(),
+            ran_us: group
+                .iter()
+                .map(|o| o.ran.map(|d| d.as_micros().min(i64::MAX as u128) as i64))
+                .collect(),
         }
     }
 
-    pub(crate) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 6] {
+    pub(crate) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 7] {
         [
             &self.ids,
             &self.workers,
@@ -432,6 +474,7 @@ impl<'a> FinishParams<'a> {
             &self.words,
             &self.errors,
             &self.outputs,
+            &self.ran_us,
         ]
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
-use super::ledger::{AttemptKey, Begin, RunningJob};
+use super::ledger::{AttemptKey, Begin, RunningJob, Unstarted};
 use super::{Claimed, DeleteJobs, Outcome, Shared};
 use crate::job::{AbortFlag, Job, JobId, ABORT_REQUESTED, ABORT_SHUTDOWN};
 use crate::retry::jitter_rand;
@@ -162,6 +162,10 @@ impl Drop for ExecutorAlive<'_> {
 /// How long an executor waits between two looks at a start the ledger holds back.
 const START_RECHECK: Duration = Duration::from_millis(50);
 
+/// How long a held job runs before its start is written to the table (unless its task's
+/// jobs typically run longer: then at once).
+pub(crate) const START_DELAY: Duration = Duration::from_millis(5);
+
 /// Runs one claimed attempt, if the ledger lets it start; `None` when it is not this
 /// worker's any more, or when the worker stopped before it could start.
 fn run_one(
@@ -174,28 +178,48 @@ fn run_one(
     let abort = Arc::new(AbortFlag::default());
     let task = shared.tasks.get(&claimed.task).cloned();
     let timeout = task.as_ref().and_then(|t| t.options.timeout);
+    // A held job's start is written to the table at once for a task whose jobs typically
+    // run longer than START_DELAY, else once it has run that long (most short jobs end
+    // first, and their start is written with their outcome, in the same row update).
+    let write_start_in = if shared.typical_time(&claimed.task) > START_DELAY {
+        Duration::ZERO
+    } else {
+        START_DELAY
+    };
     let verdict = loop {
         if claimed.abort_requested {
             // The claim read the table: the abort was requested before the job started.
-            break match shared.ledger.begin(key, || {
+            break match shared.ledger.begin(key, write_start_in, || {
                 running_job(&abort, timeout, thread_name, &claimed.task)
             }) {
-                Begin::Start => Begin::AbortedBeforeStart,
+                Begin::Start | Begin::Wait => {
+                    shared.ledger.finish(key);
+                    Begin::AbortedBeforeStart { cancel: false }
+                }
                 other => other,
             };
         }
-        match shared.ledger.begin(key, || {
+        match shared.ledger.begin(key, write_start_in, || {
             running_job(&abort, timeout, thread_name, &claimed.task)
         }) {
             Begin::Wait => {
                 if shared.stopping() || !matches!(stop.try_recv(), Err(TryRecvError::Empty)) {
                     return None;
                 }
+                if shared.ledger.needs_control_read() {
+                    let _ = shared.beat_wake.0.try_send(());
+                }
                 shared.ledger.wait_change(START_RECHECK);
             }
             other => break other,
         }
     };
+    if let Begin::Start = verdict {
+        if write_start_in.is_zero() {
+            // The completer writes it.
+            let _ = shared.starts_due.0.try_send(());
+        }
+    }
     let max_attempts = claimed.max_attempts;
     let job = Job {
         id: claimed.id,
@@ -211,15 +235,26 @@ fn run_one(
     };
     match verdict {
         Begin::Start => {}
-        Begin::AbortedBeforeStart => {
-            shared.ledger.finish(key);
-            return Some(finish(
-                shared,
-                key,
-                &job,
-                Duration::ZERO,
-                Decision::Aborted("aborted on request before it started".to_owned()),
-            ));
+        Begin::AbortedBeforeStart { cancel } => {
+            let (why, kind) = if cancel {
+                shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                (Unstarted::Cancelled, super::JobEventKind::Cancelled)
+            } else {
+                shared.stats.aborted.fetch_add(1, Ordering::Relaxed);
+                (Unstarted::Aborted, super::JobEventKind::Aborted)
+            };
+            let outcome = Outcome::unstarted(key, why);
+            emit(shared, &job, kind, Duration::ZERO, outcome.error.as_deref());
+            return Some(outcome);
+        }
+        Begin::GiveBack => {
+            log::debug!(
+                "worker {}: job {} not started: its queue {} is paused; given back",
+                shared.name,
+                job.id,
+                job.queue
+            );
+            return Some(Outcome::unstarted(key, Unstarted::GivenBack));
         }
         Begin::NotOurs | Begin::Wait => {
             log::info!(
@@ -296,6 +331,9 @@ fn run_one(
     });
     let took = started.elapsed();
     shared.job_duration.observe(took);
+    if let Some(t) = shared.task_time.get(&job.task) {
+        t.observe(took);
+    }
 
     let flags = abort.get();
     // Asked to stop by the shutdown: the task's answer is taken for an interruption, not
@@ -521,6 +559,7 @@ fn finish(
         } else {
             None
         },
+        ran: Some(took),
     }
 }
 

@@ -42,12 +42,23 @@ pub(crate) fn run(
         if shared.stopping() {
             return;
         }
+        // Jobs are held beyond the free threads only for threads expected to be free soon
+        // (within two claims' time): a worker whose threads are all in long jobs holds
+        // nothing another worker could run.
+        let horizon =
+            (claim_latency.get() * 2).clamp(Duration::from_millis(1), Duration::from_millis(200));
+        let free_threads = free_threads(shared);
+        let hold = free_threads > 0 || expects_free_thread(shared, horizon);
         let capacity = shared.opts.concurrency
-            + prefetch(
-                shared,
-                claim_latency.get(),
-                args_bytes.get().as_nanos() as usize,
-            );
+            + if hold {
+                prefetch(
+                    shared,
+                    claim_latency.get(),
+                    args_bytes.get().as_nanos() as usize,
+                )
+            } else {
+                0
+            };
         // Attempts count until their outcome is recorded, so a worker whose outcomes wait
         // stops claiming; but up to `capacity` finished attempts waiting for the completer
         // do not count, so that the next claim's commit overlaps the completer's instead of
@@ -79,6 +90,8 @@ pub(crate) fn run(
             if room(shared, capacity).is_none() {
                 // The completer signals on `wake` when it has recorded outcomes; an
                 // executor on `room` when it found no claimed job left to start.
+                // Looks again now and then: a running job nearing its typical end makes
+                // room for a job held for its thread.
                 select! {
                     recv(stop) -> _ => {
                         shared.wants_room.store(false, Ordering::SeqCst);
@@ -86,6 +99,7 @@ pub(crate) fn run(
                     }
                     recv(wake) -> _ => {}
                     recv(shared.room.1) -> _ => {}
+                    default(ROOM_RECHECK) => {}
                 }
             }
             shared.wants_room.store(false, Ordering::SeqCst);
@@ -94,7 +108,7 @@ pub(crate) fn run(
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
-                let res = claim_with_riders(shared, c, free, &task_names);
+                let res = claim_with_riders(shared, c, free, free_threads, &task_names);
                 claim_latency.observe(started.elapsed());
                 link.judge(res)
             }
@@ -117,7 +131,7 @@ pub(crate) fn run(
         // Said before the jobs are handed out, so that their outcomes find it said.
         shared.ride.set_idle(n < free);
         if n > 0 {
-            shared.ledger.hold(claimed.iter().map(Claimed::key));
+            shared.ledger.hold(claimed.iter().map(Claimed::hold));
             shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
             if log::log_enabled!(log::Level::Debug) {
                 for job in &claimed {
@@ -153,6 +167,34 @@ pub(crate) fn run(
             }
         }
     }
+}
+
+/// Threads with nothing to run: neither a running job nor one waiting on the board for them.
+fn free_threads(shared: &Shared) -> usize {
+    shared
+        .opts
+        .concurrency
+        .saturating_sub(shared.ledger.running() + shared.board.len())
+}
+
+/// How often a fetcher waiting for room looks again whether a thread will soon be free.
+const ROOM_RECHECK: Duration = Duration::from_millis(20);
+
+/// How long the fetcher holds no job for a thread only expected to be free soon, after a
+/// held job had to be given back (that expectation was wrong).
+pub(crate) const QUIET: Duration = Duration::from_secs(2);
+
+/// Whether a running job is expected to end within `horizon` (from its task's typical run
+/// time), unless a held job had to be given back lately.
+fn expects_free_thread(shared: &Shared, horizon: Duration) -> bool {
+    let quiet = *shared.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
+    if quiet.is_some_and(|q| Instant::now() < q) {
+        return false;
+    }
+    shared
+        .ledger
+        .ending_soon(horizon, |task| shared.typical_time(task))
+        > 0
 }
 
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
@@ -277,16 +319,17 @@ fn claim_with_riders(
     shared: &Shared,
     conn: &mut Connection,
     limit: usize,
+    start: usize,
     task_names: &Option<Vec<String>>,
 ) -> Result<Vec<Claimed>> {
     let possible = shared.opts.ride_claims && !conn.through_transaction_pooler();
     shared.ride.claiming(possible);
     if !possible {
-        return claim(shared, conn, limit, task_names, None);
+        return claim(shared, conn, limit, start, task_names, None);
     }
     let riders = shared.ride.take(super::complete::MAX_BATCH);
     if riders.is_empty() {
-        return claim(shared, conn, limit, task_names, None);
+        return claim(shared, conn, limit, start, task_names, None);
     }
     let refs: Vec<&Outcome> = riders.iter().collect();
     let params = super::complete::FinishParams::new(&refs);
@@ -295,6 +338,7 @@ fn claim_with_riders(
         shared,
         conn,
         limit,
+        start,
         task_names,
         Some((&params.params()[..], &mut recorded)),
     );
@@ -314,7 +358,7 @@ fn claim_with_riders(
             // lock made it wait past its lock_timeout) and the link is fine: the completer
             // records the outcomes on its own, and the claim goes alone, as it would have.
             if res.is_err() && !conn.is_broken() {
-                return claim(shared, conn, limit, task_names, None);
+                return claim(shared, conn, limit, start, task_names, None);
             }
         }
     }
@@ -332,15 +376,17 @@ fn claim(
     shared: &Shared,
     conn: &mut Connection,
     limit: usize,
+    start: usize,
     task_names: &Option<Vec<String>>,
     riders: Option<Riders<'_, '_>>,
 ) -> Result<Vec<Claimed>> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
+    let start = start.min(i32::MAX as usize) as i32;
     let sent = shared.due.sending();
     shared.stats.claims.fetch_add(1, Ordering::Relaxed);
-    let claim_params: [&(dyn postgres::types::ToSql + Sync); 4] =
-        [&id, &limit, &shared.opts.queues, task_names];
+    let claim_params: [&(dyn postgres::types::ToSql + Sync); 5] =
+        [&id, &limit, &shared.opts.queues, task_names, &start];
     let mut rows = match riders {
         None => conn.query_cached("claiming jobs", store::JOB_CLAIM, &claim_params)?,
         Some((finish, recorded)) => {
@@ -387,6 +433,8 @@ fn claim(
                     abort_requested: r.get(7),
                     worker: id,
                     max_attempts: r.get(10),
+                    held: r.get(13),
+                    claimed: sent,
                 },
             )
         })

@@ -11,6 +11,14 @@
 //! outcome is on its way to the database). The number of entries is what the fetcher counts
 //! as in flight, so a worker whose outcomes are not being recorded stops claiming.
 //!
+//! An attempt the claim *held* (schema version 20: the table shows it waiting, with no start
+//! time) is also subject to the controls an operator sets while it waits: it starts only if
+//! what the worker last read of them is recent (the claim that brought it, or the beat's
+//! control poll, sent less than [`CONTROL_SPAN`] ago), and never in a queue that read said
+//! was paused. A pause waits longer than that span for the held jobs of its queue to go, so
+//! no held job starts after a pause returns. Its start is written to the table soon after it
+//! starts ([`Ledger::due_starts`]) or with its outcome.
+//!
 //! A waiting attempt starts only if, at that moment:
 //! - it still belongs to the worker's current identity (an identity presumed dead by another
 //!   worker lost its jobs to a rescue: they are dropped, never started);
@@ -20,6 +28,7 @@
 //!   one), so it holds the start until the beat thread has read the table; an abort the
 //!   table confirms ends the attempt `aborted` without running it.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -45,6 +54,11 @@ pub(crate) struct RunningJob {
     pub(crate) task: String,
 }
 
+/// How long what a worker read of the controls (pauses, aborts, cancels) lets it start the
+/// jobs it holds. A pause waits a little longer for held jobs to go (`PAUSE_WAIT`, in
+/// `admin/queues.rs`).
+pub(crate) const CONTROL_SPAN: Duration = Duration::from_millis(1500);
+
 enum Phase {
     Waiting,
     Running(RunningJob),
@@ -55,6 +69,29 @@ struct Entry {
     phase: Phase,
     /// The table says this attempt's abort was requested (read before it started).
     abort_confirmed: bool,
+    /// The table says an operator cancelled it while it was held.
+    cancel_confirmed: bool,
+    /// The table has no start for it: held by the claim, and its start not written yet.
+    held: bool,
+    /// When its start is to be written (running and held).
+    start_due: Option<Instant>,
+    /// When the claim that brought it was sent: what the worker knew of the controls then.
+    claimed: Instant,
+    queue: Arc<str>,
+}
+
+/// The pauses the last control poll read.
+#[derive(Default)]
+pub(crate) struct Paused {
+    /// Every queue is paused.
+    pub(crate) all: bool,
+    pub(crate) queues: HashSet<String>,
+}
+
+impl Paused {
+    fn covers(&self, queue: &str) -> bool {
+        self.all || self.queues.contains(queue)
+    }
 }
 
 struct State {
@@ -64,6 +101,9 @@ struct State {
     generation: u64,
     worker: i64,
     lease_until: Instant,
+    /// When the last control poll that answered was sent.
+    control_read: Option<Instant>,
+    paused: Paused,
 }
 
 /// What an executor may do with the attempt it took from the board.
@@ -71,12 +111,33 @@ struct State {
 pub(crate) enum Begin {
     /// Run the task.
     Start,
-    /// The table says its abort was requested: end it `aborted` without running it.
-    AbortedBeforeStart,
+    /// The table says its abort (or, `cancel`, its cancel) was requested: end it without
+    /// running it.
+    AbortedBeforeStart { cancel: bool },
+    /// Held in a queue that is paused now: give it back without running it.
+    GiveBack,
     /// Not this worker's any more (its identity was presumed dead): drop it.
     NotOurs,
-    /// Not yet: the heartbeat lease lapsed, or an abort is suspected. Wait and ask again.
+    /// Not yet: the heartbeat lease lapsed, an abort is suspected, or what the worker read
+    /// of the controls is too old. Wait and ask again.
     Wait,
+}
+
+/// A held attempt the beat took out of the board ended without running: why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unstarted {
+    Aborted,
+    Cancelled,
+    /// Its queue was paused, or it waited too long for a thread: back to the queue.
+    GivenBack,
+}
+
+/// A held attempt that claimed at `claimed` about to be noted: see [`Ledger::hold`].
+pub(crate) struct Hold {
+    pub(crate) key: AttemptKey,
+    pub(crate) queue: Arc<str>,
+    pub(crate) held: bool,
+    pub(crate) claimed: Instant,
 }
 
 pub(crate) struct Ledger {
@@ -93,6 +154,8 @@ impl Ledger {
                 generation: 0,
                 worker,
                 lease_until,
+                control_read: None,
+                paused: Paused::default(),
             }),
             changed: Condvar::new(),
         }
@@ -127,45 +190,241 @@ impl Ledger {
     }
 
     /// Notes attempts whose claim reply arrived.
-    pub(crate) fn hold(&self, keys: impl IntoIterator<Item = AttemptKey>) {
+    pub(crate) fn hold(&self, holds: impl IntoIterator<Item = Hold>) {
         let mut s = self.state();
-        for key in keys {
+        for h in holds {
             s.entries.insert(
-                key,
+                h.key,
                 Entry {
                     phase: Phase::Waiting,
                     abort_confirmed: false,
+                    cancel_confirmed: false,
+                    held: h.held,
+                    start_due: None,
+                    claimed: h.claimed,
+                    queue: h.queue,
                 },
             );
         }
     }
 
-    /// Decides whether `key` may start now; on `Start`, registers it as running.
-    pub(crate) fn begin(&self, key: AttemptKey, running: impl FnOnce() -> RunningJob) -> Begin {
+    /// Decides whether `key` may start now; on `Start`, registers it as running, its start
+    /// to be written `write_start_in` from now if it was held.
+    pub(crate) fn begin(
+        &self,
+        key: AttemptKey,
+        write_start_in: Duration,
+        running: impl FnOnce() -> RunningJob,
+    ) -> Begin {
         let mut s = self.state();
         let current = s.worker;
-        let lease_ok = Instant::now() < s.lease_until;
+        let now = Instant::now();
+        let lease_ok = now < s.lease_until;
         let suspected = s.suspects.contains_key(&key.id);
-        let Some(entry) = s.entries.get_mut(&key) else {
+        let control_read = s.control_read;
+        let st = &mut *s;
+        let Some(entry) = st.entries.get_mut(&key) else {
             return Begin::NotOurs;
         };
         if !matches!(entry.phase, Phase::Waiting) {
             return Begin::NotOurs;
         }
         if key.worker != current {
-            s.entries.remove(&key);
+            st.entries.remove(&key);
             self.changed.notify_all();
             return Begin::NotOurs;
         }
-        if entry.abort_confirmed {
+        if entry.abort_confirmed || entry.cancel_confirmed {
             entry.phase = Phase::Done;
-            return Begin::AbortedBeforeStart;
+            return Begin::AbortedBeforeStart {
+                cancel: entry.cancel_confirmed && !entry.abort_confirmed,
+            };
+        }
+        if entry.held {
+            let read = control_read.map_or(entry.claimed, |r| r.max(entry.claimed));
+            if st.paused.covers(&entry.queue) && control_read.is_some_and(|r| r >= entry.claimed) {
+                entry.phase = Phase::Done;
+                return Begin::GiveBack;
+            }
+            if now.saturating_duration_since(read) >= CONTROL_SPAN {
+                return Begin::Wait;
+            }
         }
         if suspected || !lease_ok {
             return Begin::Wait;
         }
+        entry.start_due = entry.held.then(|| now + write_start_in);
         entry.phase = Phase::Running(running());
         Begin::Start
+    }
+
+    /// True when a held attempt waits for a control poll (what the worker read is too old
+    /// for it to start).
+    pub(crate) fn needs_control_read(&self) -> bool {
+        let s = self.state();
+        let now = Instant::now();
+        s.entries.values().any(|e| {
+            e.held
+                && matches!(e.phase, Phase::Waiting)
+                && now.saturating_duration_since(
+                    s.control_read.map_or(e.claimed, |r| r.max(e.claimed)),
+                ) >= CONTROL_SPAN / 2
+        })
+    }
+
+    /// A control poll sent at `sent` answered: `aborts` the held jobs whose abort (false)
+    /// or cancel (true) was requested, `paused` the pauses. Running attempts whose abort
+    /// was requested get their flag raised; waiting ones are marked to end without running
+    /// (see [`take_unstarted`](Self::take_unstarted)). Clears the suspicions that arrived
+    /// before the poll of `generation` began. Returns the (job, task) of the running jobs
+    /// whose flag was raised now.
+    pub(crate) fn control_read(
+        &self,
+        sent: Instant,
+        aborts: &[(JobId, bool)],
+        paused: Paused,
+        generation: u64,
+    ) -> Vec<(JobId, String)> {
+        let mut s = self.state();
+        if s.control_read.is_none_or(|r| r < sent) {
+            s.control_read = Some(sent);
+            s.paused = paused;
+        }
+        let current = s.worker;
+        let mut raised = Vec::new();
+        for (key, entry) in s.entries.iter_mut() {
+            if key.worker != current {
+                continue;
+            }
+            let Some(&(_, cancel)) = aborts.iter().find(|(id, _)| *id == key.id) else {
+                continue;
+            };
+            match &entry.phase {
+                Phase::Waiting if cancel => entry.cancel_confirmed = true,
+                Phase::Waiting => entry.abort_confirmed = true,
+                // A cancel is for a job that waits: a running one runs on.
+                Phase::Running(r) if !cancel => {
+                    if r.abort.get() & ABORT_REQUESTED == 0 {
+                        r.abort.raise(ABORT_REQUESTED);
+                        raised.push((key.id, r.task.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        s.suspects.retain(|_, g| *g >= generation);
+        self.changed.notify_all();
+        raised
+    }
+
+    /// Whether the held attempt `key`, waiting on the board, must end without running: its
+    /// abort or cancel was read, its queue is paused, or it has waited `give_back_after`.
+    /// Marks it done (its outcome is the caller's to send) and says why.
+    pub(crate) fn take_unstarted(
+        &self,
+        key: &AttemptKey,
+        give_back_after: Duration,
+    ) -> Option<Unstarted> {
+        let mut s = self.state();
+        let control_read = s.control_read;
+        let now = Instant::now();
+        let st = &mut *s;
+        let entry = st.entries.get_mut(key)?;
+        if !matches!(entry.phase, Phase::Waiting) || key.worker != st.worker {
+            return None;
+        }
+        let why = if entry.abort_confirmed {
+            Unstarted::Aborted
+        } else if entry.cancel_confirmed {
+            Unstarted::Cancelled
+        } else if entry.held
+            && ((st.paused.covers(&entry.queue)
+                && control_read.is_some_and(|r| r >= entry.claimed))
+                || now.saturating_duration_since(entry.claimed) >= give_back_after)
+        {
+            Unstarted::GivenBack
+        } else {
+            return None;
+        };
+        entry.phase = Phase::Done;
+        Some(why)
+    }
+
+    /// True when some waiting attempt may have to end without running (see
+    /// [`take_unstarted`](Self::take_unstarted)): worth a look at the board.
+    pub(crate) fn any_unstarted_to_end(&self, give_back_after: Duration) -> bool {
+        let s = self.state();
+        let now = Instant::now();
+        s.entries.iter().any(|(k, e)| {
+            matches!(e.phase, Phase::Waiting)
+                && k.worker == s.worker
+                && (e.abort_confirmed
+                    || e.cancel_confirmed
+                    || (e.held
+                        && ((s.paused.covers(&e.queue)
+                            && s.control_read.is_some_and(|r| r >= e.claimed))
+                            || now.saturating_duration_since(e.claimed) >= give_back_after)))
+        })
+    }
+
+    /// Running held attempts whose start is due to be written, with how long ago each
+    /// started (µs); each is handed out once.
+    pub(crate) fn due_starts(&self) -> Vec<(AttemptKey, i64)> {
+        let mut s = self.state();
+        let now = Instant::now();
+        let mut due = Vec::new();
+        for (k, e) in s.entries.iter_mut() {
+            if let (Some(at), Phase::Running(r)) = (e.start_due, &e.phase) {
+                if at <= now {
+                    e.start_due = None;
+                    due.push((
+                        *k,
+                        r.started.elapsed().as_micros().min(i64::MAX as u128) as i64,
+                    ));
+                }
+            }
+        }
+        due
+    }
+
+    /// When the next start is due to be written, if any.
+    pub(crate) fn next_start_due(&self) -> Option<Instant> {
+        self.state()
+            .entries
+            .values()
+            .filter_map(|e| e.start_due)
+            .min()
+    }
+
+    /// Running attempts.
+    pub(crate) fn running(&self) -> usize {
+        self.state()
+            .entries
+            .values()
+            .filter(|e| matches!(e.phase, Phase::Running(_)))
+            .count()
+    }
+
+    /// Running attempts expected to end within `horizon`, by `expected(task)`, the typical
+    /// run time of a task: one that has run for about that long. One that ran past twice
+    /// that may run for long yet, and one far from it will not end soon.
+    pub(crate) fn ending_soon(
+        &self,
+        horizon: Duration,
+        expected: impl Fn(&str) -> Duration,
+    ) -> usize {
+        let s = self.state();
+        s.entries
+            .values()
+            .filter(|e| match &e.phase {
+                Phase::Running(r) => {
+                    let typical = expected(&r.task);
+                    let ran = r.started.elapsed();
+                    ran + horizon >= typical && ran <= typical * 2 + horizon
+                }
+                _ => false,
+            })
+            .count()
     }
 
     /// Waits until something that [`begin`](Self::begin) depends on changes, or `timeout`.
@@ -212,34 +471,6 @@ impl Ledger {
         let mut s = self.state();
         s.generation += 1;
         s.generation
-    }
-
-    /// The table says the abort of these jobs (held by the current identity) was requested:
-    /// raises the flag of running ones, marks waiting ones to end without running. Then
-    /// clears the suspicions that arrived before the poll of `generation` began. Returns the
-    /// (job, task) of the running jobs whose flag was raised now.
-    pub(crate) fn aborts_confirmed(&self, ids: &[JobId], generation: u64) -> Vec<(JobId, String)> {
-        let mut s = self.state();
-        let current = s.worker;
-        let mut raised = Vec::new();
-        for (key, entry) in s.entries.iter_mut() {
-            if key.worker != current || !ids.contains(&key.id) {
-                continue;
-            }
-            match &entry.phase {
-                Phase::Waiting => entry.abort_confirmed = true,
-                Phase::Running(r) => {
-                    if r.abort.get() & ABORT_REQUESTED == 0 {
-                        r.abort.raise(ABORT_REQUESTED);
-                        raised.push((key.id, r.task.clone()));
-                    }
-                }
-                Phase::Done => {}
-            }
-        }
-        s.suspects.retain(|_, g| *g >= generation);
-        self.changed.notify_all();
-        raised
     }
 
     /// The database accepted a heartbeat: no other worker may presume this one dead before
@@ -295,12 +526,12 @@ impl Ledger {
         }
     }
 
-    /// True when some attempt runs.
-    pub(crate) fn any_running(&self) -> bool {
+    /// True when some attempt runs or waits to start.
+    pub(crate) fn any_held(&self) -> bool {
         self.state()
             .entries
             .values()
-            .any(|e| matches!(e.phase, Phase::Running(_)))
+            .any(|e| matches!(e.phase, Phase::Running(_) | Phase::Waiting))
     }
 
     /// Job ids of the attempts of the current identity that never started.
@@ -336,6 +567,21 @@ mod tests {
         }
     }
 
+    fn h(k: AttemptKey) -> Hold {
+        Hold {
+            key: k,
+            queue: Arc::from("q"),
+            held: false,
+            claimed: Instant::now(),
+        }
+    }
+
+    fn held(k: AttemptKey) -> Hold {
+        Hold { held: true, ..h(k) }
+    }
+
+    const D0: Duration = Duration::ZERO;
+
     fn later() -> Instant {
         Instant::now() + Duration::from_secs(60)
     }
@@ -343,10 +589,10 @@ mod tests {
     #[test]
     fn an_attempt_starts_once_and_counts_until_settled() {
         let l = Ledger::new(1, later());
-        l.hold([key(10, 1)]);
+        l.hold([h(key(10, 1))]);
         assert_eq!(l.held(), 1);
-        assert_eq!(l.begin(key(10, 1), job), Begin::Start);
-        assert_eq!(l.begin(key(10, 1), job), Begin::NotOurs);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::NotOurs);
         l.finish(key(10, 1));
         assert_eq!(
             l.held(),
@@ -360,30 +606,30 @@ mod tests {
     #[test]
     fn a_lapsed_lease_holds_every_start() {
         let l = Ledger::new(1, Instant::now());
-        l.hold([key(10, 1)]);
-        assert_eq!(l.begin(key(10, 1), job), Begin::Wait);
+        l.hold([h(key(10, 1))]);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Wait);
         l.renew_lease(later());
-        assert_eq!(l.begin(key(10, 1), job), Begin::Start);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
     }
 
     #[test]
     fn a_new_identity_drops_waiting_attempts_and_stops_running_ones() {
         let l = Ledger::new(1, later());
-        l.hold([key(10, 1), key(11, 1)]);
+        l.hold([h(key(10, 1)), h(key(11, 1))]);
         let flag = Arc::new(AbortFlag::default());
         let f2 = flag.clone();
         assert_eq!(
-            l.begin(key(10, 1), || RunningJob { abort: f2, ..job() }),
+            l.begin(key(10, 1), D0, || RunningJob { abort: f2, ..job() }),
             Begin::Start
         );
         assert_eq!(l.new_identity(2, later()), (1, 1));
         assert_eq!(flag.get() & ABORT_LOST, ABORT_LOST);
-        assert_eq!(l.begin(key(11, 1), job), Begin::NotOurs);
+        assert_eq!(l.begin(key(11, 1), D0, job), Begin::NotOurs);
         // The same job claimed again by the new identity is a different attempt.
-        l.hold([AttemptKey {
+        l.hold([h(AttemptKey {
             attempt: 2,
             ..key(10, 2)
-        }]);
+        })]);
         assert_eq!(l.held_ids(), vec![10]);
         assert_eq!(l.held(), 2);
     }
@@ -391,28 +637,97 @@ mod tests {
     #[test]
     fn a_notification_only_holds_a_start_until_the_table_answers() {
         let l = Ledger::new(1, later());
-        l.hold([key(10, 1), key(11, 1)]);
+        l.hold([h(key(10, 1)), h(key(11, 1))]);
         assert!(l.suspect(JobId(10)));
         assert!(l.suspect(JobId(11)));
         assert!(!l.suspect(JobId(99)), "not held here: nothing to hold");
-        assert_eq!(l.begin(key(10, 1), job), Begin::Wait);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Wait);
         let g = l.poll_begins();
         // The table confirms 11 only.
-        assert!(l.aborts_confirmed(&[JobId(11)], g).is_empty());
-        assert_eq!(l.begin(key(10, 1), job), Begin::Start);
-        assert_eq!(l.begin(key(11, 1), job), Begin::AbortedBeforeStart);
+        assert!(l
+            .control_read(Instant::now(), &[(JobId(11), false)], Paused::default(), g)
+            .is_empty());
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
+        assert_eq!(
+            l.begin(key(11, 1), D0, job),
+            Begin::AbortedBeforeStart { cancel: false }
+        );
     }
 
     #[test]
     fn a_suspicion_newer_than_the_poll_survives_it() {
         let l = Ledger::new(1, later());
-        l.hold([key(10, 1)]);
+        l.hold([h(key(10, 1))]);
         let g = l.poll_begins();
         assert!(l.suspect(JobId(10)));
-        l.aborts_confirmed(&[], g);
-        assert_eq!(l.begin(key(10, 1), job), Begin::Wait);
+        l.control_read(Instant::now(), &[], Paused::default(), g);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Wait);
         let g = l.poll_begins();
-        l.aborts_confirmed(&[], g);
-        assert_eq!(l.begin(key(10, 1), job), Begin::Start);
+        l.control_read(Instant::now(), &[], Paused::default(), g);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
+    }
+
+    #[test]
+    fn a_held_attempt_starts_only_on_a_recent_read_of_the_controls() {
+        let l = Ledger::new(1, later());
+        let old = Instant::now() - CONTROL_SPAN * 2;
+        l.hold([Hold {
+            claimed: old,
+            ..held(key(10, 1))
+        }]);
+        assert!(l.needs_control_read());
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Wait);
+        let g = l.poll_begins();
+        l.control_read(Instant::now(), &[], Paused::default(), g);
+        assert!(!l.needs_control_read());
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
+        // Its start is written once, when due.
+        assert_eq!(l.due_starts().len(), 1);
+        assert!(l.due_starts().is_empty());
+        assert_eq!(l.running(), 1);
+    }
+
+    #[test]
+    fn a_pause_read_after_the_claim_gives_a_held_attempt_back() {
+        let l = Ledger::new(1, later());
+        l.hold([held(key(10, 1)), held(key(11, 1)), h(key(12, 1))]);
+        let g = l.poll_begins();
+        let paused = Paused {
+            all: false,
+            queues: ["q".to_owned()].into_iter().collect(),
+        };
+        l.control_read(Instant::now(), &[(JobId(11), true)], paused, g);
+        assert!(l.any_unstarted_to_end(Duration::from_secs(60)));
+        assert_eq!(
+            l.take_unstarted(&key(11, 1), Duration::from_secs(60)),
+            Some(Unstarted::Cancelled)
+        );
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::GiveBack);
+        // Started by its claim (a limited queue), not held: a pause does not reach it.
+        assert_eq!(l.begin(key(12, 1), D0, job), Begin::Start);
+    }
+
+    #[test]
+    fn a_held_attempt_that_waited_too_long_is_given_back() {
+        let l = Ledger::new(1, later());
+        l.hold([held(key(10, 1))]);
+        assert_eq!(l.take_unstarted(&key(10, 1), Duration::from_secs(60)), None);
+        assert_eq!(
+            l.take_unstarted(&key(10, 1), Duration::ZERO),
+            Some(Unstarted::GivenBack)
+        );
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::NotOurs);
+    }
+
+    #[test]
+    fn ending_soon_counts_jobs_near_their_typical_time() {
+        let l = Ledger::new(1, later());
+        l.hold([h(key(10, 1)), h(key(11, 1))]);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
+        let ms = Duration::from_millis(1);
+        // "task" typically takes 1 ms: just started, it ends soon.
+        assert_eq!(l.ending_soon(ms, |_| ms), 1);
+        // Typically 20 s: not soon.
+        assert_eq!(l.ending_soon(ms, |_| Duration::from_secs(20)), 0);
     }
 }

@@ -80,7 +80,8 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
 }
 
 /// A notification is only a hint (any role that can connect can send one): `job:<queue>`
-/// makes the fetcher look now, `abort:<id>` makes the beat thread read the job's abort flag
+/// makes the fetcher look now, `pause:<queue>` makes the beat thread read the controls now,
+/// `abort:<id>` makes the beat thread read the job's abort flag
 /// in the table now, and holds the job's start until it has.
 fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
@@ -90,6 +91,11 @@ fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     } else if let Some((at, queue)) = n.payload.strip_prefix("at:").and_then(super::due::parse) {
         if ours(shared, queue) {
             shared.due.heard(at);
+        }
+    } else if let Some(queue) = n.payload.strip_prefix("pause:") {
+        // The beat reads the table, and gives back the held jobs of a paused queue.
+        if ours(shared, queue) && shared.ledger.any_held() {
+            let _ = shared.beat_wake.0.try_send(());
         }
     } else if let Some(id) = n.payload.strip_prefix("abort:") {
         if let Ok(id) = id.parse::<i64>() {

@@ -48,7 +48,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -104,6 +104,11 @@ pub(crate) struct Claimed {
     pub(crate) worker: i64,
     /// Its own attempt limit, given when it was deferred (overrides the task's strategy).
     pub(crate) max_attempts: Option<i32>,
+    /// Held by the claim (the table shows it waiting until its start is written), rather
+    /// than started by it (a queue with limits).
+    pub(crate) held: bool,
+    /// When the claim that brought it was sent.
+    pub(crate) claimed: Instant,
 }
 
 impl Claimed {
@@ -112,6 +117,16 @@ impl Claimed {
             id: self.id,
             worker: self.worker,
             attempt: self.attempts,
+        }
+    }
+
+    /// What the ledger notes of it.
+    pub(crate) fn hold(&self) -> ledger::Hold {
+        ledger::Hold {
+            key: self.key(),
+            queue: Arc::from(self.queue.as_str()),
+            held: self.held,
+            claimed: self.claimed,
         }
     }
 }
@@ -128,6 +143,34 @@ pub(crate) struct Outcome {
     pub(crate) error: Option<String>,
     /// The task's output (`Job::set_output`), recorded with a `succeeded` outcome only.
     pub(crate) output: Option<RawJson>,
+    /// How long the attempt ran; `None` if it never started (a held job that ends or goes
+    /// back unstarted gets its attempt back).
+    pub(crate) ran: Option<Duration>,
+}
+
+impl Outcome {
+    /// A held attempt that ends, or goes back to the queue, without running.
+    pub(crate) fn unstarted(key: AttemptKey, why: ledger::Unstarted) -> Outcome {
+        let (word, error) = match why {
+            ledger::Unstarted::Aborted => (
+                "aborted",
+                Some("aborted on request before it started".to_owned()),
+            ),
+            ledger::Unstarted::Cancelled => (
+                "cancelled",
+                Some("cancelled on request before it started".to_owned()),
+            ),
+            ledger::Unstarted::GivenBack => ("release", None),
+        };
+        Outcome {
+            key,
+            word,
+            delay: Duration::ZERO,
+            error,
+            output: None,
+            ran: None,
+        }
+    }
 }
 
 impl Outcome {
@@ -166,6 +209,8 @@ pub(crate) struct Shared {
     pub(crate) identity: Identity,
     /// Average run time of a job, for the adaptive prefetch.
     pub(crate) job_duration: fetch::Ewma,
+    /// Average run time of each task's jobs: when a running job is likely to end.
+    pub(crate) task_time: HashMap<String, fetch::Ewma>,
     pub(crate) stopping: AtomicBool,
     /// The attempts this worker holds, from the claim's reply until their outcome is
     /// recorded, and whether each may start. Any other `doing` job of this worker was
@@ -194,11 +239,23 @@ pub(crate) struct Shared {
     pub(crate) due: due::Due,
     /// Final outcomes waiting for the next claim to record them.
     pub(crate) ride: ride::Ride,
+    /// Wakes the completer: a start is due to be written (see `ledger.rs`).
+    pub(crate) starts_due: (Sender<()>, Receiver<()>),
+    /// Until when the fetcher holds no job for a thread that is only expected to be free
+    /// soon: a held job had to be given back, so that guess was wrong.
+    pub(crate) quiet_until: Mutex<Option<Instant>>,
 }
 
 impl Shared {
     pub(crate) fn id(&self) -> i64 {
         self.ledger.worker()
+    }
+
+    /// The typical run time of `task`'s jobs (1 s until one ran).
+    pub(crate) fn typical_time(&self, task: &str) -> Duration {
+        self.task_time
+            .get(task)
+            .map_or(Duration::from_secs(1), fetch::Ewma::get)
     }
 
     pub(crate) fn stopping(&self) -> bool {
