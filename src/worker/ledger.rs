@@ -303,11 +303,9 @@ impl Ledger {
                 Phase::Waiting if cancel => entry.cancel_confirmed = true,
                 Phase::Waiting => entry.abort_confirmed = true,
                 // A cancel is for a job that waits: a running one runs on.
-                Phase::Running(r) if !cancel => {
-                    if r.abort.get() & ABORT_REQUESTED == 0 {
-                        r.abort.raise(ABORT_REQUESTED);
-                        raised.push((key.id, r.task.clone()));
-                    }
+                Phase::Running(r) if !cancel && r.abort.get() & ABORT_REQUESTED == 0 => {
+                    r.abort.raise(ABORT_REQUESTED);
+                    raised.push((key.id, r.task.clone()));
                 }
                 _ => {}
             }
