@@ -406,7 +406,7 @@ fn every_command_against_a_real_database() {
             "PID",
             "QUEUES",
             "THREADS",
-            "CLAIMED",
+            "RUNNING",
             "HEARTBEAT AGE",
             "LEASE",
             "STATE",
@@ -414,7 +414,7 @@ fn every_command_against_a_real_database() {
         ]
     );
     assert_eq!(t.len(), 4);
-    assert!(t[2][0].starts_with("-- CLAIMED: "), "{t:?}");
+    assert!(t[2][0].starts_with("-- RUNNING: "), "{t:?}");
     assert!(t[3][0].starts_with("-- LEASE: "), "{t:?}");
     // The worker's own stalled_after (the tests' fast workers use 30 s, the default).
     assert_eq!(t[1][8], "30.0s");

@@ -66,7 +66,8 @@ pub struct WorkerInfo {
     /// True when its lease has ended (lengthened to the threshold asked for, if that is
     /// longer): the worker is dead or cut off, and its jobs will be rescued.
     pub stale: bool,
-    /// Jobs `doing` under it: running, or claimed and waiting for a thread.
+    /// Jobs it runs now (started, not finished). Jobs it claimed and holds unstarted are
+    /// waiting, and not counted here.
     pub claimed: u64,
 }
 

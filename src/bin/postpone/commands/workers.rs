@@ -39,7 +39,7 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
         "PID",
         "QUEUES",
         "THREADS",
-        "CLAIMED",
+        "RUNNING",
         "HEARTBEAT AGE",
         "LEASE",
         "STATE",
@@ -65,7 +65,7 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
     t.write(out)?;
     writeln!(
         out,
-        "-- CLAIMED: jobs doing under the worker; at most THREADS of them run, the rest wait in its queue"
+        "-- RUNNING: jobs the worker has started and not finished (jobs it claimed and holds unstarted count as waiting)"
     )?;
     writeln!(
         out,
