@@ -65,6 +65,8 @@
 //! - `openloop` and `scheduled` (only when named in `--only`): latency under an open-loop
 //!   load and the lateness of scheduled jobs; see `throughput/openloop.rs` for their flags.
 //!
+//! - `mixed` (only when named in `--only`): short and long jobs in one queue on two workers;
+//!   the short jobs' waits (see `throughput/mixed.rs`).
 //! - `soak` (only when named in `--only`): 20 minutes of the open-loop generator at half the
 //!   measured capacity, to a worker with retention on; one line per minute (throughput,
 //!   latency, rows by status, dead tuples, table and index sizes). See `throughput/soak.rs`:
@@ -86,6 +88,8 @@ mod common;
 use common::{median, BenchDb};
 use postpone::{App, Job, NewJob, TaskError, Tasks, Worker};
 
+#[path = "throughput/mixed.rs"]
+mod mixed;
 #[path = "throughput/openloop.rs"]
 mod openloop;
 #[path = "throughput/roundtrip.rs"]
@@ -137,6 +141,7 @@ Modes (--only a,b; none named: defer, work, latency, shutdown, rss, roundtrip):
   steady           a producer keeps --pending jobs waiting while a worker consumes
   retention        10 min of steady state with Retention of --retain s, then DeleteJobs::Always
   openloop, scheduled, soak   see benches/throughput/openloop.rs and soak.rs
+  mixed            1 ms and 2 s jobs in one queue on two workers: the short jobs' waits
 
 Options:
   --n-defer N (5000)  --n-work N (20000)  --n-latency N (300)  --n-roundtrip N (5000)
@@ -868,6 +873,9 @@ fn main() {
     }
     if a.only.iter().any(|o| o == "soak") {
         soak::run(&db.url());
+    }
+    if a.only.iter().any(|o| o == "mixed") {
+        mixed::run(&db.url());
     }
     drop(app);
     if r.0.is_empty() {

@@ -44,21 +44,15 @@ pub(crate) fn deferred_tasks(tasks: &[String]) {
     let _ = tasks;
 }
 
-/// Jobs were claimed: records each one's wait from its `queue_wait` column (seconds).
+/// A job started: records its wait, from when it was due to its start (seconds). A job a
+/// worker held before it started waited until then, not only until its claim.
 #[inline]
-pub(crate) fn queue_waits(rows: &[postgres::Row]) {
+pub(crate) fn queue_wait(queue: &str, wait: f64) {
     #[cfg(feature = "metrics")]
-    for r in rows {
-        if let (Ok(queue), Ok(Some(wait))) = (
-            r.try_get::<_, &str>("queue"),
-            r.try_get::<_, Option<f64>>("queue_wait"),
-        ) {
-            metrics::histogram!("postpone_job_queue_wait_seconds", "queue" => queue.to_owned())
-                .record(wait.max(0.0));
-        }
-    }
+    metrics::histogram!("postpone_job_queue_wait_seconds", "queue" => queue.to_owned())
+        .record(wait.max(0.0));
     #[cfg(not(feature = "metrics"))]
-    let _ = rows;
+    let _ = (queue, wait);
 }
 
 /// A rescue pass requeued `n` jobs of stalled workers.

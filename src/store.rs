@@ -165,7 +165,7 @@ SELECT NULL, NULL, p.queue FROM postpone_paused_queues p";
 /// for.
 pub(crate) const QUEUE_HELD: &str = "
 SELECT count(*) FROM postpone_jobs
- WHERE status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+ WHERE status = 'doing' AND started_at IS NULL
    AND ($1::text IS NULL OR queue = $1::text)";
 
 /// Puts jobs back in the queue through `postpone_requeue` (schema version 2), the one
@@ -315,10 +315,10 @@ DELETE FROM postpone_periodic
 macro_rules! job_columns {
     () => {
         "j.id, j.queue, j.task, j.args, \
-         CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+         CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
               THEN 'todo' ELSE j.status END, j.priority, j.lock, j.queueing_lock, \
          j.scheduled_at, \
-         CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+         CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
               THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
          j.worker_id, j.abort_requested, j.created_at, \
          j.started_at, j.finished_at"
@@ -343,7 +343,7 @@ pub(crate) const JOB_GET: &str = concat!(
 
 /// The status of job `$1` (to explain why an operation did nothing).
 pub(crate) const JOB_STATUS: &str = "
-SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL
             THEN 'todo' ELSE status END
   FROM postpone_jobs WHERE id = $1";
 
@@ -365,16 +365,16 @@ RETURNING id";
 pub(crate) const JOB_CANCEL_HELD: &str = "
 WITH c AS (
     UPDATE postpone_jobs SET cancel_requested = true
-     WHERE id = $1 AND status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+     WHERE id = $1 AND status = 'doing' AND started_at IS NULL
     RETURNING id
 )
 SELECT c.id, pg_notify('postpone', 'abort:' || c.id)::text FROM c";
 
 /// Status of job `$1` as every view shows it (held: `todo`), and whether it is held.
 pub(crate) const JOB_SHOWN_STATUS: &str = "
-SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL
             THEN 'todo' ELSE status END,
-       status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+       status = 'doing' AND started_at IS NULL
   FROM postpone_jobs WHERE id = $1";
 
 /// Deletes job `$1` if it is waiting (`todo`).
@@ -414,7 +414,7 @@ pub(crate) const JOB_PERIODIC_INSTANT: &str =
 
 /// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
 pub(crate) const JOB_RESULT: &str = "
-SELECT CASE WHEN status = 'doing' AND started_at IS NULL AND claimed_at IS NOT NULL
+SELECT CASE WHEN status = 'doing' AND started_at IS NULL
             THEN 'todo' ELSE status END,
        output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
 

@@ -668,11 +668,19 @@ fn abort_of_a_prefetched_job_ends_it_without_running_it() {
         .spawn()
         .unwrap();
     assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)), Ok(blocker));
+    // Held: claimed (`doing` in the table) but not started, so every view shows it waiting.
     assert!(
-        wait_until(Duration::from_secs(5), || status(&app, waiting)
-            == JobStatus::Doing),
+        wait_until(Duration::from_secs(5), || db
+            .client()
+            .query_one(
+                "SELECT status = 'doing' AND started_at IS NULL FROM postpone_jobs WHERE id = $1",
+                &[&waiting.get()],
+            )
+            .unwrap()
+            .get::<_, bool>(0)),
         "the second job is claimed ahead"
     );
+    assert_eq!(status(&app, waiting), JobStatus::Todo);
     assert_eq!(app.admin().abort(waiting).unwrap(), AbortOutcome::Requested);
     // Give the notification time to arrive while the job still waits.
     std::thread::sleep(Duration::from_millis(200));
@@ -693,4 +701,5 @@ fn abort_of_a_prefetched_job_ends_it_without_running_it() {
         "{:?}",
         detail.errors
     );
+    assert_eq!(detail.job.attempts, 0, "it never started: no attempt used");
 }

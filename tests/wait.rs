@@ -163,7 +163,7 @@ fn waiter_is_waiting(db: &TestDb) -> bool {
     let n: i64 = c
         .query_one(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-             AND state = 'idle' AND query LIKE '%SELECT status, output, progress%'",
+             AND state = 'idle' AND query LIKE '%output, progress, progress_at, errors FROM postpone_jobs%'",
             &[],
         )
         .unwrap()

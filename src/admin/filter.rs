@@ -312,9 +312,9 @@ impl JobFilter {
             let p = q.bind(s);
             c.push(format!(
                 "((j.status = ANY({p}::text[]) \
-                   AND (j.status <> 'doing' OR j.started_at IS NOT NULL OR j.claimed_at IS NULL)){})",
+                   AND (j.status <> 'doing' OR j.started_at IS NOT NULL)){})",
                 if todo {
-                    " OR (j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL)"
+                    " OR (j.status = 'doing' AND j.started_at IS NULL)"
                 } else {
                     ""
                 }

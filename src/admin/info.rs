@@ -145,10 +145,10 @@ pub struct JobDetail {
 /// A job a worker holds but has not started (schema version 20) shows as waiting: status
 /// `todo`, its attempt not counted.
 pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
-     CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+     CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
           THEN 'todo' ELSE j.status END, j.priority, \
      j.lock, j.queueing_lock, j.scheduled_at, \
-     CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL \
+     CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
           THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
      j.worker_id, j.abort_requested, \
      j.created_at, j.started_at, j.finished_at, \

@@ -144,7 +144,7 @@ SELECT {group},
        count(*) FILTER (WHERE held)
   FROM (SELECT j.queue, j.task,
                -- A job a worker holds but has not started is waiting (schema version 20).
-               CASE WHEN j.status = 'doing' AND j.started_at IS NULL AND j.claimed_at IS NOT NULL
+               CASE WHEN j.status = 'doing' AND j.started_at IS NULL
                     THEN 'todo' ELSE j.status END AS status,
                j.scheduled_at,
                (j.status = 'todo' AND j.scheduled_at <= now() AND j.lock IS NOT NULL

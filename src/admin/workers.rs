@@ -2,9 +2,8 @@
 //! (with a stale mark), stalled jobs, and what an operator does about them (requeue or fail
 //! the stalled jobs, forget dead workers), each with a dry run.
 //!
-//! The database knows which jobs a worker has *claimed* (`doing` under its id); it cannot
-//! tell the ones a thread runs from the ones waiting in the worker's prefetch queue. At
-//! most `concurrency` of them run; the rest wait.
+//! The database knows which jobs a worker has *claimed* (`doing` under its id), and which of
+//! them it has started (schema version 20: a held job has no `started_at` yet).
 //!
 //! A worker is stale once its own lease has ended: its last heartbeat plus the
 //! `stalled_after` it recorded when it registered (`postpone_lease_end`, schema version 22).
@@ -66,9 +65,11 @@ pub struct WorkerInfo {
     /// True when its lease has ended (lengthened to the threshold asked for, if that is
     /// longer): the worker is dead or cut off, and its jobs will be rescued.
     pub stale: bool,
-    /// Jobs it runs now (started, not finished). Jobs it claimed and holds unstarted are
-    /// waiting, and not counted here.
+    /// Jobs `doing` under it: running, or claimed and held, not started yet.
     pub claimed: u64,
+    /// Of those, the jobs it has started (and not finished). The others it holds are
+    /// waiting (shown as `todo` everywhere) and can be given back at any moment.
+    pub running: u64,
 }
 
 /// What [`Admin::requeue_stalled`], [`Admin::fail_stalled`] or [`Admin::forget_workers`]
@@ -151,13 +152,15 @@ impl Admin {
                                      ORDER BY t)
                     END,
                     postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, $1::bigint,
-                                       $1::bigint) < now()
+                                       $1::bigint) < now(),
+                    coalesce(r.started, 0)
                FROM postpone_workers w
                -- One pass over the running jobs (postpone_jobs_doing_idx holds them by
                -- queue, then worker), rather than one per worker.
-               LEFT JOIN (SELECT j.worker_id, count(*) AS n FROM postpone_jobs j
-                           WHERE j.status = 'doing' AND j.started_at IS NOT NULL
-                           GROUP BY j.worker_id) r
+               LEFT JOIN (SELECT j.worker_id, count(*) AS n,
+                                 count(*) FILTER (WHERE j.started_at IS NOT NULL) AS started
+                            FROM postpone_jobs j
+                           WHERE j.status = 'doing' GROUP BY j.worker_id) r
                       ON r.worker_id = w.id
               ORDER BY w.id",
             &[&millis(stale_after)],
@@ -181,6 +184,7 @@ impl Admin {
                     tasks: r.get(12),
                     stale: r.get(13),
                     claimed: r.get::<_, i64>(9).max(0) as u64,
+                    running: r.get::<_, i64>(14).max(0) as u64,
                 }
             })
             .collect())

@@ -22,7 +22,9 @@
 -- * `cancel_requested`: an operator cancelled a held job. The worker holding it ends it
 --   `cancelled` without running it; the flag survives a give-back (the next holder honours
 --   it) and is cleared with any final status.
--- * The rescue of a dead worker's jobs gives back the attempts of those it only held.
+-- * The rescue of a dead worker's jobs is unchanged: a job it held may have started (a
+--   start is written a few milliseconds late), so its attempt stays counted; a job that
+--   kills its worker at once still runs out of attempts.
 
 ALTER TABLE postpone_jobs
     ADD COLUMN IF NOT EXISTS claimed_at timestamptz,
@@ -232,53 +234,5 @@ BEGIN
         INSERT INTO postpone_paused_queues (queue) VALUES (p_queue)
         ON CONFLICT DO NOTHING
         RETURNING paused_at;
-END
-$$;
-
--- As in version 17, except that the jobs a dead worker only held (never started) get their
--- attempt back.
-CREATE OR REPLACE FUNCTION postpone_rescue(p_stalled_ms bigint, p_me bigint)
-RETURNS TABLE (dead bigint, ids bigint[], outcomes text[])
-LANGUAGE plpgsql AS $$
-DECLARE
-    v_dead bigint;
-    v_ids bigint[];
-    v_workers bigint[];
-    v_attempts integer[];
-    v_errors text[];
-    v_give_back boolean[];
-BEGIN
-    WITH d AS (
-        DELETE FROM postpone_workers
-         WHERE last_heartbeat < now() - p_stalled_ms * interval '1 millisecond' AND id <> p_me
-        RETURNING id, name
-    ), jobs AS (
-        SELECT j.id, j.worker_id, j.attempts, j.started_at IS NULL AS held,
-               format('worker %s (id %s) stopped sending heartbeats while running this job; requeued',
-                      d.name, d.id) AS note
-          FROM postpone_jobs j JOIN d ON j.worker_id = d.id
-         WHERE j.status = 'doing'
-        UNION ALL
-        SELECT j.id, j.worker_id, j.attempts, j.started_at IS NULL AND j.claimed_at IS NOT NULL,
-               format('worker id %s vanished while running this job; requeued', j.worker_id)
-          FROM postpone_jobs j
-         WHERE j.status = 'doing'
-           -- No start time (held, or written by hand) counts as long ago.
-           AND coalesce(j.started_at, '-infinity') < now() - p_stalled_ms * interval '1 millisecond'
-           AND NOT EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = j.worker_id)
-           AND NOT EXISTS (SELECT 1 FROM d WHERE d.id = j.worker_id)
-    )
-    SELECT (SELECT count(*) FROM d),
-           coalesce(array_agg(jobs.id ORDER BY jobs.id), '{}'),
-           coalesce(array_agg(jobs.worker_id ORDER BY jobs.id), '{}'),
-           coalesce(array_agg(jobs.attempts ORDER BY jobs.id), '{}'),
-           coalesce(array_agg(CASE WHEN jobs.held THEN NULL ELSE jobs.note END ORDER BY jobs.id),
-                    '{}'),
-           coalesce(array_agg(jobs.held ORDER BY jobs.id), '{}')
-      INTO v_dead, v_ids, v_workers, v_attempts, v_errors, v_give_back
-      FROM jobs;
-    RETURN QUERY
-        SELECT v_dead, coalesce(array_agg(r.job_id), '{}'), coalesce(array_agg(r.outcome), '{}')
-          FROM postpone_requeue(v_ids, v_workers, v_attempts, '{}', v_errors, v_give_back) r;
 END
 $$;

@@ -215,6 +215,9 @@ fn run_one(
         }
     };
     if let Begin::Start = verdict {
+        if let Some(w) = claimed.queue_wait {
+            crate::metrics::queue_wait(&claimed.queue, w + claimed.claimed.elapsed().as_secs_f64());
+        }
         if write_start_in.is_zero() {
             // The completer writes it.
             let _ = shared.starts_due.0.try_send(());

@@ -42,9 +42,9 @@ pub(crate) fn run(
         if shared.stopping() {
             return;
         }
-        // Jobs are held beyond the free threads only for threads expected to be free soon
-        // (within two claims' time): a worker whose threads are all in long jobs holds
-        // nothing another worker could run.
+        // Jobs are held beyond the free threads only while some thread is free or expected
+        // to be free soon (within two claims' time): a worker whose threads are all in long
+        // jobs holds nothing another worker could run.
         let horizon =
             (claim_latency.get() * 2).clamp(Duration::from_millis(1), Duration::from_millis(200));
         let free_threads = free_threads(shared);
@@ -184,17 +184,18 @@ const ROOM_RECHECK: Duration = Duration::from_millis(20);
 /// held job had to be given back (that expectation was wrong).
 pub(crate) const QUIET: Duration = Duration::from_secs(2);
 
-/// Whether a running job is expected to end within `horizon` (from its task's typical run
-/// time), unless a held job had to be given back lately.
+/// Whether some thread is expected to be free within `horizon`: not every thread runs a job
+/// that its task's typical run time says will run longer. Not while a held job had to be
+/// given back lately (that guess was wrong then).
 fn expects_free_thread(shared: &Shared, horizon: Duration) -> bool {
     let quiet = *shared.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
     if quiet.is_some_and(|q| Instant::now() < q) {
         return false;
     }
-    shared
+    let (running, ending) = shared
         .ledger
-        .ending_soon(horizon, |task| shared.typical_time(task))
-        > 0
+        .running_and_ending_soon(horizon, |task| shared.typical_time(task));
+    running - ending < shared.opts.concurrency
 }
 
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
@@ -416,7 +417,6 @@ fn claim(
         }
     };
     shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
-    crate::metrics::queue_waits(&rows);
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {
@@ -435,6 +435,7 @@ fn claim(
                     max_attempts: r.get(10),
                     held: r.get(13),
                     claimed: sent,
+                    queue_wait: r.get(9),
                 },
             )
         })

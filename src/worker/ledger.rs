@@ -104,6 +104,10 @@ struct State {
     /// When the last control poll that answered was sent.
     control_read: Option<Instant>,
     paused: Paused,
+    /// Entries running (kept with every change of phase, so the fetcher need not count).
+    running: usize,
+    /// Running entries whose start is still to be written.
+    starts_pending: usize,
 }
 
 /// What an executor may do with the attempt it took from the board.
@@ -156,6 +160,8 @@ impl Ledger {
                 lease_until,
                 control_read: None,
                 paused: Paused::default(),
+                running: 0,
+                starts_pending: 0,
             }),
             changed: Condvar::new(),
         }
@@ -255,6 +261,8 @@ impl Ledger {
         }
         entry.start_due = entry.held.then(|| now + write_start_in);
         entry.phase = Phase::Running(running());
+        st.running += 1;
+        st.starts_pending += usize::from(entry.held);
         Begin::Start
     }
 
@@ -369,12 +377,17 @@ impl Ledger {
     /// started (µs); each is handed out once.
     pub(crate) fn due_starts(&self) -> Vec<(AttemptKey, i64)> {
         let mut s = self.state();
+        if s.starts_pending == 0 {
+            return Vec::new();
+        }
         let now = Instant::now();
         let mut due = Vec::new();
-        for (k, e) in s.entries.iter_mut() {
+        let st = &mut *s;
+        for (k, e) in st.entries.iter_mut() {
             if let (Some(at), Phase::Running(r)) = (e.start_due, &e.phase) {
                 if at <= now {
                     e.start_due = None;
+                    st.starts_pending -= 1;
                     due.push((
                         *k,
                         r.started.elapsed().as_micros().min(i64::MAX as u128) as i64,
@@ -387,32 +400,33 @@ impl Ledger {
 
     /// When the next start is due to be written, if any.
     pub(crate) fn next_start_due(&self) -> Option<Instant> {
-        self.state()
-            .entries
-            .values()
-            .filter_map(|e| e.start_due)
-            .min()
+        let s = self.state();
+        if s.starts_pending == 0 {
+            return None;
+        }
+        s.entries.values().filter_map(|e| e.start_due).min()
     }
 
     /// Running attempts.
     pub(crate) fn running(&self) -> usize {
-        self.state()
-            .entries
-            .values()
-            .filter(|e| matches!(e.phase, Phase::Running(_)))
-            .count()
+        self.state().running
     }
 
-    /// Running attempts expected to end within `horizon`, by `expected(task)`, the typical
-    /// run time of a task: one that has run for about that long. One that ran past twice
-    /// that may run for long yet, and one far from it will not end soon.
-    pub(crate) fn ending_soon(
+    /// Running attempts, and those of them expected to end within `horizon`, by
+    /// `expected(task)`, the typical run time of a task: one that has run for about that
+    /// long. One that ran past twice that may run for long yet, and one far from it will
+    /// not end soon.
+    pub(crate) fn running_and_ending_soon(
         &self,
         horizon: Duration,
         expected: impl Fn(&str) -> Duration,
-    ) -> usize {
+    ) -> (usize, usize) {
         let s = self.state();
-        s.entries
+        if s.running == 0 {
+            return (0, 0);
+        }
+        let ending = s
+            .entries
             .values()
             .filter(|e| match &e.phase {
                 Phase::Running(r) => {
@@ -422,7 +436,8 @@ impl Ledger {
                 }
                 _ => false,
             })
-            .count()
+            .count();
+        (s.running, ending)
     }
 
     /// Waits until something that [`begin`](Self::begin) depends on changes, or `timeout`.
@@ -433,7 +448,15 @@ impl Ledger {
 
     /// The task of `key` has returned: its outcome is on its way.
     pub(crate) fn finish(&self, key: AttemptKey) {
-        if let Some(e) = self.state().entries.get_mut(&key) {
+        let mut s = self.state();
+        let st = &mut *s;
+        if let Some(e) = st.entries.get_mut(&key) {
+            if matches!(e.phase, Phase::Running(_)) {
+                st.running -= 1;
+            }
+            if e.start_due.take().is_some() {
+                st.starts_pending -= 1;
+            }
             e.phase = Phase::Done;
         }
     }
@@ -724,8 +747,11 @@ mod tests {
         assert_eq!(l.begin(key(10, 1), D0, job), Begin::Start);
         let ms = Duration::from_millis(1);
         // "task" typically takes 1 ms: just started, it ends soon.
-        assert_eq!(l.ending_soon(ms, |_| ms), 1);
+        assert_eq!(l.running_and_ending_soon(ms, |_| ms), (1, 1));
         // Typically 20 s: not soon.
-        assert_eq!(l.ending_soon(ms, |_| Duration::from_secs(20)), 0);
+        assert_eq!(
+            l.running_and_ending_soon(ms, |_| Duration::from_secs(20)),
+            (1, 0)
+        );
     }
 }

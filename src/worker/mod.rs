@@ -109,6 +109,9 @@ pub(crate) struct Claimed {
     pub(crate) held: bool,
     /// When the claim that brought it was sent.
     pub(crate) claimed: Instant,
+    /// How long it had waited when claimed (seconds; `None` for a job due at an infinite
+    /// time).
+    pub(crate) queue_wait: Option<f64>,
 }
 
 impl Claimed {

@@ -50,14 +50,17 @@ mod gauges {
 
     use crate::conn::Connection;
 
-    /// Waiting jobs per queue; the partial claim indexes cover it (only `todo` rows).
+    /// Waiting jobs per queue: `todo` rows (the partial claim indexes cover them) and jobs
+    /// workers hold unstarted (the index of running jobs holds those).
     const QUEUE_GAUGES: &str = "
 SELECT queue,
        count(*) FILTER (WHERE scheduled_at <= now()),
        count(*) FILTER (WHERE scheduled_at > now()),
        EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8
-  FROM postpone_jobs
- WHERE status = 'todo'
+  FROM (SELECT queue, scheduled_at FROM postpone_jobs WHERE status = 'todo'
+        UNION ALL
+        SELECT queue, scheduled_at FROM postpone_jobs
+         WHERE status = 'doing' AND started_at IS NULL) w
  GROUP BY queue";
 
     /// Queues given a value before: a queue that empties is set to zero, not left stale.

@@ -55,7 +55,7 @@ pub fn run(ctx: &Context, app: &App, a: &WorkersArgs, out: &mut dyn Write) -> Re
                 .as_ref()
                 .map_or_else(|| "all".to_owned(), |q| q.join(",")),
             w.concurrency.to_string(),
-            w.claimed.to_string(),
+            w.running.to_string(),
             output::age(w.heartbeat_age),
             w.stalled_after.map_or_else(|| "-".to_owned(), output::age),
             if w.stale { "STALE" } else { "live" }.to_owned(),
