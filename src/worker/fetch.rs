@@ -48,11 +48,13 @@ pub(crate) fn run(
         let horizon =
             (claim_latency.get() * 2).clamp(Duration::from_millis(1), Duration::from_millis(200));
         let free_threads = free_threads(shared);
-        let hold = free_threads > 0 || expects_free_thread(shared, horizon);
+        // Threads not stuck in a job expected to run on: the prefetch is sized for them.
+        let available = available_threads(shared, horizon, free_threads > 0);
         let capacity = shared.opts.concurrency
-            + if hold {
+            + if available > 0 {
                 prefetch(
                     shared,
+                    available,
                     claim_latency.get(),
                     args_bytes.get().as_nanos() as usize,
                 )
@@ -184,18 +186,22 @@ const ROOM_RECHECK: Duration = Duration::from_millis(20);
 /// held job had to be given back (that expectation was wrong).
 pub(crate) const QUIET: Duration = Duration::from_secs(2);
 
-/// Whether some thread is expected to be free within `horizon`: not every thread runs a job
-/// that its task's typical run time says will run longer. Not while a held job had to be
-/// given back lately (that guess was wrong then).
-fn expects_free_thread(shared: &Shared, horizon: Duration) -> bool {
+/// Threads free now or expected to be free within `horizon`: those not running a job that
+/// its task's typical run time says will run longer. While a held job had to be given back
+/// lately (that guess was wrong then), only the threads free now (`idle`: any).
+fn available_threads(shared: &Shared, horizon: Duration, idle: bool) -> usize {
     let quiet = *shared.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
-    if quiet.is_some_and(|q| Instant::now() < q) {
-        return false;
-    }
     let (running, ending) = shared
         .ledger
         .running_and_ending_soon(horizon, |task| shared.typical_time(task));
-    running - ending < shared.opts.concurrency
+    if quiet.is_some_and(|q| Instant::now() < q) {
+        return if idle {
+            shared.opts.concurrency.saturating_sub(running)
+        } else {
+            0
+        };
+    }
+    shared.opts.concurrency.saturating_sub(running - ending)
 }
 
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
@@ -222,19 +228,16 @@ pub(crate) const MAX_PREFETCH: usize = 4096;
 pub(crate) const MAX_PREFETCH_BYTES: usize = 64 << 20;
 
 /// How many jobs to hold beyond the running ones. Fixed if the builder said so; otherwise
-/// enough to keep every executor busy for two claim round-trips at the current job duration,
+/// enough to keep `threads` executors (those free or soon free) busy for two claim
+/// round-trips at the current job duration,
 /// at least 1 (so the next claim overlaps the current job), at most [`MAX_PREFETCH`] and at
 /// most [`MAX_PREFETCH_BYTES`] of arguments at `args_bytes` each. Fast jobs are claimed in
 /// large batches; slow jobs are not hoarded away from other workers.
-fn prefetch(shared: &Shared, claim_latency: Duration, args_bytes: usize) -> usize {
+fn prefetch(shared: &Shared, threads: usize, claim_latency: Duration, args_bytes: usize) -> usize {
     match shared.opts.prefetch {
         Some(p) => p,
         None => bounded_prefetch(
-            adaptive_prefetch(
-                shared.opts.concurrency,
-                shared.job_duration.get(),
-                claim_latency,
-            ),
+            adaptive_prefetch(threads, shared.job_duration.get(), claim_latency),
             args_bytes,
         ),
     }

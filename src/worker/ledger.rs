@@ -80,6 +80,17 @@ struct Entry {
     queue: Arc<str>,
 }
 
+/// How long without a start makes a worker's held jobs candidates to go back.
+pub(crate) const STALLED_STARTS: Duration = Duration::from_millis(100);
+
+impl State {
+    /// No attempt started for [`STALLED_STARTS`].
+    fn stalled(&self, now: Instant) -> bool {
+        self.last_start
+            .is_none_or(|t| now.saturating_duration_since(t) >= STALLED_STARTS)
+    }
+}
+
 /// The pauses the last control poll read.
 #[derive(Default)]
 pub(crate) struct Paused {
@@ -108,6 +119,8 @@ struct State {
     running: usize,
     /// Running entries whose start is still to be written.
     starts_pending: usize,
+    /// When an attempt last started: a worker whose threads start nothing is stuck.
+    last_start: Option<Instant>,
 }
 
 /// What an executor may do with the attempt it took from the board.
@@ -162,6 +175,7 @@ impl Ledger {
                 paused: Paused::default(),
                 running: 0,
                 starts_pending: 0,
+                last_start: None,
             }),
             changed: Condvar::new(),
         }
@@ -263,6 +277,7 @@ impl Ledger {
         entry.phase = Phase::Running(running());
         st.running += 1;
         st.starts_pending += usize::from(entry.held);
+        st.last_start = Some(now);
         Begin::Start
     }
 
@@ -324,7 +339,9 @@ impl Ledger {
     }
 
     /// Whether the held attempt `key`, waiting on the board, must end without running: its
-    /// abort or cancel was read, its queue is paused, or it has waited `give_back_after`.
+    /// abort or cancel was read, its queue is paused, or it has waited `give_back_after`
+    /// while no attempt started for [`STALLED_STARTS`] (a worker whose threads take one job
+    /// after another keeps the jobs it holds: they are on their way).
     /// Marks it done (its outcome is the caller's to send) and says why.
     pub(crate) fn take_unstarted(
         &self,
@@ -334,6 +351,7 @@ impl Ledger {
         let mut s = self.state();
         let control_read = s.control_read;
         let now = Instant::now();
+        let stalled = s.stalled(now);
         let st = &mut *s;
         let entry = st.entries.get_mut(key)?;
         if !matches!(entry.phase, Phase::Waiting) || key.worker != st.worker {
@@ -346,7 +364,7 @@ impl Ledger {
         } else if entry.held
             && ((st.paused.covers(&entry.queue)
                 && control_read.is_some_and(|r| r >= entry.claimed))
-                || now.saturating_duration_since(entry.claimed) >= give_back_after)
+                || (stalled && now.saturating_duration_since(entry.claimed) >= give_back_after))
         {
             Unstarted::GivenBack
         } else {
@@ -361,6 +379,7 @@ impl Ledger {
     pub(crate) fn any_unstarted_to_end(&self, give_back_after: Duration) -> bool {
         let s = self.state();
         let now = Instant::now();
+        let stalled = s.stalled(now);
         s.entries.iter().any(|(k, e)| {
             matches!(e.phase, Phase::Waiting)
                 && k.worker == s.worker
@@ -369,7 +388,8 @@ impl Ledger {
                     || (e.held
                         && ((s.paused.covers(&e.queue)
                             && s.control_read.is_some_and(|r| r >= e.claimed))
-                            || now.saturating_duration_since(e.claimed) >= give_back_after)))
+                            || (stalled
+                                && now.saturating_duration_since(e.claimed) >= give_back_after))))
         })
     }
 
