@@ -223,6 +223,13 @@ impl Error {
         self.inner.sqlstate.as_deref()
     }
 
+    /// True when the server refused a new connection for want of a free slot (SQLSTATE
+    /// `53300`, `53400`) or because it accepts none for now (`57P03`).
+    pub(crate) fn is_refusal(&self) -> bool {
+        self.sqlstate()
+            .is_some_and(|c| crate::conn::refusal_remedy(c).is_some())
+    }
+
     /// True when a deadline fired.
     pub fn is_timeout(&self) -> bool {
         self.inner.kind == ErrorKind::Timeout

@@ -36,7 +36,7 @@ pub(crate) use super::time::{deadline_after, LONGEST};
 use super::watchdog::{Registration, SeverReason, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 
-mod open;
+pub(crate) mod open;
 mod pipeline;
 mod round_trip;
 mod routing;

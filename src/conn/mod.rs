@@ -13,5 +13,6 @@ pub(crate) mod tls;
 pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
+pub(crate) use client::open::refusal_remedy;
 pub use client::{Connection, Notification};
 pub use transaction::Transaction;

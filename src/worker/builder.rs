@@ -413,6 +413,7 @@ impl WorkerBuilder {
             due: Default::default(),
             ride: Default::default(),
             quiet_until: Mutex::new(None),
+            refusals: Default::default(),
             starts_due: crossbeam_channel::bounded(1),
         });
 

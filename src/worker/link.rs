@@ -26,6 +26,8 @@ pub(crate) struct Link<'a, S = ()> {
     backoff: Backoff,
     /// Connects where `listen_via` says (the listener's link).
     listener: bool,
+    /// How many of the failures of the current streak were refused connections.
+    refusals: u32,
 }
 
 impl<'a> Link<'a, ()> {
@@ -50,6 +52,7 @@ impl<'a, S> Link<'a, S> {
             setup: Box::new(setup),
             backoff: Backoff::new(shared.opts.backoff_cap),
             listener: false,
+            refusals: 0,
         }
     }
 
@@ -77,6 +80,9 @@ impl<'a, S> Link<'a, S> {
             match opened {
                 Ok(c) => self.conn = Some(c),
                 Err(e) => {
+                    if e.is_refusal() {
+                        self.refusals += 1;
+                    }
                     self.shared.log_db_error(
                         &format!("connecting for {}", self.what),
                         &e,
@@ -107,7 +113,8 @@ impl<'a, S> Link<'a, S> {
     pub(crate) fn judge<T>(&mut self, res: Result<T>) -> std::result::Result<T, Duration> {
         match res {
             Ok(v) => {
-                if self.backoff.failures() > 0 {
+                // Refused connections are reported once per episode for the whole worker.
+                if self.backoff.failures() > self.refusals {
                     log::info!(
                         "worker {}: {} works again after {} failure(s)",
                         self.shared.name,
@@ -116,9 +123,13 @@ impl<'a, S> Link<'a, S> {
                     );
                 }
                 self.backoff.reset();
+                self.refusals = 0;
                 Ok(v)
             }
             Err(e) => {
+                if e.is_refusal() {
+                    self.refusals += 1;
+                }
                 self.shared
                     .log_db_error(self.what, &e, self.backoff.failures() + 1);
                 if self.conn.as_ref().is_some_and(|(c, _)| c.is_broken()) {

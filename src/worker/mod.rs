@@ -38,6 +38,7 @@ mod link;
 mod listen;
 mod observe;
 mod periodic;
+mod refused;
 mod ride;
 mod share;
 mod shutdown;
@@ -247,6 +248,8 @@ pub(crate) struct Shared {
     /// Until when the fetcher holds no job for a thread that is only expected to be free
     /// soon: a held job had to be given back, so that guess was wrong.
     pub(crate) quiet_until: Mutex<Option<Instant>>,
+    /// The episode of refused connections under way, if any: logged once per episode.
+    pub(crate) refusals: refused::Refusals,
 }
 
 impl Shared {
@@ -275,7 +278,19 @@ impl Shared {
         )?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
         crate::metrics::reconnect();
+        self.connected();
         Ok(conn)
+    }
+
+    /// A connection succeeded: ends an episode of refusals, if one was under way.
+    fn connected(&self) {
+        if let Some((n, over)) = self.refusals.accepted(Instant::now()) {
+            log::info!(
+                "worker {}: the server accepts connections again ({n} attempt(s) refused over {})",
+                self.name,
+                crate::error::fmt_duration(over)
+            );
+        }
     }
 
     /// Opens the listener's connection: like [`connect`](Self::connect), to where
@@ -288,12 +303,26 @@ impl Shared {
             .unwrap_or(&self.app.inner.opts);
         let conn = Connection::open(opts, &self.app.inner.watchdog, self.group, None)?;
         self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+        self.connected();
         Ok(conn)
     }
 
     /// Logs a database error of a worker thread, once per failure streak at warn level.
     pub(crate) fn log_db_error(&self, what: &str, e: &Error, failures: u32) {
         self.stats.db_errors.fetch_add(1, Ordering::Relaxed);
+        if e.is_refusal() {
+            // One warning per episode for the whole worker, whichever thread meets it.
+            if self.refusals.refused(Instant::now()) {
+                log::warn!(
+                    "worker {}: {what}: {e}; every thread of the worker retries with backoff \
+                     and jitter (logged again when a connection succeeds)",
+                    self.name
+                );
+            } else {
+                log::debug!("worker {}: {what}: {e} (failure {failures})", self.name);
+            }
+            return;
+        }
         if failures <= 1 || failures.is_power_of_two() {
             log::warn!(
                 "worker {}: {what}: {e} (failure {failures} in a row; retrying)",
