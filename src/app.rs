@@ -92,6 +92,7 @@ pub struct AppBuilder {
     io_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
     pool_timeout: Option<Duration>,
+    pool_idle_timeout: Duration,
     tcp_user_timeout: Option<Duration>,
     lazy: bool,
     defaults: TaskDefaults,
@@ -109,6 +110,7 @@ impl std::fmt::Debug for AppBuilder {
             .field("io_timeout", &self.io_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("pool_timeout", &self.pool_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("tcp_user_timeout", &self.tcp_user_timeout)
             .field("lazy", &self.lazy)
             .field("task_defaults", &self.defaults)
@@ -230,6 +232,16 @@ impl AppBuilder {
         self
     }
 
+    /// How long a connection may sit unused in the App's pool before it is closed, so that an
+    /// idle process holds no pooled connection (a fleet of idle worker processes then costs
+    /// the server only their workers' own connections). Checked four times a second; a
+    /// caller after a quiet spell pays for one new connection. `Duration::MAX` keeps idle
+    /// connections open for good. Defaults to 30 s.
+    pub fn pool_idle_timeout(mut self, timeout: Duration) -> AppBuilder {
+        self.pool_idle_timeout = timeout;
+        self
+    }
+
     /// TCP_USER_TIMEOUT of every socket (Linux): how long sent data may stay unacknowledged
     /// before the kernel drops the connection. Defaults to the URL's, or 30 s.
     pub fn tcp_user_timeout(mut self, timeout: Duration) -> AppBuilder {
@@ -322,7 +334,13 @@ impl AppBuilder {
                 }
             })?;
         }
-        let pool = Pool::new(opts.clone(), watchdog.clone(), group, self.pool_size);
+        let pool = Pool::new(
+            opts.clone(),
+            watchdog.clone(),
+            group,
+            self.pool_size,
+            self.pool_idle_timeout,
+        );
         Ok(App {
             inner: Arc::new(AppInner {
                 opts,
@@ -360,6 +378,7 @@ impl App {
             io_timeout: None,
             connect_timeout: None,
             pool_timeout: None,
+            pool_idle_timeout: crate::conn::pool::IDLE_TIMEOUT,
             tcp_user_timeout: None,
             lazy: false,
             defaults: TaskDefaults::default(),

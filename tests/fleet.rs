@@ -198,3 +198,125 @@ fn a_worker_keeps_going_while_the_server_refuses_connections_and_defers_fail_fas
     let report = worker.shutdown(Duration::from_secs(5));
     assert!(report.is_clean(), "{report}");
 }
+
+/// Server connections whose application_name is `name`.
+fn connections_named(db: &TestDb, name: &str) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// `db`'s URL with an application_name, to count a process's connections on the server.
+fn url_named(db: &TestDb, name: &str) -> String {
+    let url = db.url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}application_name={name}")
+}
+
+#[test]
+fn an_idle_worker_process_holds_one_connection_per_database_thread_and_its_pool_none() {
+    captured();
+    let db = TestDb::new();
+    let owner = App::builder(db.url()).pool_size(2).build().unwrap();
+    owner.migrate().unwrap();
+    for (listen, threads) in [(true, 4), (false, 3)] {
+        let name = format!("fleet-idle-{listen}");
+        let app = App::builder(url_named(&db, &name))
+            .pool_size(4)
+            .pool_idle_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let (tasks, ran) = counting_tasks();
+        // The task defers through the App's pool, so that the pool has connections to close.
+        let mut tasks = tasks;
+        let a = app.clone();
+        tasks.register("defer", move |_: &Job| -> Result<(), TaskError> {
+            a.defer("count", &json!({})).map_err(TaskError::retry)?;
+            Ok(())
+        });
+        let worker = Worker::builder(&app, tasks)
+            .concurrency(4)
+            .listen(listen)
+            .poll_interval(Duration::from_millis(200))
+            .spawn()
+            .unwrap();
+        for _ in 0..8 {
+            app.defer("defer", &json!({})).unwrap();
+        }
+        assert!(wait_until(Duration::from_secs(30), || ran
+            .load(Ordering::SeqCst)
+            == 8));
+        let busy = connections_named(&db, &name);
+        // Idle: the pool closes its connections, the worker's database threads keep theirs
+        // (fetch, complete, beat, and listen unless listen(false)).
+        let settled = wait_until(Duration::from_secs(20), || {
+            connections_named(&db, &name) == threads
+        });
+        let idle = connections_named(&db, &name);
+        eprintln!("listen({listen}): {busy} connection(s) just after the work, {idle} idle");
+        assert!(
+            settled,
+            "listen({listen}): {idle} connection(s) idle, expected {threads}"
+        );
+        // A call after the quiet spell opens a connection again.
+        app.defer("count", &json!({})).unwrap();
+        assert!(wait_until(Duration::from_secs(20), || ran
+            .load(Ordering::SeqCst)
+            == 9));
+        let report = worker.shutdown(Duration::from_secs(5));
+        assert!(report.is_clean(), "{report}");
+        drop(app);
+        assert!(wait_until(Duration::from_secs(10), || {
+            connections_named(&db, &name) == 0
+        }));
+    }
+}
+
+#[test]
+fn a_worker_without_listen_wakes_on_a_deferred_job_within_its_poll_interval() {
+    captured();
+    let db = TestDb::new();
+    let name = "fleet-nolisten";
+    let app = App::builder(url_named(&db, name))
+        .pool_size(1)
+        .build()
+        .unwrap();
+    app.migrate().unwrap();
+    let ran_at: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let mut tasks = Tasks::new();
+    let r = ran_at.clone();
+    tasks.register("stamp", move |_: &Job| -> Result<(), TaskError> {
+        r.lock().unwrap().push(Instant::now());
+        Ok(())
+    });
+    let poll = Duration::from_secs(1);
+    let worker = Worker::builder(&app, tasks)
+        .listen(false)
+        .poll_interval(poll)
+        .spawn()
+        .unwrap();
+    let mut waits = Vec::new();
+    for i in 0..5u64 {
+        // Defers at different points of the poll cycle.
+        std::thread::sleep(Duration::from_millis(170 * i));
+        let t0 = Instant::now();
+        app.defer("stamp", &json!({ "i": i })).unwrap();
+        assert!(wait_until(Duration::from_secs(20), || ran_at
+            .lock()
+            .unwrap()
+            .len()
+            == i as usize + 1));
+        let started = *ran_at.lock().unwrap().last().unwrap();
+        waits.push(started.saturating_duration_since(t0));
+    }
+    eprintln!("listen(false), poll_interval {poll:?}: defer to start {waits:?}");
+    let longest = waits.iter().max().copied().unwrap();
+    // Within the poll interval, with a wide margin for a loaded machine.
+    assert!(longest < poll + Duration::from_secs(4), "{waits:?}");
+    let report = worker.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+}

@@ -25,6 +25,10 @@
 //! serves as its ping, for an open transaction (a raw `BEGIN`) or a LISTEN it left behind;
 //! if so it is discarded.
 //!
+//! A connection idle in the pool for `pool_idle_timeout` (30 s by default) is closed by the
+//! watchdog thread's tick, and its place is free: an idle process holds no pooled
+//! connection.
+//!
 //! Returned connections that are broken, inside a transaction (`begin`), that ran a LISTEN,
 //! or returned by a thread that is panicking are dropped (which never blocks), and their
 //! place is free at once.
@@ -39,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use super::client::{deadline_after, Checked, Connection};
 use super::options::ConnectOptions;
-use super::watchdog::Watchdog;
+use super::watchdog::{Tick, Watchdog};
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 
 /// A connection that answered this recently is handed out without a ping.
@@ -50,6 +54,8 @@ const WAIT_SLICE: Duration = Duration::from_millis(100);
 /// caller's deadline.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Default of `pool_idle_timeout`: an idle connection is closed after this long unused.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// At most one warning about failed connects per this interval; the others are counted.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -63,6 +69,8 @@ struct Shared {
     watchdog: Watchdog,
     group: u64,
     size: usize,
+    /// An idle connection unused this long is closed.
+    idle_timeout: Duration,
     state: Mutex<State>,
     /// Signalled when a connection is returned or a place becomes free.
     freed: Condvar,
@@ -116,19 +124,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Pool {
-    /// A pool of at most `size` connections, opened lazily.
+    /// A pool of at most `size` connections, opened lazily and closed after `idle_timeout`
+    /// unused.
     pub(crate) fn new(
         opts: Arc<ConnectOptions>,
         watchdog: Watchdog,
         group: u64,
         size: u32,
+        idle_timeout: Duration,
     ) -> Pool {
-        Pool {
+        let pool = Pool {
             shared: Arc::new(Shared {
                 opts,
                 watchdog,
                 group,
                 size: size.max(1) as usize,
+                idle_timeout,
                 state: Mutex::new(State {
                     idle: Vec::new(),
                     open: 0,
@@ -140,7 +151,10 @@ impl Pool {
                     suppressed: 0,
                 }),
             }),
-        }
+        };
+        let ticker: Arc<dyn Tick> = pool.shared.clone();
+        pool.shared.watchdog.on_tick(Arc::downgrade(&ticker));
+        pool
     }
 
     /// Checks a connection out, bounded by `timeout` even when every pooled socket is
@@ -232,6 +246,31 @@ impl Pool {
             conn: Some(conn),
             shared: self.shared.clone(),
         })
+    }
+}
+
+impl Tick for Shared {
+    /// Closes the connections idle for `idle_timeout`.
+    fn tick(&self) {
+        let stale: Vec<Connection> = {
+            let mut st = lock(&self.state);
+            if st.idle.iter().all(|c| c.idle_for() < self.idle_timeout) {
+                return;
+            }
+            let (stale, keep) = std::mem::take(&mut st.idle)
+                .into_iter()
+                .partition(|c| c.idle_for() >= self.idle_timeout);
+            st.idle = keep;
+            st.open = st.open.saturating_sub(stale.len());
+            stale
+        };
+        log::debug!(
+            "connection pool: closed {} connection(s) idle for {}",
+            stale.len(),
+            fmt_duration(self.idle_timeout)
+        );
+        drop(stale);
+        self.freed.notify_all();
     }
 }
 

@@ -108,6 +108,14 @@ struct Shared {
     /// Groups closed for good (a stopped worker's): a socket registered in one later is
     /// severed at once, so a connect that starts just after the close cannot outlive it.
     closed: Mutex<std::collections::HashSet<u64>>,
+    /// Housekeeping run on every tick (the App pool closing its idle connections); gone
+    /// once its owner is dropped.
+    tickers: Mutex<Vec<Weak<dyn Tick>>>,
+}
+
+/// Housekeeping the watchdog thread runs on every tick, outside its own locks.
+pub(crate) trait Tick: Send + Sync {
+    fn tick(&self);
 }
 
 thread_local! {
@@ -176,6 +184,7 @@ impl Watchdog {
             severed_total: AtomicU64::new(0),
             group_severs: Mutex::new(HashMap::new()),
             closed: Mutex::new(std::collections::HashSet::new()),
+            tickers: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&shared);
         let handle = thread::Builder::new()
@@ -188,6 +197,11 @@ impl Watchdog {
             }),
             shared,
         })
+    }
+
+    /// Runs `t.tick()` on the watchdog thread every tick, for as long as `t` lives.
+    pub(crate) fn on_tick(&self, t: Weak<dyn Tick>) {
+        lock(&self.shared.tickers).push(t);
     }
 
     /// A fresh group id: sockets registered under it can be severed together.
@@ -368,6 +382,14 @@ fn run(shared: Weak<Shared>) {
             })
             .cloned()
             .collect();
+        let tickers: Vec<Arc<dyn Tick>> = {
+            let mut t = lock(&shared.tickers);
+            t.retain(|w| w.strong_count() > 0);
+            t.iter().filter_map(Weak::upgrade).collect()
+        };
+        for t in tickers {
+            t.tick();
+        }
         for e in overdue {
             if e.sever(SeverReason::Backstop) {
                 shared.severed_total.fetch_add(1, Ordering::Relaxed);
