@@ -54,7 +54,7 @@ pub(crate) struct AppInner {
     pub(crate) opts: Arc<ConnectOptions>,
     pub(crate) watchdog: Watchdog,
     group: u64,
-    pool: Pool,
+    pub(crate) pool: Pool,
     pool_timeout: Duration,
     /// Bumped by every `sever_all`, so that checkouts waiting for a connection give up too.
     severs: AtomicU64,
@@ -235,8 +235,9 @@ impl AppBuilder {
     /// How long a connection may sit unused in the App's pool before it is closed, so that an
     /// idle process holds no pooled connection (a fleet of idle worker processes then costs
     /// the server only their workers' own connections). Checked four times a second; a
-    /// caller after a quiet spell pays for one new connection. `Duration::MAX` keeps idle
-    /// connections open for good. Defaults to 30 s.
+    /// caller after a quiet spell pays for one new connection. The completer of a worker of
+    /// this App closes its connection after as long without outcomes to record.
+    /// `Duration::MAX` keeps idle connections open for good. Defaults to 30 s.
     pub fn pool_idle_timeout(mut self, timeout: Duration) -> AppBuilder {
         self.pool_idle_timeout = timeout;
         self

@@ -218,12 +218,12 @@ fn url_named(db: &TestDb, name: &str) -> String {
 }
 
 #[test]
-fn an_idle_worker_process_holds_one_connection_per_database_thread_and_its_pool_none() {
+fn an_idle_worker_process_holds_three_connections_or_two_without_listen() {
     captured();
     let db = TestDb::new();
     let owner = App::builder(db.url()).pool_size(2).build().unwrap();
     owner.migrate().unwrap();
-    for (listen, threads) in [(true, 4), (false, 3)] {
+    for (listen, threads) in [(true, 3), (false, 2)] {
         let name = format!("fleet-idle-{listen}");
         let app = App::builder(url_named(&db, &name))
             .pool_size(4)
@@ -251,8 +251,8 @@ fn an_idle_worker_process_holds_one_connection_per_database_thread_and_its_pool_
             .load(Ordering::SeqCst)
             == 8));
         let busy = connections_named(&db, &name);
-        // Idle: the pool closes its connections, the worker's database threads keep theirs
-        // (fetch, complete, beat, and listen unless listen(false)).
+        // Idle: the pool and the completer close their connections after pool_idle_timeout;
+        // fetch and beat keep theirs, and listen unless listen(false).
         let settled = wait_until(Duration::from_secs(20), || {
             connections_named(&db, &name) == threads
         });
@@ -267,6 +267,22 @@ fn an_idle_worker_process_holds_one_connection_per_database_thread_and_its_pool_
         assert!(wait_until(Duration::from_secs(20), || ran
             .load(Ordering::SeqCst)
             == 9));
+        // Its outcome is recorded on a connection the completer opens again.
+        let mut c = db.client();
+        let schema_jobs = 8 + 8 + 1 + if listen { 0 } else { 17 };
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                let n: i64 = c
+                    .query_one(
+                        "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                n == schema_jobs
+            }),
+            "listen({listen}): not every outcome was recorded"
+        );
         let report = worker.shutdown(Duration::from_secs(5));
         assert!(report.is_clean(), "{report}");
         drop(app);

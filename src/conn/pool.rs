@@ -274,6 +274,13 @@ impl Tick for Shared {
     }
 }
 
+impl Pool {
+    /// How long a connection may sit unused before it is closed.
+    pub(crate) fn idle_timeout(&self) -> Duration {
+        self.shared.idle_timeout
+    }
+}
+
 /// What a checkout learned about an idle connection.
 enum Check {
     Good,

@@ -22,6 +22,11 @@
 //! An outcome is forgotten by the ledger once recorded (or refused by its guard), which frees
 //! its slot for the fetcher: a worker whose outcomes cannot be recorded stops claiming.
 //!
+//! An idle completer closes its connection once it has been unused for the App's
+//! `pool_idle_timeout` (30 s by default), and opens one again for the next outcome: an idle
+//! worker holds one connection fewer, and the first outcome after a quiet spell pays for a
+//! connect.
+//!
 //! Ends when every executor has ended and all outcomes are recorded, or at the shutdown's
 //! hard deadline; outcomes still unrecorded then are left to the shutdown's last step.
 
@@ -58,6 +63,7 @@ pub(crate) fn run(
     let mut locked: Vec<Outcome> = Vec::new();
     let mut locked_retry = Instant::now();
     let mut locked_wait = LOCKED_RETRY_FIRST;
+    let idle_close = shared.app.inner.pool.idle_timeout();
     warm_up(&mut link);
     loop {
         if !locked.is_empty() && Instant::now() >= locked_retry {
@@ -89,15 +95,36 @@ pub(crate) fn run(
                     .chain(shared.ledger.next_start_due())
                     .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
+                // Wake to close the connection once it has been unused that long.
+                let nothing_due = timeout.is_none();
+                let close_in = link.idle_for().map(|d| idle_close.saturating_sub(d));
+                let timeout = match (timeout, close_in) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let mut woke = false;
                 select! {
                     recv(outcomes) -> o => match o {
                         Ok(o) => pending.push(o),
                         Err(_) => senders_gone = true,
                     },
                     recv(hard) -> _ => return,
-                    recv(ride.back.1) -> _ => {}
-                    recv(shared.starts_due.1) -> _ => {}
+                    recv(ride.back.1) -> _ => woke = true,
+                    recv(shared.starts_due.1) -> _ => woke = true,
                     default(timeout.unwrap_or(Duration::from_secs(3600))) => {}
+                }
+                if pending.is_empty()
+                    && !woke
+                    && nothing_due
+                    && link.idle_for().is_some_and(|d| d >= idle_close)
+                {
+                    log::debug!(
+                        "worker {}: recording job outcomes: connection unused for {}, closed",
+                        shared.name,
+                        crate::error::fmt_duration(idle_close)
+                    );
+                    link.drop_connection();
+                    continue;
                 }
             }
         }

@@ -140,6 +140,11 @@ impl<'a, S> Link<'a, S> {
         }
     }
 
+    /// How long ago the connection last answered; `None` without a connection.
+    pub(crate) fn idle_for(&self) -> Option<Duration> {
+        self.conn.as_ref().map(|(c, _)| c.idle_for())
+    }
+
     /// Drops the connection (the caller knows it cannot be trusted any more).
     pub(crate) fn drop_connection(&mut self) {
         self.conn = None;
