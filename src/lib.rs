@@ -21,6 +21,7 @@ mod admin;
 mod app;
 mod client_trait;
 mod conn;
+mod deps;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -63,6 +64,7 @@ pub use app::{App, AppBuilder, PooledConnection};
 pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
+pub use deps::Dependency;
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
 pub use insert::{MAX_META_BYTES, MAX_TAGS};

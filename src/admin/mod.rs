@@ -160,6 +160,14 @@ impl Admin {
                 "only failed, cancelled or aborted jobs can be retried",
             ));
         }
+        if let Some(why) = rows[0].get::<_, &str>(0).strip_prefix("error: ") {
+            // Refused by the database for this job alone (a dependency that ended badly,
+            // a trigger of the application's): the job is as it was.
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!("retrying job {id}: {why}"),
+            ));
+        }
         if rows[0].get::<_, &str>(0) == "collision" {
             return Err(Error::new(
                 ErrorKind::AlreadyEnqueued,
