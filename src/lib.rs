@@ -54,9 +54,9 @@ pub use tokio_postgres;
 pub use admin::GrantsFor;
 pub use admin::QueueLimit;
 pub use admin::{
-    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
-    JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport, QueueCounts, SchemaState,
-    StalledReport, StatsBy, WorkerInfo,
+    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, DependencyInfo, JobDetail,
+    JobFilter, JobInfo, JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport,
+    QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};

@@ -358,6 +358,22 @@ pub(crate) const JOB_GET: &str = concat!(
  WHERE j.id = $1"
 );
 
+/// The dependencies of job `$1` (schema version 23), at most 1,000, by id: their ids,
+/// whether any outcome will do, and their status (the row's, else the outcome recorded when
+/// it finished); then at most 1,000 ids of its dependents; then whether it waits for its
+/// dependencies now.
+pub(crate) const JOB_DEPENDENCY_INFO: &str = "
+SELECT coalesce(array_agg(d.dep_id ORDER BY d.dep_id), '{}'),
+       coalesce(array_agg(d.any_outcome ORDER BY d.dep_id), '{}'),
+       coalesce(array_agg(coalesce(x.status, d.outcome) ORDER BY d.dep_id), '{}'),
+       ARRAY(SELECT e.job_id FROM postpone_deps e WHERE e.dep_id = $1
+              ORDER BY e.job_id LIMIT 1000),
+       EXISTS (SELECT 1 FROM postpone_jobs j
+                WHERE j.id = $1 AND j.has_dependencies AND j.status = 'todo'
+                  AND j.scheduled_at = 'infinity')
+  FROM (SELECT * FROM postpone_deps WHERE job_id = $1 ORDER BY dep_id LIMIT 1000) d
+  LEFT JOIN postpone_jobs x ON x.id = d.dep_id";
+
 /// The status of job `$1` (to explain why an operation did nothing).
 pub(crate) const JOB_STATUS: &str = "
 SELECT CASE WHEN status = 'doing' AND started_at IS NULL

@@ -747,3 +747,61 @@ fn postpone_defer_takes_after_and_after_finished_from_sql() {
     assert!(!waiting(&db, JobId(b)));
     assert!(waiting(&db, JobId(d)));
 }
+
+#[test]
+fn waiting_dependents_show_as_waiting_for_dependencies_not_as_scheduled() {
+    let (_db, app) = setup();
+    let admin = app.admin();
+    let a = app.defer("ok", &()).unwrap();
+    let later = app
+        .job("ok")
+        .schedule_in(Duration::from_secs(600))
+        .defer(&())
+        .unwrap();
+    let b = app
+        .job("ok")
+        .after(&[a])
+        .after_finished(&[later])
+        .defer(&())
+        .unwrap();
+
+    let listed = admin.jobs(&JobFilter::new()).unwrap();
+    let waits: Vec<(JobId, bool)> = listed
+        .iter()
+        .map(|j| (j.id, j.waiting_for_dependencies))
+        .collect();
+    assert_eq!(waits, vec![(b, true), (later, false), (a, false)]);
+
+    let d = admin.job(b).unwrap();
+    assert!(d.job.waiting_for_dependencies);
+    let deps: Vec<(JobId, bool, Option<postpone::JobStatus>)> = d
+        .dependencies
+        .iter()
+        .map(|x| (x.id, x.any_outcome, x.status))
+        .collect();
+    assert_eq!(
+        deps,
+        vec![
+            (a, false, Some(postpone::JobStatus::Todo)),
+            (later, true, Some(postpone::JobStatus::Todo)),
+        ]
+    );
+    assert_eq!(admin.job(a).unwrap().dependents, vec![b]);
+    assert!(
+        admin
+            .job_preview(b, 100)
+            .unwrap()
+            .detail
+            .job
+            .waiting_for_dependencies
+    );
+
+    let counts = admin.counts().unwrap();
+    assert_eq!(counts.len(), 1);
+    let c = &counts[0];
+    assert_eq!(
+        (c.todo, c.scheduled, c.waiting_for_dependencies),
+        (1, 1, 1),
+        "{c:?}"
+    );
+}
