@@ -805,3 +805,39 @@ fn waiting_dependents_show_as_waiting_for_dependencies_not_as_scheduled() {
         "{c:?}"
     );
 }
+
+#[test]
+fn a_rescued_dependency_keeps_its_dependents_waiting_until_it_runs_again() {
+    let (db, app) = setup();
+    let timeline = Arc::new(Timeline::default());
+    let a = app.defer("ok", &()).unwrap();
+    let b = app.job("ok").after(&[a]).defer(&()).unwrap();
+    // A worker that claimed `a` and died: its heartbeat is an hour old.
+    let mut c = db.client();
+    let dead: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name, last_heartbeat)
+             VALUES ('dead', now() - interval '1 hour') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'doing', worker_id = $2, attempts = 1,
+                started_at = now() - interval '1 hour' WHERE id = $1",
+        &[&a.0, &dead],
+    )
+    .unwrap();
+    let w = fast_worker(&app, tasks(&timeline)).spawn().unwrap();
+    wait_status(&db, b, "succeeded", Duration::from_secs(30));
+    assert!(w.shutdown(Duration::from_secs(10)).is_clean());
+    let row = job_row(&mut c, a).unwrap();
+    assert_eq!(row.status, "succeeded");
+    assert!(
+        row.error_texts()
+            .iter()
+            .any(|e| e.contains("stopped sending heartbeats")),
+        "{row:?}"
+    );
+    assert!(timeline.started(b).unwrap() > timeline.ended(a).unwrap());
+}
