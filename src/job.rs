@@ -356,6 +356,16 @@ impl Job {
         Ok(())
     }
 
+    /// The jobs this job was deferred to run after ([`NewJob::after`](crate::NewJob::after),
+    /// [`after_finished`](crate::NewJob::after_finished)), by id, each with its status and
+    /// the output it recorded ([`set_output`](Self::set_output)); empty for a job without
+    /// dependencies. Read from the database at each call (one query, under the App's
+    /// `io_timeout`). See [`Dependency`](crate::Dependency) for an example.
+    pub fn dependency_outputs(&self) -> Result<Vec<crate::Dependency>> {
+        let mut conn = self.app.connection()?;
+        crate::deps::read(&mut conn, self.id)
+    }
+
     /// The instant of the periodic schedule this job was deferred for, or `None` if no
     /// periodic schedule deferred it. The instant is the one of the schedule (in its time
     /// zone, as a point in time), not the time the job started, so a task that runs late, or

@@ -21,6 +21,7 @@ mod admin;
 mod app;
 mod client_trait;
 mod conn;
+mod deps;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -53,9 +54,9 @@ pub use tokio_postgres;
 pub use admin::GrantsFor;
 pub use admin::QueueLimit;
 pub use admin::{
-    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, JobDetail, JobFilter, JobInfo,
-    JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport, QueueCounts, SchemaState,
-    StalledReport, StatsBy, WorkerInfo,
+    AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, DependencyInfo, JobDetail,
+    JobFilter, JobInfo, JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport,
+    QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
 };
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};
@@ -63,6 +64,7 @@ pub use app::{App, AppBuilder, PooledConnection};
 pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
+pub use deps::Dependency;
 pub use error::{Error, ErrorKind, Result};
 pub use insert::{Bound, Detached, JobBuilder, NewJob};
 pub use insert::{MAX_META_BYTES, MAX_TAGS};

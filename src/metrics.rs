@@ -13,9 +13,10 @@
 //! - histograms `job_run_seconds{queue, task}` (the task's own time) and
 //!   `job_queue_wait_seconds{queue}` (from the scheduled time, which is the defer time of a
 //!   job deferred without a schedule, to the start);
-//! - gauges `queue_due_jobs{queue}`, `queue_scheduled_jobs{queue}` and
-//!   `queue_oldest_due_seconds{queue}`, set by each worker's beat thread at every rescue
-//!   pass (every `heartbeat_interval`);
+//! - gauges `queue_due_jobs{queue}`, `queue_scheduled_jobs{queue}`,
+//!   `queue_waiting_for_dependencies_jobs{queue}` (deferred `after` jobs that have not all
+//!   finished; not counted as scheduled) and `queue_oldest_due_seconds{queue}`, set by each
+//!   worker's beat thread at every rescue pass (every `heartbeat_interval`);
 //! - connection-layer counters `conn_deadlines_fired_total` (a round-trip exceeded its
 //!   `io_timeout`), `conn_sockets_severed_total` (by the watchdog's backstop or a shutdown)
 //!   and `conn_reconnects_total` (connections a worker thread opened, at start and after a

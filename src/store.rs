@@ -52,6 +52,23 @@ SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
  ORDER BY u.n
 RETURNING id";
 
+/// Inserts jobs with dependencies through `postpone_defer_jobs` (schema version 23), in one
+/// statement: the columns of [`JOB_INSERT_BATCH`], then the dependencies as three aligned
+/// arrays: `$12` the position (1-based) of the job that waits, `$13` the id of the job it
+/// waits for, `$14` whether any outcome of that job will do (`after_finished`) or it must
+/// succeed (`after`). Ids come back in input order. A dependency that does not exist fails
+/// the statement with [`DEPENDENCY_CONSTRAINT`].
+pub(crate) const JOB_INSERT_AFTER: &str = "
+SELECT id FROM postpone_defer_jobs(
+    $1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
+    ARRAY(SELECT COALESCE(u.at, now() + u.delay_us * interval '1 microsecond')
+            FROM unnest($7::timestamptz[], $8::bigint[]) WITH ORDINALITY AS u(at, delay_us, n)
+           ORDER BY u.n),
+    $9::int[], $10::jsonb[], $11::jsonb[], $12::int[], $13::bigint[], $14::bool[]) AS id";
+
+/// The constraint name of the error a defer gets for a dependency that does not exist.
+pub(crate) const DEPENDENCY_CONSTRAINT: &str = "postpone_deps_dependency";
+
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
@@ -341,6 +358,22 @@ pub(crate) const JOB_GET: &str = concat!(
  WHERE j.id = $1"
 );
 
+/// The dependencies of job `$1` (schema version 23), at most 1,000, by id: their ids,
+/// whether any outcome will do, and their status (the row's, else the outcome recorded when
+/// it finished); then at most 1,000 ids of its dependents; then whether it waits for its
+/// dependencies now.
+pub(crate) const JOB_DEPENDENCY_INFO: &str = "
+SELECT coalesce(array_agg(d.dep_id ORDER BY d.dep_id), '{}'),
+       coalesce(array_agg(d.any_outcome ORDER BY d.dep_id), '{}'),
+       coalesce(array_agg(coalesce(x.status, d.outcome) ORDER BY d.dep_id), '{}'),
+       ARRAY(SELECT e.job_id FROM postpone_deps e WHERE e.dep_id = $1
+              ORDER BY e.job_id LIMIT 1000),
+       EXISTS (SELECT 1 FROM postpone_jobs j
+                WHERE j.id = $1 AND j.has_dependencies AND j.status = 'todo'
+                  AND j.scheduled_at = 'infinity')
+  FROM (SELECT * FROM postpone_deps WHERE job_id = $1 ORDER BY dep_id LIMIT 1000) d
+  LEFT JOIN postpone_jobs x ON x.id = d.dep_id";
+
 /// The status of job `$1` (to explain why an operation did nothing).
 pub(crate) const JOB_STATUS: &str = "
 SELECT CASE WHEN status = 'doing' AND started_at IS NULL
@@ -411,6 +444,14 @@ UPDATE postpone_jobs SET progress = $2::jsonb, progress_at = now()
 /// The periodic instant job `$1` was deferred for.
 pub(crate) const JOB_PERIODIC_INSTANT: &str =
     "SELECT instant FROM postpone_periodic WHERE job_id = $1 LIMIT 1";
+
+/// The dependencies of job `$1` (schema version 23), by id: id, status (the row's, else the
+/// outcome recorded when it finished; NULL or 'deleted' when it was deleted before), output.
+pub(crate) const JOB_DEPENDENCIES: &str = "
+SELECT d.dep_id, coalesce(j.status, d.outcome), j.output
+  FROM postpone_deps d LEFT JOIN postpone_jobs j ON j.id = d.dep_id
+ WHERE d.job_id = $1
+ ORDER BY d.dep_id";
 
 /// Status, output, progress and its time, and errors of job `$1` (what a waiter reads).
 pub(crate) const JOB_RESULT: &str = "

@@ -966,6 +966,50 @@ fn reschedule_and_priority_change_waiting_jobs_only() {
     fails(Some(url), &["reschedule", "1"], "--in <DURATION>");
 }
 
+/// Dependencies from the command line: `defer --after/--after-finished`, and a waiting
+/// dependent shown as such by `jobs`, `job` and `stats`.
+#[test]
+fn defer_after_and_the_views_of_a_waiting_dependent() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    ok(url, &["defer", "a"]);
+    ok(url, &["defer", "b"]);
+    assert_eq!(
+        ok(
+            url,
+            &["defer", "c", "--after", "1", "--after-finished", "2"]
+        ),
+        "deferred job 3 (c)\n"
+    );
+    let listed = table(&ok(url, &["jobs"]));
+    let row = listed.iter().find(|r| r[0] == "3").expect("job 3 listed");
+    assert_eq!(row[6], "after dependencies", "{listed:?}");
+    let shown = ok(url, &["job", "3"]);
+    assert!(
+        shown.contains("runs after")
+            && shown.contains("jobs 1 (todo), 2 (todo, any outcome) (waiting for them)"),
+        "{shown}"
+    );
+    assert!(shown.contains("after dependencies"), "{shown}");
+    assert!(ok(url, &["job", "1"]).contains("dependents"));
+    let stats = ok(url, &["stats"]);
+    assert!(
+        stats.contains("-- waiting for dependencies: default (1 job(s)"),
+        "{stats}"
+    );
+    assert_eq!(json(url, &["stats"])[0]["waiting_for_dependencies"], 1);
+    assert_eq!(
+        json(url, &["job", "3"])["dependencies"][1]["any_outcome"],
+        true
+    );
+    fails_with(
+        Some(url),
+        &["defer", "d", "--after", "99"],
+        3,
+        "job 99 does not exist",
+    );
+}
+
 /// `postpone priority 2 10` was refused (only `--to 10` was known): the form people guess
 /// after an id is accepted, negative numbers included; the two forms together, or neither,
 /// are usage errors that show both.

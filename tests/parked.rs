@@ -357,6 +357,18 @@ fn workers_with_retries_and_cancels_leave_no_job_parked_and_keep_each_lock_in_or
         done.lock().unwrap().values().map(Vec::len).sum::<usize>() >= total
     });
     let mut client = db.client();
+    // A task counts itself done a moment before its worker records the outcome: give the
+    // last outcomes the time to land before reading what is left.
+    wait_until(Duration::from_secs(10), || {
+        client
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE status IN ('todo', 'doing')",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+            == 0
+    });
     let left: Vec<(i64, String, Option<i64>)> = client
         .query(
             "SELECT id, status, blocked_by FROM postpone_jobs

@@ -577,6 +577,27 @@ fn a_producer_role_defers_every_way_and_sees_no_arguments() {
         .unwrap()
         .get(0);
     ids.push(JobId::from(from_sql));
+    // With dependencies, from Rust and from SQL: the producer locks and flags the jobs it
+    // names, and reads nothing else of them.
+    ids.push(
+        papp.job("t")
+            .after(&[ids[0]])
+            .after_finished(&[ids[1]])
+            .defer(&json!(6))
+            .unwrap(),
+    );
+    ids.extend(
+        papp.defer_batch(&[NewJob::new("t", &json!(7)).unwrap().after(&[ids[2]])])
+            .unwrap(),
+    );
+    let after_sql: i64 = c
+        .query_one(
+            "SELECT postpone_defer('t', after => ARRAY[$1]::bigint[])",
+            &[&ids[3].get()],
+        )
+        .unwrap()
+        .get(0);
+    ids.push(JobId::from(after_sql));
     for id in &ids {
         assert_eq!(status_of(&owner, *id), "todo", "job {id}");
     }

@@ -1453,3 +1453,39 @@ fn the_handler_mounts_under_a_path_and_streams_downloads() {
         trusting.handle(DashboardRequest::new("GET", "/q/jobs").header("Host", "ops.example"));
     assert_eq!(named.status(), 200);
 }
+
+#[test]
+fn a_waiting_dependent_shows_its_dependencies_not_a_time() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let a = app.defer("a", &()).unwrap();
+    let b = app.job("b").after(&[a]).defer(&()).unwrap();
+    let dash = dashboard(&app);
+    let list = get(dash.addr(), "/jobs");
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(
+        list.body.contains("after its dependencies"),
+        "{}",
+        list.body
+    );
+    assert!(!list.body.contains("infinity"), "{}", list.body);
+    let page = get(dash.addr(), &format!("/jobs/{b}"));
+    assert!(page.body.contains("id=\"dependencies\""), "{}", page.body);
+    assert!(
+        page.body
+            .contains(&format!("/jobs/{a}\">job {a}</a> (todo)")),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("waiting for them"), "{}", page.body);
+    assert!(!page.body.contains("scheduled to run"), "{}", page.body);
+    let page = get(dash.addr(), &format!("/jobs/{a}"));
+    assert!(page.body.contains("id=\"dependents\""), "{}", page.body);
+    let overview = get(dash.addr(), "/");
+    assert!(
+        overview.body.contains("1 after their dependencies"),
+        "{}",
+        overview.body
+    );
+}

@@ -211,10 +211,17 @@ impl Admin {
                 skipped: matched.saturating_sub(eligible),
             });
         }
-        // One scan: how many match, and the ids the action may touch (highest first).
+        // One scan: how many match, and the ids the action may touch (highest first; for a
+        // retry lowest first, so that a job's dependencies, which are older, go back to the
+        // queue before it is judged).
+        let order = if matches!(action, BulkAction::Retry) {
+            "ASC"
+        } else {
+            "DESC"
+        };
         let sql = format!(
             "SELECT count(*),
-       coalesce(array_agg(j.id ORDER BY j.id DESC) FILTER (WHERE {eligible}), '{{}}')
+       coalesce(array_agg(j.id ORDER BY j.id {order}) FILTER (WHERE {eligible}), '{{}}')
   FROM postpone_jobs j
  WHERE {cond}"
         );

@@ -141,6 +141,12 @@ pub(crate) enum Class {
     /// Any other table: state the workers keep (workers, periodic instants, rate starts,
     /// waiters...).
     State,
+    /// `postpone_deps*`: the dependencies of jobs, written by the defers that name them (and
+    /// by the triggers of whoever finishes their jobs).
+    Dependencies,
+    /// `postpone_waiters`: the jobs `App::wait` waits for, read by the statement trigger of
+    /// every UPDATE of `postpone_jobs` (a defer with dependencies makes one).
+    Waiters,
     /// A view or materialized view.
     View,
     /// A sequence of an identity column: inserting into its table uses it, with no grant.
@@ -167,6 +173,8 @@ impl Object {
                 "postpone_migrations" => Class::Record,
                 "postpone_jobs" => Class::Jobs,
                 n if n.starts_with("postpone_paused_") || n.ends_with("_limits") => Class::Settings,
+                n if n.starts_with("postpone_deps") => Class::Dependencies,
+                "postpone_waiters" => Class::Waiters,
                 _ => Class::State,
             }),
             Kind::Relation {
@@ -244,19 +252,30 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
         (_, Index | IdentitySequence | TriggerFunction) => "",
 
         (GrantsFor::Worker, Record | Settings | View) => "SELECT",
-        (GrantsFor::Worker, Jobs | State) => "SELECT, INSERT, UPDATE, DELETE",
+        (GrantsFor::Worker, Jobs | State | Dependencies | Waiters) => {
+            "SELECT, INSERT, UPDATE, DELETE"
+        }
         (GrantsFor::Worker, Sequence) => "USAGE",
         (GrantsFor::Worker, Function { .. }) => "EXECUTE",
 
         (GrantsFor::Producer, Record) => "SELECT",
         // A defer inserts, reads back the id, and looks up the job holding a queueing lock
-        // or unique key; the arguments of other jobs stay out of sight.
-        (GrantsFor::Producer, Jobs) => "INSERT, SELECT (id, status, queueing_lock, unique_key)",
+        // or unique key; the arguments of other jobs stay out of sight. A defer with
+        // dependencies locks them, reads their status and flags them (`has_dependents`), and
+        // inserts its edges; that UPDATE fires the table's statement trigger, which reads
+        // `blocked_by` and the waiters.
+        (GrantsFor::Producer, Jobs) => {
+            "INSERT, SELECT (id, status, queueing_lock, unique_key, has_dependents, blocked_by), UPDATE (has_dependents)"
+        }
+        (GrantsFor::Producer, Dependencies) => "INSERT",
+        (GrantsFor::Producer, Waiters) => "SELECT",
         (GrantsFor::Producer, Settings | State | View | Sequence) => "",
         (GrantsFor::Producer, Function { defers: true, .. }) => "EXECUTE",
         (GrantsFor::Producer, Function { defers: false, .. }) => "",
 
-        (GrantsFor::Reader, Record | Jobs | Settings | State | View) => "SELECT",
+        (GrantsFor::Reader, Record | Jobs | Settings | State | Dependencies | Waiters | View) => {
+            "SELECT"
+        }
         (GrantsFor::Reader, Sequence) => "",
         (GrantsFor::Reader, Function { writes: true, .. }) => "",
         (GrantsFor::Reader, Function { writes: false, .. }) => "EXECUTE",
@@ -533,6 +552,12 @@ mod tests {
         );
         assert_eq!(table("postpone_workers").class(), Some(Class::State));
         assert_eq!(table("postpone_something_new").class(), Some(Class::State));
+        assert_eq!(table("postpone_deps").class(), Some(Class::Dependencies));
+        assert_eq!(
+            table("postpone_deps_waiting").class(),
+            Some(Class::Dependencies)
+        );
+        assert_eq!(table("postpone_waiters").class(), Some(Class::Waiters));
         assert_eq!(
             function("postpone_f", true, true).class(),
             None,

@@ -56,6 +56,10 @@ pub struct JobInfo {
     pub abort_requested: bool,
     /// The error of its last failed attempt, if any.
     pub last_error: Option<String>,
+    /// True while it waits for the jobs it was deferred to run after
+    /// ([`NewJob::after`](crate::NewJob::after)): it is `todo`, but no worker claims it until
+    /// they allow it (its `scheduled_at` reads `infinity` meanwhile).
+    pub waiting_for_dependencies: bool,
 }
 
 impl JobInfo {
@@ -84,6 +88,7 @@ impl PartialEq for JobInfo {
             && self.worker_id == other.worker_id
             && self.abort_requested == other.abort_requested
             && self.last_error == other.last_error
+            && self.waiting_for_dependencies == other.waiting_for_dependencies
     }
 }
 
@@ -138,6 +143,26 @@ pub struct JobDetail {
     /// back and parked it (the latest earlier job of its lock still pending, else the
     /// lock's running job). `None` for a job no claim has looked at yet, or free to run.
     pub blocked_by: Option<JobId>,
+    /// The jobs it was deferred to run after, by id (at most 1,000).
+    pub dependencies: Vec<DependencyInfo>,
+    /// The jobs deferred to run after it, by id (at most 1,000).
+    pub dependents: Vec<JobId>,
+}
+
+/// A job that another job was deferred to run after, as [`JobDetail::dependencies`] shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct DependencyInfo {
+    /// Its id.
+    pub id: JobId,
+    /// True when any outcome of it will do
+    /// ([`after_finished`](crate::NewJob::after_finished)); false when it must succeed
+    /// ([`after`](crate::NewJob::after)).
+    pub any_outcome: bool,
+    /// Its status now; else the outcome recorded when it finished, if its row was deleted
+    /// since; `None` when it was deleted before it finished (or has a status this library
+    /// does not know).
+    pub status: Option<JobStatus>,
 }
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.
@@ -152,10 +177,12 @@ pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
           THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
      j.worker_id, j.abort_requested, \
      j.created_at, j.started_at, j.finished_at, \
-     CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END";
+     CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END, \
+     (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity')";
 
-/// Reads the first 16 columns (see [`JOB_COLUMNS`]; the 16th, the last error, may be absent
-/// in statements that select only the first 15).
+/// Reads the first 17 columns (see [`JOB_COLUMNS`]; the 16th, the last error, and the 17th,
+/// whether it waits for dependencies, may be absent in statements that select only the
+/// first 15).
 pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
     let status: String = r.get(4);
     let status = status.parse::<JobStatus>().map_err(|e| {
@@ -169,6 +196,9 @@ pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
     } else {
         None
     };
+    let waiting_for_dependencies = r.len() > 16
+        && r.columns()[16].type_() == &postgres::types::Type::BOOL
+        && r.get::<_, Option<bool>>(16).unwrap_or(false);
     Ok(JobInfo {
         id: JobId(r.get(0)),
         queue: r.get(1),
@@ -186,6 +216,7 @@ pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
         started_at: r.get(13),
         finished_at: r.get(14),
         last_error,
+        waiting_for_dependencies,
     })
 }
 

@@ -52,7 +52,7 @@ pub use bulk::{BulkAction, BulkReport};
 pub use concurrency::QueueLimit;
 pub use filter::{JobFilter, JobPage, JobSort};
 pub use grants::GrantsFor;
-pub use info::{AttemptError, JobDetail, JobInfo};
+pub use info::{AttemptError, DependencyInfo, JobDetail, JobInfo};
 pub use preview::{JobPreview, JobValue, JsonPrefix};
 pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
@@ -128,7 +128,7 @@ impl Admin {
             .collect::<Result<Vec<_>>>()?;
         let next_cursor = if rows.len() > limit {
             let last = &rows[limit - 1];
-            let key: String = last.get(16);
+            let key: String = last.get(17);
             Some(filter.cursor(&key, JobId(last.get(0))))
         } else {
             None
@@ -142,7 +142,9 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named("reading a job", store::JOB_GET, &[&id.0])?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
-        detail_from_row(row)
+        let mut detail = detail_from_row(row)?;
+        read_dependencies(&mut conn, &mut detail)?;
+        Ok(detail)
     }
 
     /// Puts a failed, cancelled or aborted job back in its queue, due now; its attempts
@@ -158,6 +160,14 @@ impl Admin {
                 id,
                 "retry",
                 "only failed, cancelled or aborted jobs can be retried",
+            ));
+        }
+        if let Some(why) = rows[0].get::<_, &str>(0).strip_prefix("error: ") {
+            // Refused by the database for this job alone (a dependency that ended badly,
+            // a trigger of the application's): the job is as it was.
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!("retrying job {id}: {why}"),
             ));
         }
         if rows[0].get::<_, &str>(0) == "collision" {
@@ -355,7 +365,42 @@ pub(crate) fn detail_from_row(row: &postgres::Row) -> Result<JobDetail> {
         tags: row.get::<_, Option<Vec<String>>>(24).unwrap_or_default(),
         meta: json_column(row, 25),
         blocked_by: row.get::<_, Option<i64>>(26).map(JobId),
+        dependencies: Vec::new(),
+        dependents: Vec::new(),
     })
+}
+
+/// Fills the dependencies and dependents of `detail` (schema version 23), and whether it
+/// waits for them.
+pub(crate) fn read_dependencies(
+    conn: &mut crate::Connection,
+    detail: &mut JobDetail,
+) -> Result<()> {
+    let id = detail.job.id;
+    let rows = conn.query_named(
+        "reading the dependencies of a job",
+        store::JOB_DEPENDENCY_INFO,
+        &[&id.0],
+    )?;
+    let Some(r) = rows.first() else {
+        return Ok(());
+    };
+    let ids: Vec<i64> = r.get(0);
+    let any: Vec<bool> = r.get(1);
+    let statuses: Vec<Option<String>> = r.get(2);
+    detail.dependencies = ids
+        .into_iter()
+        .zip(any)
+        .zip(statuses)
+        .map(|((id, any_outcome), status)| DependencyInfo {
+            id: JobId(id),
+            any_outcome,
+            status: status.and_then(|s| s.parse().ok()),
+        })
+        .collect();
+    detail.dependents = r.get::<_, Vec<i64>>(3).into_iter().map(JobId).collect();
+    detail.job.waiting_for_dependencies = r.get(4);
+    Ok(())
 }
 
 fn not_found(id: JobId) -> Error {

@@ -116,7 +116,8 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named("reading a job", JOB_PREVIEW, &[&id.0, &max, &ERRORS_KEPT])?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
-        let detail = detail_from_row(row)?;
+        let mut detail = detail_from_row(row)?;
+        super::read_dependencies(&mut conn, &mut detail)?;
         let prefix = |i: usize| -> Option<JsonPrefix> {
             let text: Option<String> = row.get(i);
             let bytes: Option<i32> = row.get(i + 1);

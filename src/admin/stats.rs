@@ -37,6 +37,10 @@ pub struct QueueCounts {
     pub todo: u64,
     /// Waiting, scheduled for later.
     pub scheduled: u64,
+    /// Waiting for the jobs they were deferred to run after
+    /// ([`NewJob::after`](crate::NewJob::after)); counted in neither `todo` nor
+    /// `scheduled`.
+    pub waiting_for_dependencies: u64,
     /// Running (claimed by a worker).
     pub doing: u64,
     /// Succeeded (still kept; within the window, if one was given).
@@ -129,7 +133,7 @@ impl QueueCounts {
 const STATS_SQL: &str = "
 SELECT {group},
        count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now()),
+       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now() AND NOT deps),
        count(*) FILTER (WHERE status = 'doing'),
        count(*) FILTER (WHERE status = 'succeeded' AND w),
        count(*) FILTER (WHERE status = 'failed' AND w),
@@ -141,12 +145,14 @@ SELECT {group},
            min(scheduled_at) FILTER (WHERE status = 'todo' AND scheduled_at <= now())),
        percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
            FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL),
-       count(*) FILTER (WHERE held)
+       count(*) FILTER (WHERE held),
+       count(*) FILTER (WHERE deps)
   FROM (SELECT j.queue, j.task,
                -- A job a worker holds but has not started is waiting (schema version 20).
                CASE WHEN j.status = 'doing' AND j.started_at IS NULL
                     THEN 'todo' ELSE j.status END AS status,
                j.scheduled_at,
+               (j.status = 'todo' AND j.scheduled_at = 'infinity' AND j.has_dependencies) AS deps,
                (j.status = 'todo' AND j.scheduled_at <= now() AND j.lock IS NOT NULL
                 AND EXISTS (SELECT 1 FROM postpone_jobs e
                              WHERE e.lock = j.lock AND e.status IN ('todo', 'doing')
@@ -194,6 +200,7 @@ impl Admin {
                     queue: r.get(0),
                     todo: n(1),
                     scheduled: n(2),
+                    waiting_for_dependencies: n(12),
                     doing: n(3),
                     succeeded: ok,
                     failed,
@@ -264,6 +271,7 @@ impl QueueCounts {
             queue: queue.to_owned(),
             todo: 0,
             scheduled: 0,
+            waiting_for_dependencies: 0,
             doing: 0,
             succeeded: 0,
             failed: 0,

@@ -1,7 +1,8 @@
 //! Inserting jobs: one builder, [`NewJob`], used by every entry point.
 //!
-//! A `NewJob` carries a task name, its serialized arguments and the six insert options
-//! (queue, priority, lock, queueing lock, and a schedule given as an instant or a delay).
+//! A `NewJob` carries a task name, its serialized arguments and the insert options (queue,
+//! priority, lock, queueing lock, a schedule given as an instant or a delay, attempt limit,
+//! tags, metadata, uniqueness, and the jobs it runs after).
 //! Its setters are written once, for both of its shapes:
 //!
 //! - detached (`NewJob`, from [`NewJob::new`] or [`NewJob::of`]): a value to collect and
@@ -128,6 +129,10 @@ pub struct NewJob<S = Detached> {
     /// The metadata as JSON, or why it cannot be stored (reported by `defer`).
     meta: Option<std::result::Result<RawJson, String>>,
     unique: Option<Unique>,
+    /// Jobs that must have succeeded first.
+    after: Vec<JobId>,
+    /// Jobs that must have finished first, whatever their outcome.
+    after_finished: Vec<JobId>,
 }
 
 impl<S> fmt::Debug for NewJob<S> {
@@ -144,6 +149,8 @@ impl<S> fmt::Debug for NewJob<S> {
             .field("tags", &self.tags)
             .field("meta", &self.meta)
             .field("unique", &self.unique)
+            .field("after", &self.after)
+            .field("after_finished", &self.after_finished)
             .finish()
     }
 }
@@ -177,6 +184,8 @@ impl<S> NewJob<S> {
             tags: None,
             meta: None,
             unique: None,
+            after: Vec::new(),
+            after_finished: Vec::new(),
         }
     }
 
@@ -284,6 +293,43 @@ impl<S> NewJob<S> {
         self
     }
 
+    /// Runs the job only once every job of `jobs` has succeeded. Until then it waits
+    /// (`todo`, and no worker claims it); if one of them ends failed, cancelled or aborted, or
+    /// is deleted before it finished, this job ends `cancelled` with an error naming it (and
+    /// so do the jobs waiting for this one in turn). Jobs already finished when this one is
+    /// deferred count at once. Every id must name a job that exists: an unknown or deleted
+    /// one is an error of kind [`NotFound`](ErrorKind::NotFound) when the job is deferred, and
+    /// nothing is inserted. Calls add up. Defaults to none.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let fetch = app.defer("fetch", &"https://example.com/a.csv")?;
+    /// let parse = app.job("parse").after(&[fetch]).defer(&"a.csv")?;
+    /// let report = app.job("report").after(&[parse]).defer(&())?;
+    /// // Whatever happened to the others, clean up once they are done:
+    /// app.job("cleanup").after_finished(&[fetch, parse, report]).defer(&())?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A dependent reads what its dependencies recorded with
+    /// [`Job::dependency_outputs`](crate::Job::dependency_outputs). See also
+    /// [`after_finished`](Self::after_finished).
+    pub fn after(mut self, jobs: &[JobId]) -> Self {
+        self.after.extend_from_slice(jobs);
+        self
+    }
+
+    /// Runs the job only once every job of `jobs` has finished, whatever its outcome
+    /// (succeeded, failed, cancelled, aborted, or deleted before it finished). Otherwise as
+    /// [`after`](Self::after), with which it combines (a job named by both must succeed).
+    /// Calls add up. Defaults to none.
+    pub fn after_finished(mut self, jobs: &[JobId]) -> Self {
+        self.after_finished.extend_from_slice(jobs);
+        self
+    }
+
     /// The task name.
     pub fn task(&self) -> &str {
         &self.task
@@ -359,6 +405,11 @@ impl<S> NewJob<S> {
             }
         }
         if let Some(u) = &self.unique {
+            if !self.after.is_empty() || !self.after_finished.is_empty() {
+                return Err(Error::invalid(
+                    "invalid unique job: a unique job cannot have dependencies (after, after_finished); drop one of them",
+                ));
+            }
             u.period_us()?;
             if u.scope() == UniqueStates::Waiting.scope() && self.queueing_lock.is_some() {
                 return Err(Error::invalid(
@@ -394,6 +445,8 @@ impl<S> NewJob<S> {
             tags: self.tags.clone(),
             meta: self.meta.clone().and_then(|m| m.ok()),
             unique: self.unique,
+            after: self.after.iter().map(|id| id.0).collect(),
+            after_finished: self.after_finished.iter().map(|id| id.0).collect(),
         }
     }
 }
@@ -506,6 +559,9 @@ impl<'a> NewJob<Bound<'a>> {
         let (_, row) = self.prepare(args)?;
         if row.unique.is_some() {
             return row.insert_unique(client).and_then(duplicate_error);
+        }
+        if row.has_deps() {
+            return row.insert_after(client);
         }
         let rows = client
             .run_query("deferring a job", store::JOB_INSERT, &row.params())

@@ -17,6 +17,8 @@ pub(super) struct Row {
     pub(super) tags: Option<Vec<String>>,
     pub(super) meta: Option<RawJson>,
     pub(super) unique: Option<Unique>,
+    pub(super) after: Vec<i64>,
+    pub(super) after_finished: Vec<i64>,
 }
 
 impl Row {
@@ -35,6 +37,31 @@ impl Row {
             &self.tags,
             &self.meta,
         ]
+    }
+
+    /// Whether the job waits for others (it is then inserted by `postpone_defer_jobs`).
+    pub(super) fn has_deps(&self) -> bool {
+        !self.after.is_empty() || !self.after_finished.is_empty()
+    }
+
+    /// Inserts a job with dependencies: one statement, so atomic on any client.
+    pub(super) fn insert_after<C: Executor + ?Sized>(self, client: &mut C) -> Result<JobId> {
+        let task = self.task.clone();
+        let cols = BatchColumns::from_rows(vec![self]);
+        let rows = client
+            .run_query(
+                "deferring a job",
+                store::JOB_INSERT_AFTER,
+                &cols.after_params(),
+            )
+            .map_err(|e| defer_error(e, cols.queueing_lock[0].as_deref()))?;
+        crate::metrics::deferred(&task);
+        rows.first().map(|r| JobId(r.get(0))).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Other,
+                "deferring a job: the insert returned no row",
+            )
+        })
     }
 
     /// Inserts the job unless its unique key is held (any job: one without `unique` is
@@ -111,7 +138,10 @@ impl Row {
         ))
     }
 
-    pub(super) fn insert_on(&self, conn: &mut Connection) -> Result<JobId> {
+    pub(super) fn insert_on(self, conn: &mut Connection) -> Result<JobId> {
+        if self.has_deps() {
+            return self.insert_after(conn);
+        }
         // A job due now, committed by this very statement: its notification goes in a
         // transaction of its own right behind it (same round-trip), which writes nothing and
         // so does not hold the server's notification lock through a WAL flush; concurrent
@@ -182,9 +212,16 @@ pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Jo
     }
     let cols = BatchColumns::new(jobs, app.defaults())?;
     let mut conn = app.pooled()?;
-    let rows = conn
-        .query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
-        .map_err(|e| defer_error(e, None))?;
+    let rows = if cols.edge_job.is_empty() {
+        conn.query_cached("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+    } else {
+        conn.query_cached(
+            "deferring jobs",
+            store::JOB_INSERT_AFTER,
+            &cols.after_params(),
+        )
+    }
+    .map_err(|e| defer_error(e, None))?;
     crate::metrics::deferred_tasks(&cols.task);
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }
@@ -199,15 +236,26 @@ pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
         return Ok(Vec::new());
     }
     let cols = BatchColumns::new(jobs, app.defaults())?;
-    let rows = client
-        .run_query("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
-        .map_err(|e| defer_error(e, None))?;
+    let rows = if cols.edge_job.is_empty() {
+        client.run_query("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+    } else {
+        client.run_query(
+            "deferring jobs",
+            store::JOB_INSERT_AFTER,
+            &cols.after_params(),
+        )
+    }
+    .map_err(|e| defer_error(e, None))?;
     crate::metrics::deferred_tasks(&cols.task);
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }
 
-/// Turns a unique violation of the queueing-lock index into `AlreadyEnqueued`.
+/// Turns a unique violation of the queueing-lock index into `AlreadyEnqueued`, and a
+/// dependency that does not exist into `NotFound`.
 pub(crate) fn defer_error(e: Error, queueing_lock: Option<&str>) -> Error {
+    if e.sqlstate() == Some("23503") && e.constraint() == Some(store::DEPENDENCY_CONSTRAINT) {
+        return e.set_kind(ErrorKind::NotFound);
+    }
     if e.sqlstate() == Some("23505") && e.constraint() == Some(store::QUEUEING_LOCK_INDEX) {
         let msg = match queueing_lock {
             Some(l) => format!(
@@ -234,11 +282,31 @@ pub(super) struct BatchColumns {
     /// Each job's tags as a JSON array (an array of arrays cannot be ragged).
     pub(super) tags: Vec<Option<RawJson>>,
     pub(super) meta: Vec<Option<RawJson>>,
+    /// Dependencies, one entry per (job, dependency): the job's position (1-based), the id
+    /// of the job it waits for, and whether any outcome of that job will do.
+    pub(super) edge_job: Vec<i32>,
+    pub(super) edge_dep: Vec<i64>,
+    pub(super) edge_any: Vec<bool>,
 }
 
 impl BatchColumns {
     pub(super) fn new(jobs: &[NewJob], defaults: &TaskDefaults) -> Result<BatchColumns> {
-        let n = jobs.len();
+        let mut rows = Vec::with_capacity(jobs.len());
+        for (i, j) in jobs.iter().enumerate() {
+            j.validate()
+                .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
+            if j.unique.is_some() {
+                return Err(Error::invalid(format!(
+                    "job {i} of the batch is unique: defer it with defer_batch_unique, which reports the duplicates"
+                )));
+            }
+            rows.push(j.row(defaults));
+        }
+        Ok(BatchColumns::from_rows(rows))
+    }
+
+    pub(super) fn from_rows(rows: Vec<Row>) -> BatchColumns {
+        let n = rows.len();
         let mut c = BatchColumns {
             queue: Vec::with_capacity(n),
             task: Vec::with_capacity(n),
@@ -251,16 +319,20 @@ impl BatchColumns {
             max_attempts: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
             meta: Vec::with_capacity(n),
+            edge_job: Vec::new(),
+            edge_dep: Vec::new(),
+            edge_any: Vec::new(),
         };
-        for (i, j) in jobs.iter().enumerate() {
-            j.validate()
-                .map_err(|e| e.context(format_args!("job {i} of the batch")))?;
-            if j.unique.is_some() {
-                return Err(Error::invalid(format!(
-                    "job {i} of the batch is unique: defer it with defer_batch_unique, which reports the duplicates"
-                )));
+        for (i, r) in rows.into_iter().enumerate() {
+            // Positions past i32::MAX cannot be sent; no batch is that large.
+            let pos = i32::try_from(i + 1).unwrap_or(i32::MAX);
+            for (deps, any) in [(&r.after, false), (&r.after_finished, true)] {
+                for &d in deps {
+                    c.edge_job.push(pos);
+                    c.edge_dep.push(d);
+                    c.edge_any.push(any);
+                }
             }
-            let r = j.row(defaults);
             c.queue.push(r.queue);
             c.task.push(r.task);
             c.args.push(r.args);
@@ -276,7 +348,7 @@ impl BatchColumns {
             );
             c.meta.push(r.meta);
         }
-        Ok(c)
+        c
     }
 
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
@@ -292,6 +364,26 @@ impl BatchColumns {
             &self.max_attempts,
             &self.tags,
             &self.meta,
+        ]
+    }
+
+    /// The parameters of `store::JOB_INSERT_AFTER`.
+    pub(super) fn after_params(&self) -> [&(dyn ToSql + Sync); 14] {
+        [
+            &self.queue,
+            &self.task,
+            &self.args,
+            &self.priority,
+            &self.lock,
+            &self.queueing_lock,
+            &self.at,
+            &self.delay,
+            &self.max_attempts,
+            &self.tags,
+            &self.meta,
+            &self.edge_job,
+            &self.edge_dep,
+            &self.edge_any,
         ]
     }
 }

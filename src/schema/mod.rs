@@ -123,10 +123,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "leases",
         sql: include_str!("0022_leases.sql"),
     },
+    Migration {
+        version: 23,
+        name: "dependencies",
+        sql: include_str!("0023_dependencies.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 22;
+pub(crate) const LATEST: i32 = 23;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -45,6 +45,8 @@ pub(crate) struct JobRow {
     pub(crate) last_error: Option<String>,
     /// How long ago it started, by the database's clock, while it runs.
     pub(crate) running_for: Option<f64>,
+    /// Waiting for the jobs it was deferred to run after.
+    pub(crate) after_dependencies: bool,
 }
 
 /// Up to `limit` jobs that `filter` selects (its conditions only: the dashboard pages by
@@ -75,7 +77,8 @@ pub(crate) fn jobs(
                 CASE WHEN jsonb_typeof(j.errors) = 'array'
                      THEN left(j.errors -> -1 ->> 'error', {ERROR_PREVIEW}) END,
                 CASE WHEN {RUNNING} AND isfinite(j.started_at)
-                     THEN date_part('epoch', now()) - date_part('epoch', j.started_at) END
+                     THEN date_part('epoch', now()) - date_part('epoch', j.started_at) END,
+                (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity')
            FROM postpone_jobs j
           WHERE {cond}
           ORDER BY j.id {} LIMIT {lim}",
@@ -102,6 +105,7 @@ pub(crate) fn jobs(
             tags: r.get(12),
             last_error: r.get(13),
             running_for: r.get(14),
+            after_dependencies: r.get(15),
         })
         .collect();
     if ascending {

@@ -55,12 +55,21 @@ mod gauges {
     const QUEUE_GAUGES: &str = "
 SELECT queue,
        count(*) FILTER (WHERE scheduled_at <= now()),
+<<<<<<< HEAD
        count(*) FILTER (WHERE scheduled_at > now()),
        EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8
   FROM (SELECT queue, scheduled_at FROM postpone_jobs WHERE status = 'todo'
         UNION ALL
         SELECT queue, scheduled_at FROM postpone_jobs
          WHERE status = 'doing' AND started_at IS NULL) w
+=======
+       count(*) FILTER (WHERE scheduled_at > now()
+                          AND NOT (scheduled_at = 'infinity' AND has_dependencies)),
+       EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8,
+       count(*) FILTER (WHERE scheduled_at = 'infinity' AND has_dependencies)
+  FROM postpone_jobs
+ WHERE status = 'todo'
+>>>>>>> 2cc9a76 (Dependencies in every view: JobInfo::waiting_for_dependencies (a column of the listings), JobDetail::dependencies/dependents (one more query per job page), QueueCounts::waiting_for_dependencies (no longer counted as scheduled), the queue gauge; postpone jobs/job/stats and the dashboard's list, job page and overview say 'after dependencies' instead of 'infinity'; postpone defer --after/--after-finished; tests in dependencies.rs, cli.rs, web.rs; docs/cli.md regenerated)
  GROUP BY queue";
 
     /// Queues given a value before: a queue that empties is set to zero, not left stale.
@@ -81,11 +90,17 @@ SELECT queue,
             let due: i64 = r.get(1);
             let scheduled: i64 = r.get(2);
             let oldest: Option<f64> = r.get(3);
+            let after_deps: i64 = r.get(4);
             metrics::gauge!("postpone_queue_due_jobs", "queue" => queue.clone()).set(due as f64);
             metrics::gauge!("postpone_queue_scheduled_jobs", "queue" => queue.clone())
                 .set(scheduled as f64);
             metrics::gauge!("postpone_queue_oldest_due_seconds", "queue" => queue.clone())
                 .set(oldest.unwrap_or(0.0).max(0.0));
+            metrics::gauge!(
+                "postpone_queue_waiting_for_dependencies_jobs",
+                "queue" => queue.clone()
+            )
+            .set(after_deps as f64);
             now.insert(queue);
         }
         for gone in seen.difference(&now) {
@@ -93,6 +108,7 @@ SELECT queue,
                 "postpone_queue_due_jobs",
                 "postpone_queue_scheduled_jobs",
                 "postpone_queue_oldest_due_seconds",
+                "postpone_queue_waiting_for_dependencies_jobs",
             ] {
                 metrics::gauge!(name, "queue" => gone.clone()).set(0.0);
             }

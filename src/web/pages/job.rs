@@ -86,6 +86,26 @@ pub(super) fn job(
                     @if !pid.is_empty() { " (id " (Shown(pid)) ")" }
                 }
             } }
+            @if !d.dependencies.is_empty() {
+                tr { th { "Runs after" } td #dependencies {
+                    @for (i, x) in d.dependencies.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href=(st.link(&format!("/jobs/{}", x.id))) { "job " (x.id) }
+                        " (" (x.status.map_or("deleted", |s| s.as_str()))
+                        @if x.any_outcome { ", any outcome will do" }
+                        ")"
+                    }
+                    @if j.waiting_for_dependencies { br; span.dim { "waiting for them" } }
+                } }
+            }
+            @if !d.dependents.is_empty() {
+                tr { th { "Dependents" } td #dependents {
+                    @for (i, x) in d.dependents.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href=(st.link(&format!("/jobs/{x}"))) { "job " (x) }
+                    }
+                } }
+            }
             @if let Some(by) = d.blocked_by {
                 tr { th { "Waits for" } td {
                     a href=(st.link(&format!("/jobs/{by}"))) id="blocked-by" { "job " (by) }
@@ -143,7 +163,7 @@ pub(super) fn job(
 fn timeline(d: &crate::admin::JobDetail) -> Markup {
     let j = &d.job;
     let mut events: Vec<(SystemTime, String)> = vec![(j.created_at, "deferred".to_owned())];
-    if j.scheduled_at > j.created_at {
+    if j.scheduled_at > j.created_at && !j.waiting_for_dependencies {
         events.push((j.scheduled_at, "scheduled to run".to_owned()));
     }
     for e in &d.errors {

@@ -388,7 +388,9 @@ fn jobs_table(st: &State, rows: &[queries::JobRow]) -> Markup {
                     td.n { (j.attempts) }
                     td {
                         (Time(j.created_at))
-                        @if j.scheduled_at > j.created_at && j.started_at.is_none() {
+                        @if j.after_dependencies {
+                            br; span.dim.after-deps { "after its dependencies" }
+                        } @else if j.scheduled_at > j.created_at && j.started_at.is_none() {
                             br; span.dim { "due " (Time(j.scheduled_at)) }
                         }
                     }

@@ -196,12 +196,16 @@ fn why_cell(c: &crate::QueueCounts) -> Markup {
         })
         .collect();
     html! {
-        @if parts.is_empty() {
+        @if parts.is_empty() && c.waiting_for_dependencies == 0 {
             (dash())
         }
         @for (i, p) in parts.iter().enumerate() {
             @if i > 0 { br; }
             span.err.why { (Shown(p)) }
+        }
+        @if c.waiting_for_dependencies > 0 {
+            @if !parts.is_empty() { br; }
+            span.dim.why { (c.waiting_for_dependencies) " after their dependencies" }
         }
     }
 }

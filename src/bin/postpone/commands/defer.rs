@@ -43,6 +43,12 @@ pub struct DeferArgs {
     /// Metadata for operators, a JSON object.
     #[arg(long, value_name = "JSON")]
     pub meta: Option<String>,
+    /// Run only once this job has succeeded (repeat for several).
+    #[arg(long, value_name = "ID")]
+    pub after: Vec<i64>,
+    /// Run only once this job has finished, whatever its outcome (repeat for several).
+    #[arg(long, value_name = "ID")]
+    pub after_finished: Vec<i64>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -75,6 +81,17 @@ pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Resu
     }
     if !a.tag.is_empty() {
         b = b.tags(&a.tag);
+    }
+    let ids = |v: &[i64]| {
+        v.iter()
+            .map(|&i| postpone::JobId::from(i))
+            .collect::<Vec<_>>()
+    };
+    if !a.after.is_empty() {
+        b = b.after(&ids(&a.after));
+    }
+    if !a.after_finished.is_empty() {
+        b = b.after_finished(&ids(&a.after_finished));
     }
     if let Some(text) = &a.meta {
         let meta: Box<RawValue> = serde_json::from_str(text).map_err(|e| {

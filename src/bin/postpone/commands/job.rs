@@ -104,6 +104,33 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
     if let Some(b) = d.blocked_by {
         extra.push(("waits for", format!("job {b} (its lock)")));
     }
+    if !d.dependencies.is_empty() {
+        let list = d
+            .dependencies
+            .iter()
+            .map(|x| {
+                let st = x.status.map_or("deleted", |s| s.as_str());
+                let needs = if x.any_outcome { ", any outcome" } else { "" };
+                format!("{} ({st}{needs})", x.id)
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let waits = if j.waiting_for_dependencies {
+            " (waiting for them)"
+        } else {
+            ""
+        };
+        extra.push(("runs after", format!("jobs {list}{waits}")));
+    }
+    if !d.dependents.is_empty() {
+        let list = d
+            .dependents
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        extra.push(("dependents", format!("jobs {list}")));
+    }
     let fields = [
         ("id", j.id.to_string()),
         ("task", j.task.clone()),
@@ -115,7 +142,14 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         ("queueing lock", output::opt(j.queueing_lock.as_deref())),
         ("args", shown(&p.args, id)),
         ("created (UTC)", output::time(j.created_at)),
-        ("scheduled (UTC)", output::time(j.scheduled_at)),
+        (
+            "scheduled (UTC)",
+            if j.waiting_for_dependencies {
+                "after dependencies".to_owned()
+            } else {
+                output::time(j.scheduled_at)
+            },
+        ),
         ("started (UTC)", output::opt_time(j.started_at)),
         ("finished (UTC)", output::opt_time(j.finished_at)),
         ("duration", output::opt_age(j.duration())),

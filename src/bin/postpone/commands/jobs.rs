@@ -147,7 +147,11 @@ fn table(jobs: &[postpone::JobInfo], out: &mut dyn Write) -> Result<(), CliError
             j.task.clone(),
             j.attempts.to_string(),
             j.priority.to_string(),
-            output::time(j.scheduled_at),
+            if j.waiting_for_dependencies {
+                "after dependencies".to_owned()
+            } else {
+                output::time(j.scheduled_at)
+            },
             output::opt_time(j.finished_at),
             output::opt_age(j.duration()),
             output::opt(j.lock.as_deref()),

@@ -79,6 +79,16 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
     t.write(out)?;
     paused_footer(app, a, out)?;
     held_footer(&rows, out)?;
+    for c in &rows {
+        if c.waiting_for_dependencies > 0 {
+            writeln!(
+                out,
+                "-- waiting for dependencies: {} ({} job(s), counted in neither TODO nor SCHEDULED)",
+                output::clean(&c.queue),
+                c.waiting_for_dependencies
+            )?;
+        }
+    }
     if let Some(w) = a.window {
         writeln!(
             out,
