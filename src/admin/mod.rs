@@ -250,6 +250,16 @@ impl Admin {
             }
         }
         if rows.is_empty() {
+            // A cancel asked of a job held then started meanwhile is not left to take effect
+            // later (after a retry, say): the job was not cancelled.
+            conn.query_named(
+                what,
+                "UPDATE postpone_jobs SET cancel_requested = false
+                  WHERE id = $1 AND cancel_requested AND status <> 'todo'
+                    AND (status <> 'doing' OR started_at IS NOT NULL)
+                 RETURNING id",
+                &[&id.0],
+            )?;
             return Err(wrong_state(
                 &mut conn,
                 id,
