@@ -143,7 +143,9 @@ impl Admin {
         let rows = conn.query_named("reading a job", store::JOB_GET, &[&id.0])?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
         let mut detail = detail_from_row(row)?;
-        read_dependencies(&mut conn, &mut detail)?;
+        if row.get::<_, bool>(27) {
+            read_dependencies(&mut conn, &mut detail)?;
+        }
         Ok(detail)
     }
 
@@ -381,7 +383,7 @@ pub(crate) fn detail_from_row(row: &postgres::Row) -> Result<JobDetail> {
 }
 
 /// Fills the dependencies and dependents of `detail` (schema version 23), and whether it
-/// waits for them.
+/// waits for them: one more query, made only for a job that has dependencies or dependents.
 pub(crate) fn read_dependencies(
     conn: &mut crate::Connection,
     detail: &mut JobDetail,
