@@ -841,3 +841,101 @@ fn a_rescued_dependency_keeps_its_dependents_waiting_until_it_runs_again() {
     );
     assert!(timeline.started(b).unwrap() > timeline.ended(a).unwrap());
 }
+
+#[test]
+fn diamonds_keep_their_order_through_workers_shut_down_mid_job() {
+    let (db, app) = setup();
+    // Every start of every job, and the end of its successful run, on one clock.
+    let clock = Arc::new(AtomicU64::new(0));
+    let starts: Arc<Mutex<HashMap<i64, Vec<u64>>>> = Arc::default();
+    let succeeded: Arc<Mutex<HashMap<i64, u64>>> = Arc::default();
+    let make_tasks = || {
+        let (clock, starts, succeeded) = (clock.clone(), starts.clone(), succeeded.clone());
+        let mut tasks = Tasks::new();
+        tasks.register("step", move |job: &Job| {
+            let t = clock.fetch_add(1, Ordering::SeqCst);
+            starts
+                .lock()
+                .unwrap()
+                .entry(job.id().0)
+                .or_default()
+                .push(t);
+            for _ in 0..10 {
+                if job.should_abort() {
+                    // A shutdown puts the job back in its queue.
+                    return Err(TaskError::fail("stopped by the shutdown"));
+                }
+                thread::sleep(Duration::from_millis(6));
+            }
+            let t = clock.fetch_add(1, Ordering::SeqCst);
+            succeeded.lock().unwrap().insert(job.id().0, t);
+            Ok(())
+        });
+        tasks
+    };
+    let mut diamonds = Vec::new();
+    for _ in 0..40 {
+        let a = app.defer("step", &()).unwrap();
+        let b = app.job("step").after(&[a]).defer(&()).unwrap();
+        let c = app.job("step").after(&[a]).defer(&()).unwrap();
+        let d = app.job("step").after(&[b, c]).defer(&()).unwrap();
+        diamonds.push((a, b, c, d));
+    }
+    let last = diamonds.iter().map(|x| x.3).collect::<Vec<_>>();
+    let all_done = |db: &TestDb| {
+        let n: i64 = db
+            .client()
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE id = ANY($1) AND status = 'succeeded'",
+                &[&last.iter().map(|j| j.0).collect::<Vec<_>>()],
+            )
+            .unwrap()
+            .get(0);
+        n == last.len() as i64
+    };
+    // Two workers at a time, one of them stopped every 150 ms with jobs in flight.
+    let mut rounds = 0;
+    let mut steady = fast_worker(&app, make_tasks())
+        .concurrency(2)
+        .spawn()
+        .unwrap();
+    while !all_done(&db) && rounds < 200 {
+        rounds += 1;
+        let w = fast_worker(&app, make_tasks())
+            .concurrency(3)
+            .shutdown_graceful_timeout(Duration::from_millis(5))
+            .spawn()
+            .unwrap();
+        thread::sleep(Duration::from_millis(150));
+        assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+        if rounds % 10 == 0 {
+            assert!(steady.shutdown(Duration::from_secs(5)).is_clean());
+            steady = fast_worker(&app, make_tasks())
+                .concurrency(2)
+                .spawn()
+                .unwrap();
+        }
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || all_done(&db)),
+        "not every diamond finished"
+    );
+    assert!(steady.shutdown(Duration::from_secs(10)).is_clean());
+    let starts = starts.lock().unwrap();
+    let succeeded = succeeded.lock().unwrap();
+    let restarted = starts.values().filter(|s| s.len() > 1).count();
+    for &(a, b, c, d) in &diamonds {
+        for (dependent, dependency) in [(b, a), (c, a), (d, b), (d, c)] {
+            let end = succeeded[&dependency.0];
+            for &s in &starts[&dependent.0] {
+                assert!(
+                    s > end,
+                    "job {dependent} started at tick {s}, before its dependency {dependency} succeeded at tick {end}"
+                );
+            }
+        }
+    }
+    println!(
+        "MEASURED shutdowns: {rounds} worker shutdowns, {restarted} jobs started more than once"
+    );
+}
