@@ -939,3 +939,37 @@ fn diamonds_keep_their_order_through_workers_shut_down_mid_job() {
         "MEASURED shutdowns: {rounds} worker shutdowns, {restarted} jobs started more than once"
     );
 }
+
+#[test]
+fn a_fan_in_of_two_thousand_jobs_releases_its_dependent_once_all_succeeded() {
+    let (db, app) = setup();
+    let timeline = Arc::new(Timeline::default());
+    let jobs: Vec<NewJob> = (0..2000).map(|i| NewJob::new("ok", &i).unwrap()).collect();
+    let ids = app.defer_batch(&jobs).unwrap();
+    let started = std::time::Instant::now();
+    let join = app.job("ok").after(&ids).defer(&()).unwrap();
+    let deferred_in = started.elapsed();
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            fast_worker(&app, tasks(&timeline))
+                .concurrency(4)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    wait_status(&db, join, "succeeded", Duration::from_secs(120));
+    let ran_in = started.elapsed();
+    for w in workers {
+        assert!(w.shutdown(Duration::from_secs(10)).is_clean());
+    }
+    let start = timeline.started(join).unwrap();
+    for id in &ids {
+        assert!(start > timeline.ended(*id).unwrap(), "job {id}");
+    }
+    report_figure("deferring one job after 2,000", deferred_in);
+    report_figure(
+        "running 2,000 jobs and the one after them, 3 workers",
+        ran_in,
+    );
+}
