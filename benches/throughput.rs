@@ -52,6 +52,12 @@
 //!   cargo bench --bench throughput -- --only retention --cluster --concurrency 4 --no-vacuum
 //!   ```
 //!
+//! `--tasks N`: the worker registers N task names (the jobs' `noop` and N - 1 others of
+//! realistic length) and claims only those (the default, `only_registered_tasks(true)`);
+//! `--any-task` makes it claim every task instead (`only_registered_tasks(false)`: no task
+//! filter in the claim). The figures' names end in `_tasks_N` or `_any_task`: the claim's
+//! cost of the task filter (README, Deploying).
+//!
 //! Everywhere (`work`, `steady`, `retention`): `--args-kb N` gives every job `{"pad": "..."}`
 //! arguments of N KiB (text pglz cannot compress; the task parses and drops them) and
 //! `--output-kb M` has the task set an output of M KiB; the figures' names end in
@@ -149,6 +155,7 @@ Options:
   --pending N (20000)  --seconds S (120)  --interval S (10)  --delete  --timeline  --no-ride
   --retain S  --prune-every S (10)  --no-vacuum  --csv PATH       (steady, retention)
   --args-kb N  --output-kb M   realistic jobs: N KiB of arguments, an output of M KiB
+  --tasks N    the worker registers N task names (claims only those); --any-task: claims any
   --cluster    run on a cluster of our own with default settings (benches/cluster.sh)
 ";
 
@@ -226,9 +233,27 @@ fn parse_args() -> Args {
     a
 }
 
-/// The suffix of a figure's name for realistic jobs: `_args_4_KiB_output_1_KiB`, or "".
+/// `--tasks N` (1 without it) and `--any-task`: how many task names the worker registers,
+/// and whether it claims every task rather than only those.
+fn task_filter() -> (usize, bool) {
+    let argv: Vec<String> = std::env::args().collect();
+    let n = argv
+        .iter()
+        .position(|a| a == "--tasks")
+        .and_then(|i| argv.get(i + 1))
+        .map_or(1, |v| v.parse().expect("--tasks N"));
+    (n.max(1), argv.iter().any(|a| a == "--any-task"))
+}
+
+/// The suffix of a figure's name for realistic jobs (`_args_4_KiB_output_1_KiB`) and task
+/// filters (`_tasks_200`, `_any_task`), or "".
 fn sizes_suffix(a: &Args) -> String {
     let mut s = String::new();
+    match task_filter() {
+        (_, true) => s += "_any_task",
+        (1, false) => {}
+        (n, false) => s += &format!("_tasks_{n}"),
+    }
     if a.args_kb > 0 {
         s += &format!("_args_{}_KiB", a.args_kb);
     }
@@ -307,15 +332,23 @@ fn noop_tasks() -> Tasks {
     let output =
         (output_kb > 0).then(|| serde_json::json!({ "out": common::pad(output_kb * 1024) }));
     let mut t = Tasks::new();
-    t.register("noop", move |job: &Job| -> Result<(), TaskError> {
-        if args_kb > 0 {
-            let _: serde::de::IgnoredAny = job.args()?;
-        }
-        if let Some(o) = &output {
-            job.set_output(o)?;
-        }
-        Ok(())
-    });
+    let (names, _) = task_filter();
+    let mut register = |name: String| {
+        let output = output.clone();
+        t.register(name, move |job: &Job| -> Result<(), TaskError> {
+            if args_kb > 0 {
+                let _: serde::de::IgnoredAny = job.args()?;
+            }
+            if let Some(o) = &output {
+                job.set_output(o)?;
+            }
+            Ok(())
+        });
+    };
+    register("noop".to_owned());
+    for i in 1..names {
+        register(format!("billing.invoices.send_reminder_{i:04}"));
+    }
     t
 }
 
@@ -371,6 +404,7 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             let t = Instant::now();
             let mut b = Worker::builder(app, noop_tasks())
                 .outcomes_ride_claims(crate::common::ride())
+                .only_registered_tasks(!task_filter().1)
                 .concurrency(c);
             if let Some(p) = a.prefetch {
                 b = b.prefetch(p);

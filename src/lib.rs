@@ -56,7 +56,8 @@ pub use admin::QueueLimit;
 pub use admin::{
     AbortOutcome, Admin, AttemptError, BulkAction, BulkReport, DependencyInfo, JobDetail,
     JobFilter, JobInfo, JobPage, JobPreview, JobSort, JobValue, JsonPrefix, MigrateReport,
-    QueueCounts, SchemaState, StalledReport, StatsBy, WorkerInfo,
+    QueueCounts, SchemaState, StalledReport, StatsBy, UnknownTask, WorkerInfo,
+    DEFAULT_UNKNOWN_TASK_AFTER,
 };
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};

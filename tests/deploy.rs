@@ -8,8 +8,12 @@
 //! - Shutdowns decide nothing: a job whose task answers `should_abort` during a shutdown
 //!   with any error, `fail` included, goes back to its queue with its attempt given back;
 //!   `even_on_shutdown` makes an answer stand.
+//! - Rolling deploys: a worker claims only the tasks it registers (the default), so a job
+//!   of a new task waits for a worker that knows it instead of being failed by an old one;
+//!   one that no running worker knows is reported by `stats`, the CLI and the dashboard.
 
 mod support;
+mod web_util;
 mod worker_util;
 
 use std::process::Command;
@@ -18,7 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_channel::unbounded;
-use postpone::{AbortReason, App, Job, JobId, TaskError, Tasks, Worker, WorkerHandle};
+use postpone::{
+    AbortReason, App, Job, JobId, NewJob, StatsBy, TaskError, Tasks, Worker, WorkerHandle,
+};
 use support::TestDb;
 use worker_util::*;
 
@@ -434,5 +440,151 @@ fn an_abort_request_is_told_apart_from_a_shutdown() {
     assert_eq!(recv_all(&reasons, 1), [Some(AbortReason::Requested)]);
     let row = wait_status(&db, id, "aborted", Duration::from_secs(10));
     assert_eq!(row.attempts, 1, "{row:?}");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
+fn an_old_worker_without_a_task_beside_a_new_one_with_it_fails_none_of_its_jobs() {
+    let (db, app) = setup();
+    // The old version knows "report" only; the new one knows "report" and "export".
+    let ran_old = Arc::new(AtomicUsize::new(0));
+    let mut old_tasks = Tasks::new();
+    let r = ran_old.clone();
+    old_tasks.register("report", move |_job: &Job| {
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    let old = fast_worker(&app, old_tasks)
+        .name("old")
+        .concurrency(4)
+        .spawn()
+        .unwrap();
+    let ran_new = Arc::new(AtomicUsize::new(0));
+    let mut new_tasks = Tasks::new();
+    new_tasks.register("report", |_job: &Job| Ok(()));
+    let r = ran_new.clone();
+    new_tasks.register("export", move |_job: &Job| {
+        r.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(2));
+        Ok(())
+    });
+    let new = fast_worker(&app, new_tasks)
+        .name("new")
+        .concurrency(4)
+        .spawn()
+        .unwrap();
+    let mut jobs: Vec<NewJob> = (0..100)
+        .map(|i| NewJob::new("export", &i).unwrap())
+        .collect();
+    jobs.extend((0..20).map(|i| NewJob::new("report", &i).unwrap()));
+    let ids = app.defer_batch(&jobs).unwrap();
+    for &id in &ids {
+        wait_status(&db, id, "succeeded", Duration::from_secs(30));
+    }
+    let rows = all_jobs(&mut db.client());
+    let exports: Vec<&JobRow> = rows.iter().filter(|r| r.task == "export").collect();
+    assert_eq!(exports.len(), 100);
+    for r in &exports {
+        assert_eq!(
+            (r.status.as_str(), r.attempts, r.errors.len()),
+            ("succeeded", 1, 0),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        ran_new.load(Ordering::SeqCst),
+        100,
+        "the new worker ran every export"
+    );
+    // Each row says which tasks its worker claims.
+    let ws = app.admin().workers().unwrap();
+    let tasks: Vec<(String, Option<Vec<String>>)> = ws
+        .iter()
+        .map(|w| (w.name.clone(), w.tasks.clone()))
+        .collect();
+    assert_eq!(
+        tasks,
+        [
+            ("old".to_owned(), Some(vec!["report".to_owned()])),
+            (
+                "new".to_owned(),
+                Some(vec!["export".to_owned(), "report".to_owned()])
+            ),
+        ]
+    );
+    assert!(old.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(new.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+#[test]
+fn a_job_no_running_worker_knows_is_reported_by_stats_the_cli_and_the_dashboard() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    tasks.register("known", |_job: &Job| Ok(()));
+    let w = fast_worker(&app, tasks)
+        .queues(["default"])
+        .spawn()
+        .unwrap();
+    let mystery = app.defer("mystery", &()).unwrap();
+    // A job of a queue no worker serves is not this problem (no worker serves it at all).
+    app.job("mystery").queue("unserved").defer(&()).unwrap();
+    let admin = app.admin();
+    let now = admin.unknown_tasks(Duration::ZERO).unwrap();
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(
+        (now[0].queue.as_str(), now[0].task.as_str(), now[0].jobs),
+        ("default", "mystery", 1)
+    );
+    assert!(
+        now[0].to_string().starts_with(
+            "no worker knows task \"mystery\": 1 due job(s) of queue \"default\" wait"
+        ),
+        "{}",
+        now[0]
+    );
+    // Not yet past the default 15 minutes: stats say nothing.
+    assert!(admin
+        .counts()
+        .unwrap()
+        .iter()
+        .all(|c| c.unknown_tasks.is_empty()));
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET scheduled_at = now() - interval '20 minutes' WHERE id = $1",
+            &[&mystery.0],
+        )
+        .unwrap();
+    let counts = admin.counts().unwrap();
+    let default = counts.iter().find(|c| c.queue == "default").unwrap();
+    assert_eq!(default.unknown_tasks, ["mystery"]);
+    assert_eq!(default.waiting_reasons(), ["unknown task"]);
+    let by_task = admin.stats(StatsBy::Task, None).unwrap();
+    assert_eq!(by_task[0].unknown_tasks, ["mystery"]);
+    // The CLI's stats say it under the table.
+    let o = Command::new(env!("CARGO_BIN_EXE_postpone"))
+        .env_remove("RUST_LOG")
+        .args(["--database-url", &db.url(), "--timeout", "5s", "stats"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("-- no worker knows task \"mystery\": 1 due job(s) of queue \"default\" wait, the oldest for 20m"),
+        "{out}"
+    );
+    // The dashboard's overview says why the queue's due jobs wait.
+    let dash = web_util::dashboard(&app);
+    let page = web_util::get(dash.addr(), "/").body;
+    assert!(
+        page.contains("no worker knows task &quot;mystery&quot;"),
+        "{page}"
+    );
+    dash.shutdown();
+    // Once a worker that knows it runs, it runs (and is no longer reported).
+    let mut tasks = Tasks::new();
+    tasks.register("mystery", |_job: &Job| Ok(()));
+    let w2 = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, mystery, "succeeded", Duration::from_secs(10));
+    assert_eq!(admin.unknown_tasks(Duration::ZERO).unwrap(), []);
+    assert!(w2.shutdown(Duration::from_secs(5)).is_clean());
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }

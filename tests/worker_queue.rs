@@ -311,12 +311,15 @@ fn a_worker_serves_only_its_queues() {
 }
 
 #[test]
-fn a_job_of_an_unknown_task_fails_with_an_error_naming_it() {
+fn with_only_registered_tasks_off_a_job_of_an_unknown_task_fails_with_an_error_naming_it() {
     let (db, app) = setup();
     let mut tasks = Tasks::new();
     tasks.register("known", |_job: &Job| Ok(()));
     let id = app.defer("no_such_task", &1).unwrap();
-    let handle = fast_worker(&app, tasks).spawn().unwrap();
+    let handle = fast_worker(&app, tasks)
+        .only_registered_tasks(false)
+        .spawn()
+        .unwrap();
     let row = wait_status(&db, id, "failed", Duration::from_secs(5));
     stop(handle);
     assert_eq!(row.attempts, 1);
@@ -620,16 +623,13 @@ fn delete_always_removes_every_finished_row() {
 }
 
 #[test]
-fn only_registered_tasks_leaves_unknown_jobs_waiting() {
+fn by_default_jobs_of_unknown_tasks_are_left_waiting() {
     let (db, app) = setup();
     let mut tasks = Tasks::new();
     tasks.register("known", |_job: &Job| Ok(()));
     let stranger = app.defer("stranger", &()).unwrap();
     let known = app.defer("known", &()).unwrap();
-    let handle = fast_worker(&app, tasks)
-        .only_registered_tasks(true)
-        .spawn()
-        .unwrap();
+    let handle = fast_worker(&app, tasks).spawn().unwrap();
     wait_status(&db, known, "succeeded", Duration::from_secs(5));
     let known2 = app.defer("known", &()).unwrap();
     wait_status(&db, known2, "succeeded", Duration::from_secs(5));

@@ -57,7 +57,7 @@ pub use preview::{JobPreview, JobValue, JsonPrefix};
 pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use schema::{MigrateReport, SchemaState};
-pub use stats::{QueueCounts, StatsBy};
+pub use stats::{QueueCounts, StatsBy, UnknownTask, DEFAULT_UNKNOWN_TASK_AFTER};
 pub use workers::{StalledReport, WorkerInfo};
 
 use filter::Query;

@@ -1,5 +1,6 @@
 //! Statistics: jobs per queue (or per task) and status, failure rate and run-time
-//! percentiles over a window, and the lag of the oldest due job.
+//! percentiles over a window, the lag of the oldest due job, and the due jobs no running
+//! worker knows the task of ([`UnknownTask`]).
 //!
 //! One statement scans the jobs table (prune finished jobs to keep it quick). No stored
 //! value can fail it: times of `±infinity` count where they fall (a job due at `-infinity`
@@ -13,6 +14,71 @@ use serde::Serialize;
 use super::info::{secs, ser_opt_secs};
 use super::Admin;
 use crate::error::Result;
+
+/// How long a due job waits before [`Admin::stats`] reports that no running worker knows its
+/// task ([`QueueCounts::unknown_tasks`]): 15 minutes, longer than a rolling deploy
+/// usually takes to bring up workers that know a new task. [`Admin::unknown_tasks`] takes
+/// any other.
+pub const DEFAULT_UNKNOWN_TASK_AFTER: Duration = Duration::from_secs(15 * 60);
+
+/// Due jobs of one task that no running worker knows; from [`Admin::unknown_tasks`].
+///
+/// Some live worker serves their queue, but every one that does claims only the tasks it
+/// registered (`only_registered_tasks`, the default) and this one is not among them: the jobs
+/// wait until a worker that registers the task runs (during a rolling deploy, the new
+/// version's workers), and are never failed for it. A worker older than schema version 22,
+/// or one with `only_registered_tasks(false)`, counts as knowing every task.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct UnknownTask {
+    /// The queue of the jobs.
+    pub queue: String,
+    /// The task no running worker serving that queue knows.
+    pub task: String,
+    /// How many due jobs of it have waited longer than the threshold asked for.
+    pub jobs: u64,
+    /// How long the oldest of them has waited past its scheduled time.
+    #[serde(serialize_with = "ser_opt_secs", rename = "oldest_wait_secs")]
+    pub oldest_wait: Option<Duration>,
+}
+
+impl std::fmt::Display for UnknownTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no worker knows task {:?}: {} due job(s) of queue {:?} wait",
+            self.task, self.jobs, self.queue
+        )?;
+        if let Some(d) = self.oldest_wait {
+            let s = d.as_secs();
+            match s {
+                0..=59 => write!(f, ", the oldest for {s}s")?,
+                60..=3599 => write!(f, ", the oldest for {}m{:02}s", s / 60, s % 60)?,
+                _ => write!(f, ", the oldest for {}h{:02}m", s / 3600, s / 60 % 60)?,
+            }
+        }
+        f.write_str(" (start a worker that registers it)")
+    }
+}
+
+/// Due jobs (`$1` ms past their scheduled time at least) per queue and task, where some live
+/// worker serves the queue and none that does claims the task (lease: `postpone_lease_end`).
+const UNKNOWN_TASKS_SQL: &str = "
+SELECT j.queue, j.task, count(*),
+       date_part('epoch', now()) - date_part('epoch', min(j.scheduled_at))
+  FROM postpone_jobs j
+ WHERE j.status = 'todo'
+   AND j.scheduled_at <= now() - $1::bigint * interval '1 millisecond'
+ GROUP BY j.queue, j.task
+HAVING EXISTS (SELECT 1 FROM postpone_workers w
+                WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
+                  AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, 0, 0) >= now())
+   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
+                    WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
+                      AND (w.tasks IS NULL OR j.task = ANY(w.tasks))
+                      AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, 0, 0)
+                          >= now())
+ ORDER BY j.queue, j.task";
 
 /// How [`Admin::stats`] groups jobs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -67,6 +133,10 @@ pub struct QueueCounts {
     /// 99th percentile of the run time.
     #[serde(serialize_with = "ser_opt_secs", rename = "run_time_p99_secs")]
     pub run_time_p99: Option<Duration>,
+    /// Tasks of this queue's due jobs that no running worker knows, waiting longer than
+    /// [`DEFAULT_UNKNOWN_TASK_AFTER`] (see [`Admin::unknown_tasks`]); per task, the task
+    /// itself when no running worker serving one of its queues knows it.
+    pub unknown_tasks: Vec<String>,
     /// Whether no worker starts this queue's jobs now ([`Admin::pause`], or
     /// [`Admin::pause_all`]); always `false` per task.
     pub paused: bool,
@@ -103,7 +173,9 @@ pub struct QueueCounts {
 impl QueueCounts {
     /// Why this queue's due jobs (`todo`) do not all run now, in words: `paused`,
     /// `limit reached` (concurrency limit), `key limit reached`, `rate limited`, `lock
-    /// held`; empty when nothing holds them back (or none is due).
+    /// held`, `unknown task` (no running worker knows the task of some of them, see
+    /// [`unknown_tasks`](Self::unknown_tasks)); empty when nothing holds them back (or none
+    /// is due).
     pub fn waiting_reasons(&self) -> Vec<&'static str> {
         let mut why = Vec::new();
         if self.todo == 0 {
@@ -123,6 +195,9 @@ impl QueueCounts {
         }
         if self.lock_held > 0 {
             why.push("lock held");
+        }
+        if !self.unknown_tasks.is_empty() {
+            why.push("unknown task");
         }
         why
     }
@@ -208,6 +283,7 @@ impl Admin {
                     aborted: n(7),
                     other: n(8),
                     oldest_todo_age: r.get::<_, Option<f64>>(9).and_then(secs),
+                    unknown_tasks: Vec::new(),
                     failure_rate: (ok + failed > 0).then(|| failed as f64 / (ok + failed) as f64),
                     run_time_p50: p(0),
                     run_time_p95: p(1),
@@ -226,6 +302,17 @@ impl Admin {
                 }
             })
             .collect();
+        for u in self.unknown_tasks(DEFAULT_UNKNOWN_TASK_AFTER)? {
+            let (group, name) = match by {
+                StatsBy::Queue => (&u.queue, u.task),
+                StatsBy::Task => (&u.task, u.task.clone()),
+            };
+            if let Some(c) = counts.iter_mut().find(|c| &c.queue == group) {
+                if !c.unknown_tasks.contains(&name) {
+                    c.unknown_tasks.push(name);
+                }
+            }
+        }
         if by == StatsBy::Queue {
             // Paused queues are listed even without jobs, so that a pause is always seen.
             let pauses = self.paused()?;
@@ -265,6 +352,44 @@ impl Admin {
     }
 }
 
+impl Admin {
+    /// Due jobs whose task no running worker knows, per queue and task, of those that have
+    /// waited longer than `after` past their scheduled time: some live worker serves their
+    /// queue, but none that does registers the task (see [`UnknownTask`]). Such jobs wait,
+    /// they are never failed for it; this says which would wait for ever if no worker that
+    /// knows them comes. [`Admin::stats`] reports them past
+    /// [`DEFAULT_UNKNOWN_TASK_AFTER`]; `postpone stats --unknown-after` and the dashboard
+    /// show them too.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// use std::time::Duration;
+    /// let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// for u in app.admin().unknown_tasks(Duration::from_secs(600))? {
+    ///     eprintln!("warning: {u}"); // no worker knows task "x": 3 due job(s) of queue ...
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn unknown_tasks(&self, after: Duration) -> Result<Vec<UnknownTask>> {
+        let mut conn = self.conn()?;
+        let rows = conn.query_named(
+            "finding due jobs no worker knows the task of",
+            UNKNOWN_TASKS_SQL,
+            &[&crate::limits::age_millis(after)],
+        )?;
+        Ok(rows
+            .iter()
+            .map(|r| UnknownTask {
+                queue: r.get(0),
+                task: r.get(1),
+                jobs: r.get::<_, i64>(2).max(0) as u64,
+                oldest_wait: r.get::<_, Option<f64>>(3).and_then(secs),
+            })
+            .collect())
+    }
+}
+
 impl QueueCounts {
     fn empty(queue: &str) -> QueueCounts {
         QueueCounts {
@@ -279,6 +404,7 @@ impl QueueCounts {
             aborted: 0,
             other: 0,
             oldest_todo_age: None,
+            unknown_tasks: Vec::new(),
             failure_rate: None,
             run_time_p50: None,
             run_time_p95: None,

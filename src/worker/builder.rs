@@ -65,7 +65,7 @@ impl Default for WorkerOptions {
             heartbeat_interval: Duration::from_secs(10),
             stalled_after: Duration::from_secs(30),
             graceful: None,
-            only_registered: false,
+            only_registered: true,
             ride_claims: true,
             backoff_cap: Duration::from_secs(5),
             listen_ping_interval: Duration::from_secs(5),
@@ -232,11 +232,30 @@ impl WorkerBuilder {
         self
     }
 
-    /// Claim only jobs whose task is registered here, leaving others to workers that know
-    /// them. Defaults to false: a job of an unknown task is claimed and failed with an error
-    /// naming the task, so it does not wait forever unnoticed. Turn it on when workers with
-    /// different task sets share queues; the claim then skips unknown jobs, which costs a
-    /// little more when many of them wait at the head of the queue.
+    /// Claim only jobs whose task is registered here, leaving the others to workers that know
+    /// them. Defaults to true: during a rolling deploy, jobs of a task only the new version
+    /// registers wait for the new workers instead of being failed by the old ones, and
+    /// workers with different task sets can share queues. The worker records its task names
+    /// in its row, so a due job that no running worker knows is reported once it has waited
+    /// [`DEFAULT_UNKNOWN_TASK_AFTER`](crate::DEFAULT_UNKNOWN_TASK_AFTER) (`Admin::stats`,
+    /// `Admin::unknown_tasks`, `postpone stats`, the dashboard) rather than silently stuck.
+    ///
+    /// The claim skips jobs of other tasks (measured with 200 task names: see the README's
+    /// Deploying section); a long run of them at the head of the queue costs each claim a
+    /// walk past them. With false, the worker claims every job and fails one whose task it
+    /// does not know at once, with an error naming the task: only for a deployment where
+    /// every worker registers every task, and never during a rolling deploy that adds one.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// let mut tasks = postpone::Tasks::new();
+    /// tasks.register("resize", |_job: &postpone::Job| Ok(()));
+    /// // Jobs of tasks other than "resize" wait for a worker that registers them.
+    /// let handle = postpone::Worker::builder(&app, tasks).spawn()?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn only_registered_tasks(mut self, only: bool) -> Self {
         self.opts.only_registered = only;
         self

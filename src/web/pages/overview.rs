@@ -28,9 +28,10 @@ pub(super) fn overview(st: &State, req: &Request) -> Result<Response, Error> {
     };
     cost.queries += 2;
     let (counts, workers) = (&data.counts, &data.workers);
+    // Past its own lease, lengthened to the dashboard's threshold.
     let stalled = workers
         .iter()
-        .filter(|w| w.heartbeat_age > st.stalled_after)
+        .filter(|w| w.stale && w.heartbeat_age > st.stalled_after)
         .count();
 
     // A pause button (or resume) for a queue, or for every queue with `None`.
@@ -188,6 +189,14 @@ fn why_cell(c: &crate::QueueCounts) -> Markup {
         .map(|r| match r {
             "key limit reached" => format!("key limit reached ({} waiting)", c.key_held),
             "lock held" => format!("lock held ({} waiting)", c.lock_held),
+            "unknown task" => format!(
+                "no worker knows task {}",
+                c.unknown_tasks
+                    .iter()
+                    .map(|t| format!("{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             "rate limited" => match c.next_start_in {
                 Some(d) => format!("rate limited (next start in {})", age(d)),
                 None => r.to_owned(),

@@ -1,5 +1,6 @@
 //! `postpone stats`: jobs per queue or task and status; failure rate and run-time
-//! percentiles over a window; the lag of the oldest due job.
+//! percentiles over a window; the lag of the oldest due job; due jobs no running worker
+//! knows the task of.
 
 use std::io::Write;
 use std::time::Duration;
@@ -19,6 +20,10 @@ pub struct StatsArgs {
     /// Count finished jobs (and their run times) of this window only (1h, 1d...).
     #[arg(long, value_parser = parse::duration, value_name = "DURATION")]
     pub window: Option<Duration>,
+    /// Report the due jobs whose task no running worker knows once they have waited this
+    /// long (a rolling deploy that brings the workers knowing a new task takes a while).
+    #[arg(long, default_value = "15m", value_parser = parse::duration, value_name = "DURATION")]
+    pub unknown_after: Duration,
 }
 
 fn parse_by(s: &str) -> Result<StatsBy, String> {
@@ -30,7 +35,19 @@ fn parse_by(s: &str) -> Result<StatsBy, String> {
 }
 
 pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    let rows = app.admin().stats(a.by, a.window)?;
+    let mut rows = app.admin().stats(a.by, a.window)?;
+    let unknown = app.admin().unknown_tasks(a.unknown_after)?;
+    for c in &mut rows {
+        c.unknown_tasks = unknown
+            .iter()
+            .filter(|u| match a.by {
+                StatsBy::Task => u.task == c.queue,
+                _ => u.queue == c.queue,
+            })
+            .map(|u| u.task.clone())
+            .collect();
+        c.unknown_tasks.dedup();
+    }
     if ctx.json {
         return json(out, &rows);
     }
@@ -88,6 +105,9 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
                 c.waiting_for_dependencies
             )?;
         }
+    }
+    for u in &unknown {
+        writeln!(out, "-- {}", output::clean(&u.to_string()))?;
     }
     if let Some(w) = a.window {
         writeln!(
