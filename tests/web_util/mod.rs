@@ -227,9 +227,11 @@ impl Fixture {
         let worker = Worker::builder(&app, tasks)
             .concurrency(2)
             .queues(["work", HOSTILE_QUEUE])
+            .heartbeat_interval(Duration::from_secs(3600))
             .stalled_after(Duration::from_secs(7200))
             .spawn()
             .expect("worker");
+        let spawned = std::time::Instant::now();
         assert!(
             wait_until(Duration::from_secs(30), || {
                 status_of(&app, flaky) == "failed"
@@ -242,7 +244,10 @@ impl Fixture {
             status_of(&app, ok)
         );
         // A worker (with a lease of 30 s) that stopped sending heartbeats an hour ago, and
-        // two periodic instants.
+        // two periodic instants. A live worker removes every worker whose lease has ended
+        // when it rescues, 500 ms after its start and then once per heartbeat interval (an
+        // hour here): the row goes in after that first rescue, so the pages see it.
+        std::thread::sleep(Duration::from_millis(1500).saturating_sub(spawned.elapsed()));
         let mut c = app.connection().unwrap();
         c.execute(
             "INSERT INTO postpone_workers (name, host, pid, queues, concurrency, last_heartbeat,
