@@ -1,5 +1,10 @@
 //! The database schema: numbered SQL migrations embedded in the binary.
 //!
+//! The migrations are the history. What a fresh migrate leaves (every table with its indexes
+//! and triggers, every function) is in `src/schema/present/`, as the server describes it:
+//! read those files to learn what is live; `tests/schema_present.rs` fails when they differ
+//! from a fresh migrate, and rewrites them when run with `POSTPONE_WRITE_PRESENT=1`.
+//!
 //! `migrate` applies the missing ones in a single transaction under an advisory lock, so any
 //! number of processes may run it at once: one applies, the others wait and find nothing to
 //! do. Applied versions are recorded in `postpone_migrations`.
