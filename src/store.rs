@@ -491,19 +491,6 @@ UPDATE postpone_jobs
                 FOR UPDATE SKIP LOCKED)
 RETURNING id, queue, task, args, attempts, priority, lock, max_attempts";
 
-/// Records the final outcome of job `$1` claimed by [`TESTING_CLAIM`]: status `$2`, output
-/// `$3`, error `$4` appended to its errors. (A retry goes through [`JOB_REQUEUE`].)
-#[cfg(feature = "test-util")]
-pub(crate) const TESTING_FINISH: &str = "
-UPDATE postpone_jobs j
-   SET status = $2::text,
-       finished_at = now(),
-       output = $3::jsonb,
-       errors = CASE WHEN $4::text IS NULL THEN j.errors
-                     ELSE coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(
-                         jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', $4::text)) END
- WHERE j.id = $1 AND j.status = 'doing'";
-
 /// Pauses queue `$1` (NULL: every queue), schema version 5. Returns the pause time, or no
 /// row when it was already paused (the first pause keeps its time).
 pub(crate) const QUEUE_PAUSE: &str = "SELECT paused_at FROM postpone_pause($1::text)";

@@ -410,11 +410,30 @@ impl Mark {
                 };
             }
         } else {
-            conn.execute_cached(
+            // The end through postpone_finish, as a worker records it: an abort or a cancel
+            // requested meanwhile wins over what the task returned, and dependents follow.
+            let none: Option<i64> = None;
+            conn.query_cached(
                 "recording the outcome of a deferred job",
-                store::TESTING_FINISH,
-                &[&job.id.0, &status.as_str(), &output, &error],
+                store::JOB_FINISH_BATCH,
+                &[
+                    &vec![job.id.0],
+                    &vec![none],
+                    &vec![attempt as i32],
+                    &vec![status.as_str()],
+                    &vec![error.clone()],
+                    &vec![output.clone()],
+                    &vec![Some(0i64)],
+                ],
             )?;
+            let rows = conn.query_cached(
+                "reading the outcome of a deferred job",
+                store::JOB_STATUS,
+                &[&job.id.0],
+            )?;
+            if let Some(Ok(s)) = rows.first().map(|r| r.get::<_, &str>(0).parse()) {
+                status = s;
+            }
         }
         Ok(Ran {
             id: job.id,

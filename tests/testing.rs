@@ -187,3 +187,42 @@ fn a_snooze_in_mark_run_gives_the_attempt_back_as_a_worker_does() {
     let d = app.admin().job(id).unwrap();
     assert_eq!((d.snoozes, d.job.attempts), (1, 1));
 }
+
+/// `Mark::run` records an outcome the way a worker does: an abort requested while the task
+/// ran wins over the success it returned (the job ends `aborted`, its output not kept), and
+/// a dependent of a job that ends failed is cancelled.
+#[test]
+fn mark_run_records_outcomes_as_a_worker_does() {
+    let (_db, app, _client) = setup();
+    let mark = Mark::new(&app).unwrap();
+    let aborted = app.defer("self_abort", &json!(null)).unwrap();
+    let failing = app.defer("fail", &json!(null)).unwrap();
+    let dependent = app
+        .job("never")
+        .after(&[failing])
+        .defer(&json!(null))
+        .unwrap();
+    let mut tasks = Tasks::new();
+    let admin_app = app.clone();
+    tasks.register("self_abort", move |job: &Job| -> Result<(), TaskError> {
+        admin_app.admin().abort(job.id()).unwrap();
+        job.set_output(&"kept?")?;
+        Ok(())
+    });
+    tasks.register("fail", |_job: &Job| -> Result<(), TaskError> {
+        Err(TaskError::fail("no"))
+    });
+    tasks.register("never", |_job: &Job| -> Result<(), TaskError> {
+        panic!("a dependent of a failed job ran")
+    });
+    let ran = mark.run(&tasks).unwrap();
+    let of = |id| ran.iter().find(|r| r.id == id).map(|r| r.status);
+    assert_eq!(of(aborted), Some(JobStatus::Aborted), "{ran:?}");
+    assert_eq!(of(failing), Some(JobStatus::Failed), "{ran:?}");
+    assert_eq!(of(dependent), None, "{ran:?}");
+    let result = app.job_result(aborted).unwrap();
+    assert_eq!(result.status, JobStatus::Aborted);
+    assert_eq!(result.output, None);
+    let dep = app.admin().job(dependent).unwrap();
+    assert_eq!(dep.job.status, JobStatus::Cancelled);
+}
