@@ -89,3 +89,13 @@ pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Vacuum, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,
 };
+
+/// The code of the guides under `docs/` is compiled by `cargo test --doc`, as the README's is.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;
+
+/// See [`GuideDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../docs/connections.md")]
+pub struct ConnectionsDoctests;

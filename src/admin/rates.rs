@@ -230,7 +230,7 @@ impl Admin {
     }
 
     /// Sets the rate limit of `queue`: at most `max_starts` of its jobs start in any sliding
-    /// window of `per`, across every worker, by the database's clock (see the README's "Key
+    /// window of `per`, across every worker, by the database's clock (see docs/guide.md, "Key
     /// limits and rate limits" for the exact semantics). Replaces the queue's rate limit, if
     /// it had one (the starts already logged still count); returns the previous `max_starts`.
     /// Takes effect at the next claim of every worker; running jobs are never stopped. The

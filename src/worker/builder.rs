@@ -240,7 +240,7 @@ impl WorkerBuilder {
     /// [`DEFAULT_UNKNOWN_TASK_AFTER`](crate::DEFAULT_UNKNOWN_TASK_AFTER) (`Admin::stats`,
     /// `Admin::unknown_tasks`, `postpone stats`, the dashboard) rather than silently stuck.
     ///
-    /// The claim skips jobs of other tasks (measured with 200 task names: see the README's
+    /// The claim skips jobs of other tasks (measured with 200 task names: see docs/guide.md,
     /// Deploying section); a long run of them at the head of the queue costs each claim a
     /// walk past them. With false, the worker claims every job and fails one whose task it
     /// does not know at once, with an error naming the task: only for a deployment where

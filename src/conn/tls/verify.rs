@@ -24,7 +24,7 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// rustls's provider over *ring*. rustls 0.23.48 marks this function deprecated because
 /// *ring* has no post-quantum key exchange (X25519MLKEM768 is only in the aws-lc-rs
-/// provider). postpone keeps *ring* for the reason the README's dependency table gives (it
+/// provider). postpone keeps *ring* for the reason docs/crates.md gives (it
 /// builds with the C compiler Rust already has), so the deprecation is acknowledged here,
 /// in one place; earlier 0.23 releases do not deprecate it, and the `allow` changes nothing
 /// for them.
