@@ -16,7 +16,28 @@ use std::time::Duration;
 /// A specialised `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What kind of failure an [`Error`] is.
+/// What kind of failure an [`Error`] is: what a caller branches on. The error's text says
+/// what failed and what to do; the kind says which case it is.
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/app")?;
+/// use postpone::ErrorKind;
+///
+/// match app.job("welcome").queueing_lock("user:42").defer(&42) {
+///     Ok(id) => println!("deferred {id}"),
+///     Err(e) if e.kind() == ErrorKind::AlreadyEnqueued => println!("already waiting"),
+///     // Whether the job was inserted is unknown: retry only what is harmless twice.
+///     Err(e) if e.kind() == ErrorKind::Timeout => return Err(e),
+///     Err(e) if e.kind() == ErrorKind::SchemaOutdated => {
+///         eprintln!("{e}"); // says to run `postpone migrate`
+///         return Err(e);
+///     }
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {

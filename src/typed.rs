@@ -15,8 +15,38 @@ use crate::types::TaskArgs;
 
 /// A task as a type: a name, an argument type, and the code to run.
 ///
-/// The name defaults to the arguments' [`TaskArgs::TASK`], so it is written once. See
-/// [`Tasks::add`](crate::Tasks::add) for a full example.
+/// The name defaults to the arguments' [`TaskArgs::TASK`], so it is written once. A task
+/// value may hold what its jobs share (a client, a configuration):
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// use postpone::{App, Job, Task, TaskArgs, TaskError, Tasks, Worker};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Resize { image: u64, width: u32 }
+/// impl TaskArgs for Resize { const TASK: &'static str = "resize"; }
+///
+/// struct Resizer { bucket: String }
+/// impl Task for Resizer {
+///     type Args = Resize;
+///     fn run(&self, job: &Job, args: Resize) -> Result<(), TaskError> {
+///         if args.width == 0 {
+///             return Err(TaskError::fail("width 0")); // no retry
+///         }
+///         println!("{}: image {} to {} px, attempt {}", self.bucket, args.image,
+///                  args.width, job.attempts());
+///         Ok(())
+///     }
+/// }
+///
+/// let app = App::connect("postgres://postgres@127.0.0.1/app")?;
+/// let mut tasks = Tasks::new();
+/// tasks.add(Resizer { bucket: "images".into() });
+/// app.enqueue(&Resize { image: 7, width: 320 })?; // the task's name comes from the type
+/// let handle = Worker::builder(&app, tasks).spawn()?;
+/// # Ok(())
+/// # }
+/// ```
 pub trait Task: Send + Sync + 'static {
     /// The arguments of its jobs.
     type Args: TaskArgs + DeserializeOwned;

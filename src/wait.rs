@@ -31,6 +31,25 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A job's status with what its task recorded; from [`App::wait`](crate::App::wait) and
 /// [`App::job_result`](crate::App::job_result).
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/app")?;
+/// use std::time::Duration;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Thumbnail { url: String }
+///
+/// let id = app.defer("thumbnail", &serde_json::json!({"image": 7}))?;
+/// let result = app.wait(id, Duration::from_secs(30))?; // a Timeout error names the status
+/// if let Some(error) = result.failure() {
+///     return Err(format!("job {id} ended {}: {error}", result.status).into());
+/// }
+/// let thumb: Thumbnail = result.output_as()?; // what the task gave `job.set_output`
+/// println!("{}", thumb.url);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct JobResult {

@@ -79,7 +79,31 @@ pub enum DeleteJobs {
     Always,
 }
 
-/// Entry point to start workers.
+/// Entry point to start workers: [`Worker::builder`] takes the App and the tasks, and
+/// [`WorkerBuilder::spawn`] starts the threads.
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// use std::time::Duration;
+/// use postpone::{App, Job, TaskError, Tasks, Worker};
+///
+/// let app = App::connect("postgres://postgres@127.0.0.1/app")?;
+/// let mut tasks = Tasks::new();
+/// tasks.register("send_email", |job: &Job| -> Result<(), TaskError> {
+///     let to: String = job.args()?;
+///     println!("mail to {to}");
+///     Ok(())
+/// });
+/// let handle = Worker::builder(&app, tasks)
+///     .concurrency(4)
+///     .queues(["emails"])
+///     .spawn()?; // fails at once, saying why, on a bad setting or an outdated schema
+/// // ... run until the process is asked to stop, then:
+/// let report = handle.shutdown(Duration::from_secs(10));
+/// assert!(report.is_clean(), "{report}");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Worker;
 
@@ -427,6 +451,24 @@ pub struct WorkerStats {
 /// a tokio context (an async task, `#[tokio::main]`), the handle returns at once and the
 /// shutdown runs on a thread of its own, which the process does not wait for: in an async
 /// program, call `shutdown` (from `tokio::task::spawn_blocking`) before `main` returns.
+///
+/// ```no_run
+/// # fn main() -> postpone::Result<()> {
+/// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/app")?;
+/// # let tasks = postpone::Tasks::new();
+/// use std::time::Duration;
+///
+/// let handle = postpone::Worker::builder(&app, tasks).spawn()?;
+/// println!("{} claimed {} job(s)", handle.name(), handle.stats().claimed);
+/// // Returns within the timeout, whatever the network does; jobs that did not finish go
+/// // back to their queue.
+/// let report = handle.shutdown(Duration::from_secs(10));
+/// if !report.is_clean() {
+///     eprintln!("threads stuck in task code: {:?}", report.abandoned_threads());
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct WorkerHandle {
     pub(super) running: Option<Running>,
 }
