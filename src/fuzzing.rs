@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets in `fuzz/` and the property tests in
-//! `tests/fuzz_props.rs` (feature `fuzzing`; hidden, not part of the API, may change).
+//! `tests/suite/fuzz_props.rs` (feature `fuzzing`; hidden, not part of the API, may change).
 //!
 //! Each function takes what an outsider controls (a connection string, a cron expression
 //! and a time zone name, a job filter's texts, the bytes of an HTTP request), runs the

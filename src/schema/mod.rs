@@ -2,7 +2,7 @@
 //!
 //! The migrations are the history. What a fresh migrate leaves (every table with its indexes
 //! and triggers, every function) is in `src/schema/present/`, as the server describes it:
-//! read those files to learn what is live; `tests/schema_present.rs` fails when they differ
+//! read those files to learn what is live; `tests/suite/schema_present.rs` fails when they differ
 //! from a fresh migrate, and rewrites them when run with `POSTPONE_WRITE_PRESENT=1`.
 //!
 //! `migrate` applies the missing ones in a single transaction under an advisory lock, so any

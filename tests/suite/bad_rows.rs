@@ -1,0 +1,330 @@
+//! One bad row: a row with odd but storable contents (written by SQL by hand, bypassing the
+//! library's checks) must not make a statement that reads many rows fail for all of them,
+//! again and again, nor make the library panic.
+//!
+//! Each test here failed when it was written, because of the defect it names.
+
+use crate::support;
+use crate::web_util;
+use crate::worker_util;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use postpone::{Dashboard, JobFilter, JobId, JobSort, Tasks};
+use worker_util::*;
+
+/// Inserts a job row by hand, `extra` being `column = value` assignments applied after.
+fn raw_job(db: &support::TestDb, set: &str) -> i64 {
+    let mut c = db.client();
+    let id: i64 = c
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args) VALUES ('default', 'ok', 'null')
+             RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.execute(
+        &format!("UPDATE postpone_jobs SET {set} WHERE id = $1"),
+        &[&id],
+    )
+    .unwrap();
+    id
+}
+
+/// The dashboard's overview reads the last hour's throughput with
+/// `date_trunc('minute', now()) - date_trunc('minute', finished_at)` for every job that
+/// finished "after an hour ago": a job finished at 'infinity' makes that an error ("cannot
+/// subtract infinite timestamps"), and the overview fails at every load.
+#[test]
+fn the_dashboard_overview_survives_a_job_finished_at_infinity() {
+    let (db, app) = setup();
+    app.defer("ok", &1).unwrap();
+    raw_job(&db, "status = 'succeeded', finished_at = 'infinity'");
+    let dash = web_util::dashboard(&app);
+    let r = web_util::get(dash.addr(), "/");
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// The same statement with a job finished in a far (finite) future: the minute index
+/// `(59 - ...)::int` overflows ("integer out of range").
+#[test]
+fn the_dashboard_overview_survives_a_job_finished_in_the_year_9999() {
+    let (db, app) = setup();
+    app.defer("ok", &1).unwrap();
+    raw_job(
+        &db,
+        "status = 'succeeded', finished_at = '9999-01-01 00:00:00+00'",
+    );
+    let dash = web_util::dashboard(&app);
+    let r = web_util::get(dash.addr(), "/");
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
+/// Pages all jobs of `f` (at most 50 pages), returning the ids in order.
+fn page_all(app: &postpone::App, f: JobFilter) -> Vec<i64> {
+    let admin = app.admin();
+    let mut f = f;
+    let mut ids = Vec::new();
+    for _ in 0..50 {
+        let page = admin.job_page(&f).unwrap();
+        ids.extend(page.jobs.iter().map(|j| j.id.0));
+        match page.next_cursor {
+            Some(c) => f = f.after(c),
+            None => return ids,
+        }
+    }
+    panic!("still paging after 50 pages: {ids:?}");
+}
+
+/// The keyset cursor of a listing sorted by scheduled time prints the time with
+/// `to_char(... 'YYYY-MM-DD...')`, which drops the era: a job scheduled in 4713 BC gives a
+/// cursor for 4713 AD, and the next page starts after every ordinary job. Ascending, they
+/// are all skipped.
+#[test]
+fn a_listing_by_scheduled_time_pages_past_a_job_scheduled_before_christ() {
+    let (db, app) = setup();
+    let good: Vec<i64> = (0..3).map(|i| app.defer("ok", &i).unwrap().0).collect();
+    let bc = raw_job(&db, "scheduled_at = '4713-11-24 00:00:00+00 BC'");
+    let ids = page_all(
+        &app,
+        JobFilter::new()
+            .queue("default")
+            .sort(JobSort::Scheduled, false)
+            .limit(1),
+    );
+    let mut want = vec![bc];
+    want.extend(&good);
+    assert_eq!(ids, want, "paging by scheduled time, ascending");
+}
+
+/// Descending, two such jobs make the pages loop for ever (the cursor of the first goes
+/// back to the ordinary jobs): `postpone jobs --all --sort scheduled --desc` never ends.
+#[test]
+fn a_descending_listing_by_scheduled_time_ends_with_jobs_scheduled_before_christ() {
+    let (db, app) = setup();
+    let good = app.defer("ok", &1).unwrap().0;
+    let bc1 = raw_job(&db, "scheduled_at = '4000-01-01 00:00:00+00 BC'");
+    let bc2 = raw_job(&db, "scheduled_at = '4713-11-24 00:00:00+00 BC'");
+    let ids = page_all(
+        &app,
+        JobFilter::new()
+            .queue("default")
+            .sort(JobSort::Scheduled, true)
+            .limit(1),
+    );
+    assert_eq!(
+        ids,
+        vec![good, bc1, bc2],
+        "paging by scheduled time, descending"
+    );
+}
+
+/// A job's tags are read as `Option<Vec<String>>`: an array holding a NULL element makes
+/// `row.get` panic in `Admin::job` (and so in the dashboard's job page and `postpone job`).
+#[test]
+fn a_job_whose_tags_hold_a_null_is_shown_not_a_panic() {
+    let (db, app) = setup();
+    let id = raw_job(&db, "tags = ARRAY['a', NULL]::text[]");
+    let tags = no_panic("Admin::job", || app.admin().job(JobId(id)).map(|d| d.tags));
+    assert_eq!(tags.expect("Admin::job"), vec!["a".to_owned()]);
+}
+
+/// The workers listing reads `queues` as `Option<Vec<String>>`: one worker row whose queues
+/// hold a NULL makes every `Admin::workers` call panic, and the dashboard's overview with it.
+#[test]
+fn a_worker_row_whose_queues_hold_a_null_does_not_break_the_workers_listing() {
+    let (db, app) = setup();
+    db.client()
+        .execute(
+            "INSERT INTO postpone_workers (name, queues) VALUES ('odd', ARRAY['a', NULL]::text[])",
+            &[],
+        )
+        .unwrap();
+    let workers = no_panic("Admin::workers", || app.admin().workers()).expect("Admin::workers");
+    assert_eq!(workers.len(), 1);
+    assert_eq!(workers[0].queues, Some(vec!["a".to_owned()]));
+}
+
+/// A rate limit whose period was written by hand past what the admin API allows (100
+/// years): `now() - period` before 4713 BC was "timestamp out of range" in the claim, which
+/// then failed for every queue of the worker, at every try. Schema 17 refuses such a period,
+/// and cuts one stored before it to the API's bound.
+#[test]
+fn a_rate_limit_of_ten_thousand_years_does_not_stop_the_claims() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let mut c = db.client();
+    let refused = c
+        .execute(
+            "INSERT INTO postpone_rate_limits (queue, max_starts, period)
+             VALUES ('slow', 1000, interval '10000 years')",
+            &[],
+        )
+        .expect_err("the table refuses a period past 100 years");
+    assert_eq!(
+        refused.as_db_error().and_then(|e| e.constraint()),
+        Some("postpone_rate_limits_period"),
+        "{refused:?}"
+    );
+    // A row stored before schema 17, which had no upper bound.
+    c.batch_execute(
+        "ALTER TABLE postpone_rate_limits DROP CONSTRAINT postpone_rate_limits_period,
+             ADD CONSTRAINT postpone_rate_limits_period CHECK (period > interval '0');
+         DELETE FROM postpone_migrations WHERE version = 17;
+         INSERT INTO postpone_rate_limits (queue, max_starts, period)
+              VALUES ('slow', 1000, interval '10000 years');",
+    )
+    .unwrap();
+    assert_eq!(app.migrate().unwrap(), vec![17]);
+    let days: f64 = c
+        .query_one(
+            "SELECT extract(epoch FROM period)::float8 / 86400 FROM postpone_rate_limits",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(days, 36525.0);
+    app.job("ok").queue("slow").defer(&0).unwrap();
+    let id = app.defer("ok", &1).unwrap();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, id, "succeeded", Duration::from_secs(10));
+    assert!(runs.load(Ordering::SeqCst) >= 1);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+/// The panic of `Admin::workers` (above) happens on a request thread of the dashboard,
+/// which does not catch it: each load of the overview kills one request thread, and once
+/// they are gone the dashboard answers no page at all.
+#[test]
+fn a_worker_row_whose_queues_hold_a_null_does_not_take_the_dashboard_down() {
+    let (db, app) = setup();
+    db.client()
+        .execute(
+            "INSERT INTO postpone_workers (name, queues) VALUES ('odd', ARRAY['a', NULL]::text[])",
+            &[],
+        )
+        .unwrap();
+    let dash = Dashboard::new(&app)
+        .threads(2)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .spawn()
+        .expect("dashboard");
+    let addr = dash.addr();
+    for _ in 0..2 {
+        // Each of these may get no answer at all (its thread panicked).
+        let _ = std::panic::catch_unwind(|| web_util::get(addr, "/"));
+    }
+    let jobs = std::panic::catch_unwind(|| web_util::get(addr, "/jobs"));
+    match jobs {
+        Ok(r) => assert_eq!(r.status, 200, "the jobs page: {}", r.body),
+        Err(_) => panic!("the jobs page got no answer after two loads of the overview"),
+    }
+}
+
+/// A periodic task's next instant is computed after the latest instant recorded for it; a
+/// record at 'infinity' (or any far future) makes the schedule stop for ever: nothing is
+/// deferred again, with nothing in the log but the debug line "next never".
+#[test]
+fn a_periodic_record_at_infinity_does_not_stop_its_schedule() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    tasks.periodic("ok", "* * * * * *");
+    db.client()
+        .execute(
+            "INSERT INTO postpone_periodic (task, instant) VALUES ('ok', 'infinity')",
+            &[],
+        )
+        .unwrap();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let ok = support::wait_until(Duration::from_secs(5), || runs.load(Ordering::SeqCst) > 0);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(ok, "no periodic job ran within 5 s");
+}
+
+/// A job inserted by SQL for PostgreSQL's last years (past 9.2e18 µs since 1970, what a
+/// bigint holds): the insert trigger's wake-up converted its time to µs, and the insert
+/// failed with "bigint out of range". Schema 17 caps that time as the claim does.
+#[test]
+fn a_job_inserted_for_the_end_of_time_is_stored_and_does_not_stop_the_claims() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let far: i64 = db
+        .client()
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             VALUES ('default', 'ok', 'null', '294276-12-31 23:59:59+00') RETURNING id",
+            &[],
+        )
+        .expect("the insert is stored")
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let id = app.defer("ok", &1).unwrap();
+    wait_status(&db, id, "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let row = job_row(&mut db.client(), JobId(far)).unwrap();
+    assert_eq!(row.status, "todo");
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+/// A running job without a start time whose worker row is gone (both written by hand): the
+/// rescue requeued such jobs only once `started_at` was older than `stalled_after`, which a
+/// NULL never is, so the job stayed `doing` for ever.
+#[test]
+fn a_running_job_without_a_start_time_whose_worker_is_gone_is_rescued() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let id = raw_job(
+        &db,
+        "status = 'doing', worker_id = 999, attempts = 1, started_at = NULL",
+    );
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, JobId(id), "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+/// The other side of the periodic fix above: a record only a little ahead of this worker's
+/// clock (another worker's clock runs a few seconds fast) still counts as done, so the
+/// worker does not catch up ten minutes of instants that were never due for it.
+#[test]
+fn a_periodic_record_a_little_ahead_still_counts_as_deferred() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    tasks.periodic("ok", "* * * * * *");
+    let ahead: std::time::SystemTime = db
+        .client()
+        .query_one(
+            "INSERT INTO postpone_periodic (task, instant)
+             VALUES ('ok', date_trunc('second', now()) + interval '3 seconds') RETURNING instant",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "no instant before the record is deferred"
+    );
+    let ran = support::wait_until(Duration::from_secs(8), || runs.load(Ordering::SeqCst) > 0);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(ran, "no periodic job ran after the record's instant");
+    let before: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM postpone_periodic WHERE task = 'ok' AND instant < $1",
+            &[&ahead],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(before, 0);
+}

@@ -1,0 +1,217 @@
+//! The claim walks only due jobs: one priority at a time, each walk ending at the first job
+//! not due yet (schema version 11), and still takes jobs in claim order across priorities
+//! and queues, through the index of its queues when it names them, and updates the rows it
+//! walked where it found them (schema version 16).
+
+use crate::support;
+use crate::worker_util;
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use support::TestDb;
+use worker_util::*;
+
+fn hand_worker(db: &TestDb) -> i64 {
+    db.client()
+        .query_one(
+            "INSERT INTO postpone_workers (name, last_heartbeat)
+             VALUES ('by hand', now() + interval '1 day') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Buffers of the claim index read so far (hits and reads), as the statistics say once the
+/// claiming session has flushed its counters.
+fn due_index_buffers(db: &TestDb) -> i64 {
+    let mut c = db.client();
+    c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    c.query_one(
+        "SELECT (coalesce(idx_blks_hit, 0) + coalesce(idx_blks_read, 0))::bigint
+           FROM pg_statio_user_indexes WHERE indexrelname = 'postpone_jobs_due_idx'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn a_short_claim_does_not_walk_the_jobs_scheduled_for_later() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut c = db.client();
+    // 50,000 jobs for tomorrow at priority 0 sit, in index order, between the claim's start
+    // and the three due jobs of priority -1; the claim asks for more than there are.
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+         SELECT 'default', 'later', 'null', now() + interval '1 day'
+           FROM generate_series(1, 50000);
+         INSERT INTO postpone_jobs (queue, task, args, priority)
+         SELECT 'default', 'due', 'null', -1 FROM generate_series(1, 3)",
+    )
+    .unwrap();
+    c.batch_execute("VACUUM ANALYZE postpone_jobs").unwrap();
+    let size: i64 = c
+        .query_one(
+            "SELECT pg_relation_size('postpone_jobs_due_idx') / 8192",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(size > 100, "the index holds {size} pages");
+    // This session's counters so far (the inserts, the vacuum) reach the statistics now.
+    c.batch_execute("SELECT pg_stat_force_next_flush()")
+        .unwrap();
+    c.batch_execute("SELECT 1").unwrap();
+    let before = due_index_buffers(&db);
+    let rows = c
+        .query("SELECT task FROM postpone_claim($1, 10, NULL, NULL)", &[&w])
+        .unwrap();
+    c.batch_execute("SELECT pg_stat_force_next_flush()")
+        .unwrap();
+    // A new transaction of the same session flushes the counters.
+    c.batch_execute("SELECT 1").unwrap();
+    let read = due_index_buffers(&db) - before;
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r.get::<_, String>(0) == "due"));
+    assert!(
+        read < 40,
+        "the claim read {read} pages of a {size}-page index: it walked the jobs for tomorrow"
+    );
+}
+
+#[test]
+fn claims_take_jobs_by_priority_across_queues_then_by_due_time() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, priority, scheduled_at) VALUES
+           ('a', 'a-low-old',  'null', 0, now() - interval '3 s'),
+           ('b', 'b-high-new', 'null', 5, now() - interval '1 s'),
+           ('a', 'a-high-old', 'null', 5, now() - interval '2 s'),
+           ('b', 'b-mid',      'null', 2, now() - interval '9 s'),
+           ('a', 'a-later',    'null', 9, now() + interval '1 hour')",
+    )
+    .unwrap();
+    let claim = |c: &mut postgres::Client, queues: Option<Vec<&str>>, n: i32| -> Vec<String> {
+        let mut rows: Vec<(i32, f64, String)> = c
+            .query(
+                "SELECT priority, extract(epoch FROM scheduled_at)::float8, task
+                   FROM postpone_claim($1, $2, $3, NULL)",
+                &[&w, &n, &queues],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        rows.sort_by(|x, y| y.0.cmp(&x.0).then(x.1.total_cmp(&y.1)));
+        rows.into_iter().map(|r| r.2).collect()
+    };
+    // Two queues named: the best three of both, in claim order.
+    assert_eq!(
+        claim(&mut c, Some(vec!["a", "b"]), 3),
+        ["a-high-old", "b-high-new", "b-mid"]
+    );
+    // Every queue: what is left and due; the job for later stays.
+    assert_eq!(claim(&mut c, None, 10), ["a-low-old"]);
+    let left: i64 = c
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status = 'todo'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 1);
+}
+
+/// The plans auto_explain printed (as notices) for the statements run inside one call of
+/// `sql` on `c`, after eight calls that are not looked at (PostgreSQL decides after five
+/// whether a statement of a function keeps being planned for each call's values).
+fn nested_plans(c: &mut postgres::Client, notices: &Mutex<Vec<String>>, sql: &str) -> String {
+    for _ in 0..8 {
+        c.batch_execute(sql).unwrap();
+    }
+    notices.lock().unwrap().clear();
+    c.batch_execute(sql).unwrap();
+    notices.lock().unwrap().join("\n")
+}
+
+/// With two queues of equal size and statistics that know it, a plan made once for any
+/// queue (`plan_cache_mode = force_generic_plan` on postpone_claim_jobs, tried and not kept)
+/// walks the index of every queue and filters on the queue: a claim of a queue whose jobs
+/// are few would walk all the others' first. The walk must use the index of its queues.
+#[test]
+fn a_claim_from_named_queues_walks_the_index_of_its_queues() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut setup_client = db.client();
+    setup_client
+        .batch_execute(
+            "INSERT INTO postpone_jobs (queue, task, args)
+             SELECT CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 't', 'null'
+               FROM generate_series(1, 20000) g",
+        )
+        .unwrap();
+    setup_client
+        .batch_execute("VACUUM ANALYZE postpone_jobs")
+        .unwrap();
+    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = notices.clone();
+    let mut c = postgres::Config::from_str(&db.url())
+        .unwrap()
+        .notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()))
+        .connect(postgres::NoTls)
+        .unwrap();
+    c.batch_execute(
+        "LOAD 'auto_explain';
+         SET auto_explain.log_min_duration = 0;
+         SET auto_explain.log_nested_statements = on;
+         SET auto_explain.log_level = notice;
+         SET client_min_messages = notice",
+    )
+    .unwrap();
+
+    for (what, sql, index) in [
+        (
+            "a claim from every queue",
+            format!("SELECT id FROM postpone_claim_jobs({w}, 1, NULL, NULL)"),
+            "postpone_jobs_due_idx",
+        ),
+        (
+            "a claim from named queues",
+            format!("SELECT id FROM postpone_claim_jobs({w}, 1, '{{a,b}}', NULL)"),
+            "postpone_jobs_due_queue_idx",
+        ),
+    ] {
+        let plans = nested_plans(&mut c, &notices, &sql);
+        let walk = plans
+            .split("Query Text:")
+            .find(|p| p.contains("FOR UPDATE SKIP LOCKED"))
+            .unwrap_or_else(|| panic!("{what}: no walk among the plans:\n{plans}"));
+        assert!(
+            walk.contains(&format!("Index Scan using {index} ")),
+            "{what}: the walk does not use {index}:\n{walk}"
+        );
+        let cond = walk
+            .lines()
+            .find(|l| l.trim_start().starts_with("Index Cond:"))
+            .unwrap_or_else(|| panic!("{what}: no index condition in the walk:\n{walk}"));
+        assert!(
+            cond.contains("priority =") && cond.contains("ROW(scheduled_at, id) >="),
+            "{what}: the walk does not start at its first job: {cond}"
+        );
+        // The walked rows stay locked, so their addresses still hold them: the update
+        // reads them there (schema version 16), not through the primary key again.
+        let take = plans
+            .split("Query Text:")
+            .find(|p| p.contains("SET status = 'doing'"))
+            .unwrap_or_else(|| panic!("{what}: no claiming update among the plans:\n{plans}"));
+        assert!(
+            take.contains("Tid Scan on postpone_jobs"),
+            "{what}: the claiming update does not read its rows by address:\n{take}"
+        );
+    }
+}
