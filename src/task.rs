@@ -22,7 +22,7 @@ use crate::types::{TaskArgs, TaskDefaults};
 pub(crate) type TaskFn = dyn Fn(&Job) -> Result<(), TaskError> + Send + Sync;
 
 /// A registered task: its function and options.
-pub(crate) struct Task {
+pub(crate) struct Registered {
     pub(crate) func: Box<TaskFn>,
     pub(crate) options: TaskOptions,
 }
@@ -91,7 +91,7 @@ impl TaskOptions {
 /// ```
 #[derive(Default)]
 pub struct Tasks {
-    pub(crate) map: HashMap<String, Arc<Task>>,
+    pub(crate) map: HashMap<String, Arc<Registered>>,
     pub(crate) problems: Vec<String>,
     /// The periodic schedules of these tasks, from [`Tasks::periodic`].
     pub(crate) periodic: Schedules,
@@ -126,7 +126,7 @@ impl Tasks {
             self.problems
                 .push(format!("task {name:?} is registered twice"));
         }
-        let task = Arc::new(Task {
+        let task = Arc::new(Registered {
             func: Box::new(f),
             options: TaskOptions::default(),
         });

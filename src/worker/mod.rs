@@ -57,7 +57,7 @@ use crate::app::App;
 use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::job::{JobId, RawJson};
-use crate::task::{Task, Tasks};
+use crate::task::{Registered, Tasks};
 
 pub use builder::WorkerBuilder;
 pub use exec::{JobEvent, JobEventKind, JobHook};
@@ -230,7 +230,7 @@ pub(crate) struct Stats {
 /// Everything the worker's threads share.
 pub(crate) struct Shared {
     pub(crate) app: App,
-    pub(crate) tasks: HashMap<String, Arc<Task>>,
+    pub(crate) tasks: HashMap<String, Arc<Registered>>,
     pub(crate) opts: WorkerOptions,
     pub(crate) group: u64,
     pub(crate) name: String,
