@@ -179,6 +179,8 @@ pub(crate) struct ValueReader {
     offset: i64,
 }
 
+// The dashboard's download reads through it; without the `web` feature only part is used.
+#[cfg_attr(not(feature = "web"), allow(dead_code))]
 impl ValueReader {
     pub(crate) fn new(id: JobId, which: JobValue) -> ValueReader {
         ValueReader {
