@@ -343,7 +343,7 @@ macro_rules! job_columns {
 }
 
 /// One job with its errors, its worker's name and the periodic instant it was deferred for;
-/// the last column says whether it takes part in a dependency (schema version 23).
+/// then whether it takes part in a dependency (schema version 23) and its batch (version 24).
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
     job_columns!(),
@@ -353,7 +353,7 @@ pub(crate) const JOB_GET: &str = concat!(
        j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts,
        -- Written by hand, the array may hold NULLs (or have two dimensions).
        ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
-       j.blocked_by, j.has_dependents OR j.has_dependencies
+       j.blocked_by, j.has_dependents OR j.has_dependencies, j.batch_id
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
