@@ -101,3 +101,8 @@ pub struct GuideDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/connections.md")]
 pub struct ConnectionsDoctests;
+
+/// See [`GuideDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../docs/batches.md")]
+pub struct BatchesDoctests;
