@@ -46,6 +46,7 @@ mod bad_inputs;
 mod fuzz_props;
 
 // Coordination and results.
+mod batches;
 mod dependencies;
 mod wait;
 

@@ -3,8 +3,8 @@
 //! is cancelled, naming the job, when one did not); jobs added from inside a batch job delay
 //! the callbacks; an add to a finished batch is refused; progress is exact.
 
-mod support;
-mod worker_util;
+use crate::support;
+use crate::worker_util;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -517,14 +517,6 @@ fn big_batch(n: usize) -> Duration {
 }
 
 #[test]
-fn a_batch_of_two_thousand_jobs_runs_its_callbacks_once() {
-    big_batch(2_000);
-}
-
-/// Ignored in the suite for its time (see docs/batches.md for the figures):
-/// `cargo test --test batches -- --ignored --nocapture`.
-#[test]
-#[ignore]
 fn a_batch_of_ten_thousand_jobs_runs_its_callbacks_once() {
     big_batch(10_000);
 }
