@@ -61,6 +61,7 @@ pub use admin::{
     DEFAULT_UNKNOWN_TASK_AFTER,
 };
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
+pub use admin::{NewSchedule, ScheduleInfo};
 pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use batch::{Batch, BatchBuilder, BatchId, BatchProgress, CallbackState};

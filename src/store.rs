@@ -301,6 +301,75 @@ INSERT INTO postpone_periodic (task, periodic_id, instant, job_id)
 SELECT $1::text, $2::text, $3::timestamptz, (SELECT id FROM job) FROM fresh
 RETURNING job_id";
 
+/// The fingerprint of the stored schedules of tasks `$1` (schema version 24): their number
+/// and highest revision. Every insert, update and delete of such a row changes it (an update
+/// takes a new revision; a delete lowers the count; an insert raises the revision).
+pub(crate) const SCHEDULE_FINGERPRINT: &str = "
+SELECT count(*), coalesce(max(revision), 0) FROM postpone_schedules WHERE task = ANY($1::text[])";
+
+/// The stored schedules of tasks `$1`, as a worker follows them.
+pub(crate) const SCHEDULE_READ: &str = "
+SELECT task, periodic_id, cron, time_zone, args, queue, priority, lock, queueing_lock,
+       catch_up_ms, paused_at IS NOT NULL, since, revision
+  FROM postpone_schedules WHERE task = ANY($1::text[])";
+
+/// Every stored schedule (or only that of task `$1`, id `$2` when both are given), with the
+/// last instant deferred for it and the server's now, in (task, id) order.
+pub(crate) const SCHEDULE_LIST: &str = "
+SELECT s.task, s.periodic_id, s.cron, s.time_zone, s.args, s.queue, s.priority, s.lock,
+       s.queueing_lock, s.catch_up_ms, s.paused_at, s.since, s.created_at, s.updated_at,
+       (SELECT max(p.instant) FROM postpone_periodic p
+         WHERE p.task = s.task AND p.periodic_id = s.periodic_id),
+       now()
+  FROM postpone_schedules s
+ WHERE ($1::text IS NULL OR (s.task = $1::text AND s.periodic_id = $2::text))
+ ORDER BY s.task, s.periodic_id";
+
+/// Creates schedule (`$1` task, `$2` id) or, when `$11` is true, replaces the one there is
+/// (keeping its pause; `since` moves to now only when the cron expression or the time zone
+/// changes). Returns `created` (false: replaced); no row when it existed and `$11` is false.
+pub(crate) const SCHEDULE_SET: &str = "
+WITH ins AS (
+    INSERT INTO postpone_schedules AS s
+           (task, periodic_id, cron, time_zone, args, queue, priority, lock, queueing_lock,
+            catch_up_ms)
+    VALUES ($1::text, $2::text, $3::text, $4::text, $5::jsonb, $6::text, $7::int, $8::text,
+            $9::text, $10::bigint)
+    ON CONFLICT (task, periodic_id) DO UPDATE
+       SET cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, args = EXCLUDED.args,
+           queue = EXCLUDED.queue, priority = EXCLUDED.priority, lock = EXCLUDED.lock,
+           queueing_lock = EXCLUDED.queueing_lock, catch_up_ms = EXCLUDED.catch_up_ms,
+           since = CASE WHEN s.cron IS DISTINCT FROM EXCLUDED.cron
+                          OR s.time_zone IS DISTINCT FROM EXCLUDED.time_zone
+                        THEN now() ELSE s.since END,
+           updated_at = now(), revision = DEFAULT
+     WHERE $11::bool
+    RETURNING (xmax = 0) AS created
+)
+SELECT created FROM ins";
+
+/// Pauses schedule (`$1`, `$2`). Returns one row if it was running.
+pub(crate) const SCHEDULE_PAUSE: &str = "
+UPDATE postpone_schedules SET paused_at = now(), updated_at = now(), revision = DEFAULT
+ WHERE task = $1::text AND periodic_id = $2::text AND paused_at IS NULL
+RETURNING 1";
+
+/// Resumes schedule (`$1`, `$2`): it counts from now (no instant of the pause is caught up).
+/// Returns one row if it was paused.
+pub(crate) const SCHEDULE_RESUME: &str = "
+UPDATE postpone_schedules
+   SET paused_at = NULL, since = now(), updated_at = now(), revision = DEFAULT
+ WHERE task = $1::text AND periodic_id = $2::text AND paused_at IS NOT NULL
+RETURNING 1";
+
+/// Deletes schedule (`$1`, `$2`). Returns one row if it existed.
+pub(crate) const SCHEDULE_DELETE: &str =
+    "DELETE FROM postpone_schedules WHERE task = $1::text AND periodic_id = $2::text RETURNING 1";
+
+/// Whether schedule (`$1`, `$2`) exists.
+pub(crate) const SCHEDULE_EXISTS: &str =
+    "SELECT 1 FROM postpone_schedules WHERE task = $1::text AND periodic_id = $2::text";
+
 /// Deletes up to `$3` finished jobs whose status is in `$1` and that finished more than
 /// `$2` milliseconds ago. Rows another transaction holds are skipped, not waited for.
 pub(crate) const JOBS_PRUNE: &str = "

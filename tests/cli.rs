@@ -1921,6 +1921,143 @@ fn docs_match_real_output() {
 }
 
 #[test]
+fn schedules_are_added_listed_paused_resumed_and_removed_and_bad_ones_refused() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    let out = ok(
+        url,
+        &[
+            "schedule",
+            "add",
+            "report",
+            "0 8 * * *",
+            "--id",
+            "paris",
+            "--time-zone",
+            "Europe/Paris",
+            "--args",
+            r#"{"a": 1}"#,
+        ],
+    );
+    assert!(
+        out.starts_with("schedule report (id paris) stored\nnext instant: "),
+        "{out}"
+    );
+    let v = json(url, &["schedules"]);
+    assert_eq!(v[0]["task"], "report");
+    assert_eq!(v[0]["id"], "paris");
+    assert_eq!(v[0]["time_zone"], "Europe/Paris");
+    assert_eq!(v[0]["args"], serde_json::json!({"a": 1}));
+    assert_eq!(v[0]["catch_up"], 600);
+    assert!(
+        v[0]["paused_at"].is_null() && v[0]["next_instant"].is_string(),
+        "{v}"
+    );
+    let v = json(url, &["schedule", "pause", "report", "--id", "paris"]);
+    assert_eq!(v["changed"], true);
+    assert_eq!(
+        ok(url, &["schedule", "pause", "report", "--id", "paris"]),
+        "schedule report (id paris) was paused already\n"
+    );
+    let rows = table(&ok(url, &["schedules"]));
+    assert_eq!(
+        rows[1][..5],
+        ["report", "paris", "0 8 * * *", "Europe/Paris", "paused"]
+    );
+    assert_eq!(
+        rows[1][6], "-",
+        "a paused schedule has no next instant: {rows:?}"
+    );
+    assert!(ok(url, &["schedule", "resume", "report", "--id", "paris"]).contains("resumed"));
+
+    // Bad inputs: exit 2 and what is wrong; a missing schedule: exit 3.
+    fails(
+        Some(url),
+        &["schedule", "add", "r", "61 * * * *"],
+        "invalid cron schedule \"61 * * * *\"",
+    );
+    fails(
+        Some(url),
+        &[
+            "schedule",
+            "add",
+            "r",
+            "@daily",
+            "--time-zone",
+            "Mars/Olympus_Mons",
+        ],
+        "unknown time zone \"Mars/Olympus_Mons\"",
+    );
+    fails(
+        Some(url),
+        &["schedule", "add", "", "@daily"],
+        "task must not be empty",
+    );
+    let long = "t".repeat(300);
+    fails(
+        Some(url),
+        &["schedule", "add", &long, "@daily"],
+        "at most 255",
+    );
+    fails(
+        Some(url),
+        &["schedule", "add", "r", "@daily", "--args", "{nope"],
+        "--args is not valid JSON",
+    );
+    fails(
+        Some(url),
+        &["schedule", "add", "r", "@daily", "--catch-up", "2d"],
+        "longer than the 24h",
+    );
+    fails_with(
+        Some(url),
+        &["schedule", "add", "report", "@daily", "--id", "paris"],
+        4,
+        "exists already",
+    );
+    fails_with(
+        Some(url),
+        &["schedule", "remove", "nope"],
+        3,
+        "no stored schedule \"nope\"",
+    );
+    fails_with(
+        Some(url),
+        &["schedule", "pause", "report"],
+        3,
+        "no stored schedule \"report\"",
+    );
+    assert_eq!(
+        json(url, &["schedules"]).as_array().unwrap().len(),
+        1,
+        "a bad schedule was stored"
+    );
+    // --replace changes it.
+    assert!(ok(
+        url,
+        &[
+            "schedule",
+            "add",
+            "report",
+            "@daily",
+            "--id",
+            "paris",
+            "--replace"
+        ]
+    )
+    .starts_with("schedule report (id paris) replaced\n"));
+    assert_eq!(json(url, &["schedules"])[0]["cron"], "@daily");
+    assert_eq!(
+        ok(url, &["schedule", "remove", "report", "--id", "paris"]),
+        "schedule report (id paris) removed\n"
+    );
+    assert_eq!(
+        ok(url, &["schedules"]),
+        "no schedule is stored (schedules given in workers' code are not listed)\n"
+    );
+}
+
+#[test]
 fn pause_and_resume_queues_and_stats_shows_them() {
     let (_db, url) = migrated();
     let url = url.as_str();

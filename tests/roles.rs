@@ -330,6 +330,17 @@ fn a_worker_role_runs_every_part_of_a_worker_without_ddl_or_ownership() {
     });
     tasks.register("tick", |_: &Job| -> Result<(), TaskError> { Ok(()) });
     tasks.periodic("tick", "* * * * * *");
+    // A schedule stored by the owner: the worker role reads it and defers its instants.
+    let stored_runs = Arc::new(AtomicUsize::new(0));
+    let sr = stored_runs.clone();
+    tasks.register("stored", move |_: &Job| -> Result<(), TaskError> {
+        sr.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    owner
+        .admin()
+        .set_schedule(&postpone::NewSchedule::new("stored", "* * * * * *"))
+        .unwrap();
 
     let name = format!("least-privilege-{}", wrole.name());
     let worker = Worker::builder(&wapp, tasks)
@@ -400,6 +411,12 @@ fn a_worker_role_runs_every_part_of_a_worker_without_ddl_or_ownership() {
                 >= 2
         }),
         "no periodic tick ran under the worker role"
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || stored_runs
+            .load(Ordering::SeqCst)
+            >= 2),
+        "the stored schedule did not run under the worker role"
     );
     assert!(
         wait_until(Duration::from_secs(10), || {
@@ -498,6 +515,8 @@ fn a_worker_role_runs_every_part_of_a_worker_without_ddl_or_ownership() {
         "INSERT INTO postpone_paused_queues (queue) VALUES ('q')",
         "INSERT INTO postpone_queue_limits (queue, max_running) VALUES ('q', 1)",
         "DELETE FROM postpone_rate_limits",
+        "INSERT INTO postpone_schedules (task, cron) VALUES ('x', '@daily')",
+        "UPDATE postpone_schedules SET paused_at = now()",
         "DELETE FROM postpone_migrations",
         "CREATE OR REPLACE FUNCTION postpone_wake(q text) RETURNS void LANGUAGE sql AS 'SELECT'",
     ] {
@@ -748,6 +767,10 @@ fn a_reader_role_serves_the_read_only_dashboard_and_changes_nothing() {
              INSERT INTO postpone_queue_limits (queue, max_running) VALUES ('default', 4)",
         )
         .unwrap();
+    owner
+        .admin()
+        .set_schedule(&postpone::NewSchedule::new("report", "@daily").id("shown"))
+        .unwrap();
 
     let rurl = rrole.url(&db);
     let rapp = app_at(&rurl);
@@ -801,6 +824,7 @@ fn a_reader_role_serves_the_read_only_dashboard_and_changes_nothing() {
         &["job", &done.to_string()],
         &["workers"],
         &["limit"],
+        &["schedules"],
         &["healthcheck"],
     ] {
         let o = postpone_cli(&rurl, args);
@@ -816,6 +840,8 @@ fn a_reader_role_serves_the_read_only_dashboard_and_changes_nothing() {
         &["pause", "default"],
         &["defer", "ok", "{}"],
         &["delete", &waiting.to_string()],
+        &["schedule", "pause", "report", "--id", "shown"],
+        &["schedule", "add", "report", "@hourly"],
     ] {
         let o = postpone_cli(&rurl, args);
         let err = String::from_utf8_lossy(&o.stderr);

@@ -6,7 +6,7 @@
 //! `postpone_migrations`. Each is put in a [`Class`] by what the catalogue says of it (its
 //! kind, whether it is an identity sequence or a trigger function, whether it runs as its
 //! caller, whether it writes) and, for tables, by one naming rule: tables an operator sets
-//! (`postpone_paused_*`, `postpone_*_limits`) are settings. Each part then has one rule per
+//! (`postpone_paused_*`, `postpone_*_limits`, `postpone_schedules`) are settings. Each part then has one rule per
 //! class ([`privileges`]). So a table or function a later migration adds is covered the day
 //! it lands; an object no rule can judge (a type, an aggregate, a `SECURITY DEFINER`
 //! function, whose privileges are its owner's) is left out with a comment in the SQL, and
@@ -136,7 +136,8 @@ pub(crate) enum Class {
     Record,
     /// `postpone_jobs`.
     Jobs,
-    /// A table an operator sets and workers obey: `postpone_paused_*`, `postpone_*_limits`.
+    /// A table an operator sets and workers obey: `postpone_paused_*`, `postpone_*_limits`,
+    /// `postpone_schedules`.
     Settings,
     /// Any other table: state the workers keep (workers, periodic instants, rate starts,
     /// waiters...).
@@ -174,7 +175,12 @@ impl Object {
             } => Some(match self.name.as_str() {
                 "postpone_migrations" => Class::Record,
                 "postpone_jobs" => Class::Jobs,
-                n if n.starts_with("postpone_paused_") || n.ends_with("_limits") => Class::Settings,
+                n if n.starts_with("postpone_paused_")
+                    || n.ends_with("_limits")
+                    || n == "postpone_schedules" =>
+                {
+                    Class::Settings
+                }
                 n if n.starts_with("postpone_deps") => Class::Dependencies,
                 "postpone_batches" => Class::Batches,
                 "postpone_waiters" => Class::Waiters,

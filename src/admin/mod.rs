@@ -12,6 +12,7 @@
 //! - [`workers`]: workers, stale heartbeats, stalled jobs and what to do about them;
 //! - [`queues`]: pausing and resuming queues across every worker;
 //! - [`concurrency`]: at most N running jobs per queue across every worker;
+//! - [`schedules`]: periodic schedules stored in the database, changed at runtime;
 //! - [`schema`]: the installed version against this library's, bounded migration, its SQL;
 //! - [`grants`]: the privileges each part of a deployment needs, as SQL from the catalogue.
 //!
@@ -33,6 +34,7 @@ pub(crate) mod info;
 pub(crate) mod preview;
 pub(crate) mod queues;
 pub(crate) mod rates;
+pub(crate) mod schedules;
 pub(crate) mod schema;
 pub(crate) mod stats;
 pub(crate) mod workers;
@@ -56,6 +58,7 @@ pub use info::{AttemptError, DependencyInfo, JobDetail, JobInfo};
 pub use preview::{JobPreview, JobValue, JsonPrefix};
 pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
+pub use schedules::{NewSchedule, ScheduleInfo};
 pub use schema::{MigrateReport, SchemaState};
 pub use stats::{QueueCounts, StatsBy, UnknownTask, DEFAULT_UNKNOWN_TASK_AFTER};
 pub use workers::{StalledReport, WorkerInfo};

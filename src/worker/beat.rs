@@ -2,7 +2,9 @@
 //!
 //! Every tick (a quarter second) it raises the abort flag of jobs past their task timeout;
 //! every half second it polls abort requests for its running jobs (the backstop for a missed
-//! notification, and the only path when LISTEN is off); every `heartbeat_interval` it
+//! notification, and the only path when LISTEN is off); every `poll_interval` it looks
+//! whether the stored schedules of its tasks changed (their number and highest revision) and
+//! wakes the periodic thread when they did; every `heartbeat_interval` it
 //! refreshes its heartbeat and rescues the jobs of workers whose own lease has ended (their
 //! last heartbeat plus the `stalled_after` each recorded when it registered: a worker is
 //! never judged by this one's setting), and gives back its own `doing` jobs that a claim
@@ -57,6 +59,8 @@ pub(crate) fn run(
     // Look for stalled workers soon after start, then at every heartbeat.
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
     let mut next_abort_poll = Instant::now() + ABORT_POLL;
+    // The stored schedules are looked at soon after start, then every poll interval.
+    let mut next_schedules = Instant::now();
     loop {
         let stopping = shared.stopping();
         if stopping {
@@ -90,7 +94,8 @@ pub(crate) fn run(
         let due_abort = shared.ledger.has_suspects()
             || shared.ledger.needs_control_read()
             || (now >= next_abort_poll && shared.ledger.any_held());
-        if !(due_beat || due_rescue || due_abort) {
+        let due_schedules = now >= next_schedules && !stopping;
+        if !(due_beat || due_rescue || due_abort || due_schedules) {
             continue;
         }
         let c = match link.get() {
@@ -117,6 +122,10 @@ pub(crate) fn run(
                 release_lost_claims(shared, c)?;
                 super::observe::queue_gauges(c);
                 next_rescue = Instant::now() + shared.opts.heartbeat_interval;
+            }
+            if due_schedules {
+                super::periodic::check_stored(shared, c)?;
+                next_schedules = Instant::now() + shared.opts.poll_interval;
             }
             Ok(())
         })();

@@ -434,6 +434,7 @@ impl WorkerBuilder {
             quiet_until: Mutex::new(None),
             refusals: Default::default(),
             starts_due: crossbeam_channel::bounded(1),
+            schedules: periodic::Watch::default(),
         });
 
         let mut threads = Vec::new();
@@ -533,7 +534,9 @@ impl WorkerBuilder {
                     Box::new(move || super::vacuum::run(&s, &stop)),
                 )?;
             }
-            if periodic::needed(&schedules, &shared.opts) {
+            {
+                // Always there: stored schedules may come at any time. It holds a
+                // connection only while it has something to defer or prune.
                 let (s, stop) = (shared.clone(), stop_rx.clone());
                 spawn(
                     Role::Periodic,

@@ -108,6 +108,11 @@ impl<'a, S> Link<'a, S> {
         Ok(&mut self.conn.as_mut().expect("connected above").0)
     }
 
+    /// Closes the connection, if there is one (the next use opens another).
+    pub(crate) fn close(&mut self) {
+        self.conn = None;
+    }
+
     /// Judges the result of a round-trip: a success resets the backoff; a failure is logged,
     /// drops the connection if it broke, and gives the wait before the next try.
     pub(crate) fn judge<T>(&mut self, res: Result<T>) -> std::result::Result<T, Duration> {

@@ -274,6 +274,9 @@ pub(crate) struct Shared {
     pub(crate) quiet_until: Mutex<Option<Instant>>,
     /// The episode of refused connections under way, if any: logged once per episode.
     pub(crate) refusals: refused::Refusals,
+    /// What the beat thread last saw of the stored schedules, and the wake-up it sends the
+    /// periodic thread when that changes (`periodic.rs`).
+    pub(crate) schedules: periodic::Watch,
 }
 
 impl Shared {

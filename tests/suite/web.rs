@@ -666,6 +666,144 @@ fn schedules_given_by_the_program_show_their_exact_next_instant() {
 }
 
 #[test]
+fn stored_schedules_are_paused_and_resumed_from_the_periodic_page_with_the_same_guards() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    let admin = app.admin();
+    admin
+        .set_schedule(
+            &postpone::NewSchedule::new("report", "0 9 * * *")
+                .id("<p>")
+                .time_zone("Europe/Paris"),
+        )
+        .unwrap();
+    // The program's schedule with the same task and id is shown once, as the stored one.
+    let mut tasks = postpone::Tasks::new();
+    tasks.register(
+        "report",
+        |_: &postpone::Job| -> Result<(), postpone::TaskError> { Ok(()) },
+    );
+    tasks.periodic("report", "0 0 1 1 *").id("<p>");
+    tasks.periodic("report", "@hourly").id("code");
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .schedules(&tasks)
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let page = get(addr, "/periodic").body;
+    assert_inert(&page);
+    assert!(
+        page.contains("<code>0 9 * * * (Europe/Paris)</code>"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("0 0 1 1 *"),
+        "the replaced code schedule is listed: {page}"
+    );
+    assert!(
+        page.contains("<code>@hourly</code>") && page.contains(">code</td>"),
+        "{page}"
+    );
+    assert_eq!(
+        page.matches("action=\"/periodic/pause\"").count(),
+        1,
+        "{page}"
+    );
+    assert!(page.contains("value=\"&lt;p&gt;\""), "{page}");
+    let token = csrf_of(&page);
+    let body = |extra: &str| format!("task=report&id=%3Cp%3E&{extra}");
+
+    assert_eq!(get(addr, "/periodic/pause").status, 405);
+    let r = request(addr, "POST", "/periodic/pause", &form, &body("csrf=wrong"));
+    assert_eq!(r.status, 403);
+    let cross = [form[0], ("Origin", "http://evil.example")];
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/pause",
+        &cross,
+        &body(&format!("csrf={token}")),
+    );
+    assert_eq!(r.status, 403);
+    assert!(!admin.schedule("report", "<p>").unwrap().is_paused());
+
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/pause",
+        &form,
+        &body(&format!("csrf={token}")),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/periodic?done=paused"));
+    assert!(admin.schedule("report", "<p>").unwrap().is_paused());
+    let page = get(addr, "/periodic?done=paused").body;
+    assert!(page.contains("Schedule paused"), "{page}");
+    assert!(
+        page.contains("database <strong class=\"err\">paused</strong>"),
+        "{page}"
+    );
+    assert!(page.contains(">Resume</button>"), "{page}");
+
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/resume",
+        &form,
+        &body(&format!("csrf={token}")),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(!admin.schedule("report", "<p>").unwrap().is_paused());
+
+    // A missing schedule is a 404, an unknown action too.
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/pause",
+        &form,
+        &format!("task=nope&csrf={token}"),
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(r.body.contains("no stored schedule"), "{}", r.body);
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/drop",
+        &form,
+        &body(&format!("csrf={token}")),
+    );
+    assert_eq!(r.status, 404);
+    dash.shutdown();
+
+    let ro = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .read_only(true)
+        .spawn()
+        .unwrap();
+    let page = get(ro.addr(), "/periodic").body;
+    assert!(page.contains("0 9 * * *"), "{page}");
+    assert!(
+        !page.contains("/periodic/pause") && !page.contains("<th>Action</th>"),
+        "buttons in read-only mode: {page}"
+    );
+    let r = request(
+        ro.addr(),
+        "POST",
+        "/periodic/pause",
+        &form,
+        &body(&format!("csrf={token}")),
+    );
+    assert_eq!(r.status, 403);
+    assert!(!admin.schedule("report", "<p>").unwrap().is_paused());
+    ro.shutdown();
+}
+
+#[test]
 fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     init_logging();
     let db = TestDb::new();

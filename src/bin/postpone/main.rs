@@ -131,6 +131,13 @@ enum Command {
     RateLimit(commands::rate_limit::RateLimitArgs),
     /// Set, clear or list the most running jobs per key (an argument field) of a queue.
     KeyLimit(commands::rate_limit::KeyLimitArgs),
+    /// List the periodic schedules stored in the database, with their last and next instants.
+    Schedules,
+    /// Add, pause, resume or remove a periodic schedule stored in the database.
+    Schedule {
+        #[command(subcommand)]
+        command: commands::schedule::ScheduleCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -231,6 +238,8 @@ where
         Command::Limit(a) => commands::limit::run(&ctx, &app, &a, out)?,
         Command::RateLimit(a) => commands::rate_limit::run_rate(&ctx, &app, &a, out)?,
         Command::KeyLimit(a) => commands::rate_limit::run_key(&ctx, &app, &a, out)?,
+        Command::Schedules => commands::schedule::list(&ctx, &app, out)?,
+        Command::Schedule { command } => commands::schedule::run(&ctx, &app, &command, out)?,
         Command::Healthcheck(_)
         | Command::Migrate(_)
         | Command::Grants(_)

@@ -221,7 +221,8 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("GET" | "HEAD", ["batches", id]) => batch(st, parse_batch_id(id)?),
         ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),
         ("POST", ["workers", action]) => act_workers(st, req, action),
-        ("GET" | "HEAD", ["periodic"]) => periodic(st),
+        ("GET" | "HEAD", ["periodic"]) => periodic(st, req.param("done")),
+        ("POST", ["periodic", action]) => act_periodic(st, req, action),
         ("GET" | "HEAD", ["static", "live.js"]) => Ok(Response {
             status: 200,
             headers: vec![("Content-Type", "text/javascript; charset=utf-8".to_owned())],
@@ -231,7 +232,7 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
             let v = st.admin.check_schema()?;
             Ok(Response::text(200, format!("ok: schema version {v}\n")))
         }
-        (_, ["jobs", _, _] | ["queues", _] | ["workers", _]) => {
+        (_, ["jobs", _, _] | ["queues", _] | ["workers", _] | ["periodic", _]) => {
             Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
         }
         ("GET" | "HEAD" | "POST", _) => Ok(st.page(

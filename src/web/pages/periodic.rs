@@ -1,24 +1,40 @@
-//! The periodic page: each schedule with its last and next instants.
+//! The periodic page: each schedule (stored in the database, given to the dashboard by the
+//! program, or only seen in the record of deferred instants) with its last and next
+//! instants; a stored schedule with its pause or resume button (not in read-only mode),
+//! which posts to `/periodic/pause` or `/periodic/resume` behind the same checks as every
+//! other change (auth, origin, CSRF token).
 
 use super::*;
 
-/// One line of the page: a schedule the program gave or the database recorded.
+/// Where a line's schedule comes from.
+enum Source<'a> {
+    /// A row of `postpone_schedules`.
+    Stored(&'a crate::admin::ScheduleInfo),
+    /// The program's code (`Dashboard::schedules`).
+    Code,
+    /// Only the record of deferred instants.
+    Recorded,
+}
+
+/// One line of the page.
 struct Line<'a> {
     task: String,
     id: String,
-    /// The cron expression, when the program gave it.
+    /// The cron expression, when known here.
     schedule: Option<String>,
+    source: Source<'a>,
     row: Option<&'a queries::PeriodicRow>,
     next: Markup,
 }
 
-pub(super) fn periodic(st: &State) -> Result<Response, Error> {
+pub(super) fn periodic(st: &State, done: Option<&str>) -> Result<Response, Error> {
     let mut cost = Cost::new();
     let rows = {
         let mut conn = st.app.connection()?;
         queries::periodic(&mut conn)?
     };
-    cost.queries += 1;
+    let stored = st.admin.schedules()?;
+    cost.queries += 2;
     let now = SystemTime::now();
     let in_or_overdue = |next: SystemTime| -> Markup {
         html! {
@@ -30,9 +46,34 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
             ")"
         }
     };
-    // Schedules known from the program, then those only the database knows.
+    // Stored schedules, then those known from the program (a stored one with the same task
+    // and id replaces it on the workers), then those only the record knows.
     let mut lines: Vec<Line<'_>> = Vec::new();
+    for s in &stored {
+        let row = rows
+            .iter()
+            .find(|r| r.task == s.task && r.periodic_id == s.id);
+        let next = match s.next_instant {
+            Some(n) => in_or_overdue(n),
+            None if s.is_paused() => html! { span.dim { "paused" } },
+            None => html! { span.dim { "never" } },
+        };
+        lines.push(Line {
+            task: s.task.clone(),
+            id: s.id.clone(),
+            schedule: Some(match &s.time_zone {
+                Some(z) => format!("{} ({z})", s.cron),
+                None => s.cron.clone(),
+            }),
+            source: Source::Stored(s),
+            row,
+            next,
+        });
+    }
     for s in &st.schedules {
+        if lines.iter().any(|l| l.task == s.task() && l.id == s.id) {
+            continue;
+        }
         let row = rows
             .iter()
             .find(|r| r.task == s.task() && r.periodic_id == s.id);
@@ -44,6 +85,7 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
             task: s.task().to_owned(),
             id: s.id.clone(),
             schedule: Some(s.schedule().to_owned()),
+            source: Source::Code,
             row,
             next,
         });
@@ -68,24 +110,54 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
             task: r.task.clone(),
             id: r.periodic_id.clone(),
             schedule: None,
+            source: Source::Recorded,
             row: Some(r),
             next,
         });
     }
+    // Fixed texts only: a crafted link says nothing else.
+    let done_text = match done {
+        Some("paused") => {
+            Some("Schedule paused: workers stop deferring it within a poll interval.")
+        }
+        Some("resumed") => Some(
+            "Schedule resumed: its next instants are deferred (the paused ones are not caught up).",
+        ),
+        _ => None,
+    };
+    let action = |l: &Line<'_>, paused: bool| -> Markup {
+        let (path, label, id) = if paused {
+            ("/periodic/resume", "Resume", "resume")
+        } else {
+            ("/periodic/pause", "Pause", "pause")
+        };
+        html! {
+            form.inline method="post" action=(st.link(path)) {
+                input type="hidden" name="csrf" value=(st.csrf);
+                input type="hidden" name="task" value=(l.task);
+                input type="hidden" name="id" value=(l.id);
+                button name="go" value="1" class=(id) { (label) }
+            }
+        }
+    };
     let body = html! {
         h1 { "Periodic schedules" }
+        @if let Some(t) = done_text { p.flash { (t) } }
         div #periodic-live data-live="periodic" {
         @if lines.is_empty() {
-            p.dim { "No periodic instant has been deferred yet." }
+            p.dim { "No schedule is stored and no periodic instant has been deferred yet." }
         } @else {
             p.dim {
-                "Schedules live in the workers' code. Those this dashboard was given show their \
-                 exact next instant; for the others it is inferred from the distance between \
-                 the last two instants recorded."
+                "Schedules come from the database (stored at runtime: every worker that \
+                 registers the task follows them, and they can be paused here) or from the \
+                 workers' code. Those known here show their exact next instant; for the others \
+                 it is inferred from the distance between the last two instants recorded."
             }
             div.scroll { table #schedules {
-                tr { th { "Task" } th { "Periodic id" } th { "Schedule" } th { "Last instant" }
-                     th { "Its job" } th { "Next instant" } th.n { "Instants kept" } }
+                tr { th { "Task" } th { "Periodic id" } th { "Schedule" } th { "Source" }
+                     th { "Last instant" }
+                     th { "Its job" } th { "Next instant" } th.n { "Instants kept" }
+                     @if !st.read_only { th { "Action" } } }
                 @for l in &lines {
                     tr {
                         td { (Shown(&l.task)) }
@@ -94,6 +166,14 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
                             @match &l.schedule {
                                 Some(s) => code { (Shown(s)) },
                                 None => span.dim { "not known here" },
+                            }
+                        }
+                        td {
+                            @match l.source {
+                                Source::Stored(s) if s.is_paused() => { "database " strong.err { "paused" } }
+                                Source::Stored(_) => "database",
+                                Source::Code => "code",
+                                Source::Recorded => span.dim { "record" },
                             }
                         }
                         @match l.row {
@@ -118,6 +198,11 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
                                 td.n { "0" }
                             }
                         }
+                        @if !st.read_only {
+                            td {
+                                @if let Source::Stored(s) = l.source { (action(l, s.is_paused())) }
+                            }
+                        }
                     }
                 }
             } }
@@ -126,4 +211,32 @@ pub(super) fn periodic(st: &State) -> Result<Response, Error> {
         (cost.footer())
     };
     Ok(st.page(200, "Periodic", "Periodic", Some(30), body))
+}
+
+/// `POST /periodic/pause` and `/periodic/resume`: the stored schedule named by the form's
+/// `task` and `id` fields, through the admin API.
+pub(super) fn act_periodic(st: &State, req: &Request, action: &str) -> Result<Response, Error> {
+    if let Some(r) = refusal(st, req) {
+        return Ok(r);
+    }
+    let form = req.form();
+    let field = |k: &str| {
+        form.iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.as_str())
+    };
+    let (Some(task), id) = (field("task"), field("id").unwrap_or("")) else {
+        return Ok(Response::text(400, "the form names no task\n"));
+    };
+    let res = match action {
+        "pause" => st.admin.pause_schedule(task, id).map(|_| "paused"),
+        "resume" => st.admin.resume_schedule(task, id).map(|_| "resumed"),
+        _ => return Ok(Response::text(404, "no such action\n")),
+    };
+    match res {
+        Ok(done) => Ok(Response::redirect(
+            st.link(&format!("/periodic?done={done}")),
+        )),
+        Err(e) => Err(e),
+    }
 }

@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod pause;
 pub mod prune;
 pub mod rate_limit;
+pub mod schedule;
 mod seen;
 mod select;
 pub mod stalled;
