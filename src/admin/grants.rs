@@ -6,11 +6,11 @@
 //! `postpone_migrations`. Each is put in a [`Class`] by what the catalogue says of it (its
 //! kind, whether it is an identity sequence or a trigger function, whether it runs as its
 //! caller, whether it writes) and, for tables, by one naming rule: tables an operator sets
-//! (`postpone_paused_*`, `postpone_*_limits`, `postpone_schedules`) are settings. Each part then has one rule per
-//! class ([`privileges`]). So a table or function a later migration adds is covered the day
-//! it lands; an object no rule can judge (a type, an aggregate, a `SECURITY DEFINER`
-//! function, whose privileges are its owner's) is left out with a comment in the SQL, and
-//! the `grants` integration test fails until a rule covers it.
+//! (`postpone_paused_*`, `postpone_*_limits`, `postpone_schedules`) are settings. Each part
+//! then has one rule per class ([`privileges`]). So a table or function a later migration
+//! adds is covered the day it lands; an object no rule can judge (a type, an aggregate, a
+//! `SECURITY DEFINER` function, whose privileges are its owner's) is left out with a comment
+//! in the SQL, and the `grants` integration test fails until a rule covers it.
 //!
 //! `EXECUTE` on a function that runs as its caller (all of postpone's do) gives no power the
 //! caller's table privileges do not: a producer calling `postpone_claim` fails on the jobs

@@ -100,7 +100,15 @@ pub fn list(ctx: &Context, app: &App, out: &mut dyn Write) -> Result<(), CliErro
         return Ok(());
     }
     let mut t = Table::new(&[
-        "TASK", "ID", "CRON", "ZONE", "STATE", "LAST", "NEXT", "QUEUE", "ARGS",
+        "TASK",
+        "ID",
+        "CRON",
+        "ZONE",
+        "STATE",
+        "LAST (UTC)",
+        "NEXT (UTC)",
+        "QUEUE",
+        "ARGS",
     ]);
     for s in &all {
         t.row(vec![
@@ -205,7 +213,7 @@ pub fn run(
         let s = admin.schedule(key.0, key.1)?;
         writeln!(
             out,
-            "next instant: {}; every worker that registers task {} follows it within a poll interval",
+            "next instant: {} UTC; every worker that registers task {} follows it within a poll interval",
             opt_time(s.next_instant),
             key.0
         )?;
