@@ -505,10 +505,22 @@ fn every_page_in_chromium_with_retry_and_cancel() {
     assert!(browser.text("tr.stalled").contains("stalled"));
     browser.screenshot("workers");
 
+    // A stored schedule: paused and resumed with its buttons.
+    fx.app
+        .admin()
+        .set_schedule(&postpone::NewSchedule::new("nightly", "0 3 * * *").time_zone("Europe/Paris"))
+        .unwrap();
     browser.load(&format!("{base}/periodic"), "Periodic");
     assert!(browser.text("table").contains(HOSTILE_TASK));
     assert!(browser.text("table").contains("id<&>"));
+    assert!(browser.text("table").contains("0 3 * * *\nEurope/Paris"));
     browser.screenshot("periodic");
+    browser.click_to("button.pause", "?done=paused");
+    assert!(browser.text("body").contains("Schedule paused"));
+    assert!(browser.text("table").contains("database paused"));
+    assert!(fx.app.admin().schedule("nightly", "").unwrap().is_paused());
+    browser.click_to("button.resume", "?done=resumed");
+    assert!(!fx.app.admin().schedule("nightly", "").unwrap().is_paused());
 
     // The keyboard alone: Tab reaches the navigation's links in order, Enter follows one.
     browser.load(&format!("{base}/workers"), "Workers");

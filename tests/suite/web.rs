@@ -697,7 +697,7 @@ fn stored_schedules_are_paused_and_resumed_from_the_periodic_page_with_the_same_
     let page = get(addr, "/periodic").body;
     assert_inert(&page);
     assert!(
-        page.contains("<code>0 9 * * * (Europe/Paris)</code>"),
+        page.contains("<code>0 9 * * *</code><br><span class=\"dim\">Europe/Paris</span>"),
         "{page}"
     );
     assert!(

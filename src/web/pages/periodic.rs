@@ -61,10 +61,7 @@ pub(super) fn periodic(st: &State, done: Option<&str>) -> Result<Response, Error
         lines.push(Line {
             task: s.task.clone(),
             id: s.id.clone(),
-            schedule: Some(match &s.time_zone {
-                Some(z) => format!("{} ({z})", s.cron),
-                None => s.cron.clone(),
-            }),
+            schedule: Some(s.cron.clone()),
             source: Source::Stored(s),
             row,
             next,
@@ -166,6 +163,9 @@ pub(super) fn periodic(st: &State, done: Option<&str>) -> Result<Response, Error
                             @match &l.schedule {
                                 Some(s) => code { (Shown(s)) },
                                 None => span.dim { "not known here" },
+                            }
+                            @if let Source::Stored(s) = l.source {
+                                @if let Some(z) = &s.time_zone { br; span.dim { (Shown(z)) } }
                             }
                         }
                         td {
