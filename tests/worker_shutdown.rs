@@ -48,9 +48,9 @@ fn timed_shutdown(case: &str, handle: WorkerHandle) -> ShutdownReport {
     report
 }
 
-/// Threads of a worker: beat, fetch, complete, listen, vacuum, and the executors.
+/// Threads of a worker: beat, fetch, complete, listen, vacuum, periodic, and the executors.
 fn worker_threads(concurrency: usize) -> usize {
-    concurrency + 5
+    concurrency + 6
 }
 
 /// TCP sockets the proxy accepted on `port` whose client sent bytes the proxy has not read:

@@ -15,8 +15,9 @@
 //! - `postpone-beat` refreshes the heartbeat, rescues the jobs of stalled workers, gives
 //!   back jobs of claims whose reply was lost, polls abort requests, and raises task
 //!   timeouts; it keeps beating through a shutdown's graceful wait;
-//! - `postpone-periodic` (when periodic tasks or retention are configured) defers each
-//!   scheduled instant once across all workers, and prunes finished jobs;
+//! - `postpone-periodic` defers each scheduled instant (of the code's schedules and of those
+//!   stored for the worker's tasks) once across all workers, and prunes finished jobs; it
+//!   holds a connection only while it has a schedule to follow or a retention;
 //! - `postpone-vacuum` (unless [`Vacuum::off`]) vacuums the jobs table when the completer
 //!   finds its dead rows past the threshold, on a connection it holds only meanwhile.
 //!
