@@ -44,7 +44,7 @@ use crate::periodic::{self, describe, Deferred, PeriodicOptions};
 use crate::retention::{self, Retention};
 use crate::retry::jitter_rand;
 use crate::store;
-use crate::task::{Task, Tasks};
+use crate::task::{Registered, Tasks};
 use crate::types::RawJson;
 
 /// Longest sleep with the system clock: a wall clock that jumps is noticed within this.
@@ -203,7 +203,11 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    fn new(tasks: &HashMap<String, Arc<Task>>, spec: PeriodicOptions, origin: Origin) -> Self {
+    fn new(
+        tasks: &HashMap<String, Arc<Registered>>,
+        spec: PeriodicOptions,
+        origin: Origin,
+    ) -> Self {
         let task = tasks.get(&spec.task).map(|t| &t.options);
         Schedule {
             queue: spec

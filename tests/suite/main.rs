@@ -65,5 +65,6 @@ mod vacuum;
 // Surfaces: SQL, periodic schedules, the dashboard over HTTP, async callers.
 mod async_web;
 mod periodic;
+mod schedules;
 mod sql_defer;
 mod web;

@@ -148,6 +148,28 @@ CREATE TABLE postpone_rate_starts (
     CONSTRAINT postpone_rate_starts_pkey PRIMARY KEY (queue, until)
 );
 
+CREATE TABLE postpone_schedules (
+    task text NOT NULL,
+    periodic_id text DEFAULT ''::text NOT NULL,
+    cron text NOT NULL,
+    time_zone text,
+    args jsonb DEFAULT 'null'::jsonb NOT NULL,
+    queue text,
+    priority integer,
+    lock text,
+    queueing_lock text,
+    catch_up_ms bigint DEFAULT 600000 NOT NULL,
+    paused_at timestamp with time zone,
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    revision bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    CONSTRAINT postpone_schedules_pkey PRIMARY KEY (task, periodic_id),
+    CONSTRAINT postpone_schedules_catch_up CHECK (((catch_up_ms >= 0) AND (catch_up_ms <= 86400000))),
+    CONSTRAINT postpone_schedules_cron CHECK ((cron <> ''::text)),
+    CONSTRAINT postpone_schedules_task CHECK ((task <> ''::text))
+);
+
 CREATE TABLE postpone_stats (
     span text NOT NULL,
     at timestamp with time zone NOT NULL,

@@ -5,7 +5,7 @@
 //! instants; a stored schedule replaces a code one with its (task, id); a worker that does not
 //! register the task defers nothing; bad inputs are refused with errors that say why.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
