@@ -59,8 +59,9 @@ pub(crate) fn run(
     // Look for stalled workers soon after start, then at every heartbeat.
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
     let mut next_abort_poll = Instant::now() + ABORT_POLL;
-    // The stored schedules are looked at soon after start, then every poll interval.
-    let mut next_schedules = Instant::now();
+    // The stored schedules are looked at every poll interval (a worker with schedules in
+    // its code reads them at start itself: see `periodic.rs`).
+    let mut next_schedules = Instant::now() + shared.opts.poll_interval;
     loop {
         let stopping = shared.stopping();
         if stopping {
