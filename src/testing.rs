@@ -378,7 +378,7 @@ impl Mark {
             if let Some(r) = rows.first() {
                 status = match r.get::<_, &str>(1) {
                     "aborted" => JobStatus::Aborted,
-                    "superseded" => JobStatus::Cancelled,
+                    "superseded" | "expired" => JobStatus::Cancelled,
                     "failed" => JobStatus::Failed,
                     _ => JobStatus::Todo,
                 };
@@ -404,7 +404,7 @@ impl Mark {
             if let Some(r) = rows.first() {
                 status = match r.get::<_, &str>(1) {
                     "aborted" => JobStatus::Aborted,
-                    "superseded" => JobStatus::Cancelled,
+                    "superseded" | "expired" => JobStatus::Cancelled,
                     "failed" => JobStatus::Failed,
                     _ => JobStatus::Todo,
                 };

@@ -133,10 +133,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "dependencies",
         sql: include_str!("0023_dependencies.sql"),
     },
+    Migration {
+        version: 24,
+        name: "expiry",
+        sql: include_str!("0024_expiry.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 23;
+pub(crate) const LATEST: i32 = 24;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
