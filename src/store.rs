@@ -372,7 +372,8 @@ pub(crate) const JOB_GET: &str = concat!(
        j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts,
        -- Written by hand, the array may hold NULLs (or have two dimensions).
        ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
-       j.blocked_by, j.has_dependents OR j.has_dependencies
+       j.blocked_by, j.has_dependents OR j.has_dependencies,
+       j.expires_at AS expires_at, j.expired AS expired
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"

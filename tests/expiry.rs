@@ -381,6 +381,15 @@ fn batches_sql_and_dependents_expire_too() {
         assert!(!started.lock().unwrap().contains(&id.0));
     }
     wait_status(&db, batch[2], "succeeded", Duration::from_secs(10));
+    // The admin API: the deadline, the flag, and the count.
+    let admin = app.admin();
+    let d = admin.job(batch[0]).unwrap();
+    assert!(d.job.expired && d.job.expires_at.is_some(), "{d:?}");
+    let d = admin.job(batch[2]).unwrap();
+    assert!(!d.job.expired && d.job.expires_at.is_none(), "{d:?}");
+    let counts = admin.counts().unwrap();
+    let c = counts.iter().find(|c| c.queue == "default").unwrap();
+    assert!(c.expired >= 5 && c.cancelled >= c.expired, "{c:?}");
     let row = wait_status(&db, next, "cancelled", Duration::from_secs(10));
     assert!(
         row.error_texts()
