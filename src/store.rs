@@ -37,10 +37,12 @@ SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::text,
   FROM (SELECT set_config('postpone.quiet_insert', 'on', true)) q
 RETURNING id";
 
-/// Ends up to `$1` waiting jobs past their deadline (`cancelled`, `expired`; schema version
-/// 24, `postpone_expire`), skipping rows others hold locked. Returns how many it ended: `$1`
-/// means there may be more.
-pub(crate) const JOB_EXPIRE: &str = "SELECT postpone_expire($1::int)";
+/// Ends up to `$1` waiting jobs past their deadline, earliest first from deadline `$2` on
+/// (NULL: the earliest), as `cancelled`, `expired` (schema version 24, `postpone_expire`),
+/// skipping rows others hold locked. Returns how many it ended (`$1`: there may be more) and
+/// the latest deadline among them (the next call's `$2` while a backlog lasts).
+pub(crate) const JOB_EXPIRE: &str =
+    "SELECT ended, reached FROM postpone_expire($1::int, $2::timestamptz)";
 
 /// Wakes the workers of queue `$1` (`job:<queue>` on the workers' channel).
 pub(crate) const WAKE_QUEUE: &str = "SELECT postpone_wake($1::text)";
@@ -499,13 +501,14 @@ SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, statu
   FROM postpone_jobs WHERE id > $1 ORDER BY id";
 
 /// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
-/// first then oldest.
+/// first then oldest; never one past its deadline (schema version 24), as a worker's claim.
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_CLAIM: &str = "
 UPDATE postpone_jobs
    SET status = 'doing', attempts = attempts + 1, started_at = now()
  WHERE id = (SELECT id FROM postpone_jobs
               WHERE status = 'todo' AND id > $1 AND ($2 OR scheduled_at <= now())
+                AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority DESC, id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED)

@@ -1040,7 +1040,7 @@ fn defer_expires_in_and_the_deadline_in_the_views() {
     let mut c = db.client();
     c.batch_execute(
         "UPDATE postpone_jobs SET expires_at = now() - interval '1 second' WHERE id = 1;
-         SELECT postpone_expire(10);",
+         SELECT * FROM postpone_expire(10, NULL);",
     )
     .unwrap();
     assert_eq!(status_of(url, JobId::from(1)), "cancelled");

@@ -113,37 +113,42 @@ BEGIN
 END
 $$;
 
--- Ends up to `p_limit` waiting jobs whose deadline has passed: `cancelled`, `expired` set,
--- the error saying when they expired. Rows other sessions hold locked (a claim walking
--- them, another worker's call) are skipped. Jobs they were parked behind, waits for them
--- (postpone_wait) and their dependents are settled by the table's triggers, as for any
--- other cancel. Returns how many it ended: `p_limit` means there may be more.
-CREATE OR REPLACE FUNCTION postpone_expire(p_limit integer)
-RETURNS integer
+-- Ends up to `p_limit` waiting jobs whose deadline has passed, earliest deadline first from
+-- `p_from` on (NULL: the earliest): `cancelled`, `expired` set, the error saying when they
+-- expired. Rows other sessions hold locked (a claim walking them, another worker's call) are
+-- skipped. Jobs they were parked behind, waits for them (postpone_wait) and their dependents
+-- are settled by the table's triggers, as for any other cancel. Returns how many it ended
+-- (`p_limit`: there may be more) and the latest deadline among them: the caller passes it
+-- back as `p_from` while it works through a backlog, so that each call starts where the
+-- last one stopped instead of stepping again over the index entries the earlier calls left
+-- behind (they stay until a vacuum).
+CREATE OR REPLACE FUNCTION postpone_expire(p_limit integer, p_from timestamptz)
+RETURNS TABLE (ended integer, reached timestamptz)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET jit = off
 AS $$
-DECLARE
-    v_n integer;
 BEGIN
+    RETURN QUERY
     WITH x AS (
         SELECT j.ctid AS t
           FROM postpone_jobs j
          WHERE j.status = 'todo' AND j.expires_at IS NOT NULL AND j.expires_at <= now()
+           AND j.expires_at >= coalesce(p_from, '-infinity')
          ORDER BY j.expires_at
          LIMIT greatest(p_limit, 0)
            FOR UPDATE SKIP LOCKED
+    ), done AS (
+        UPDATE postpone_jobs j
+           SET status = 'cancelled', finished_at = now(), expired = true,
+               errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+                   'attempt', j.attempts, 'at', now(),
+                   'error', postpone_expiry_text(j.expires_at, NULL)))
+          FROM x
+         WHERE j.ctid = x.t AND j.status = 'todo'
+        RETURNING j.expires_at
     )
-    UPDATE postpone_jobs j
-       SET status = 'cancelled', finished_at = now(), expired = true,
-           errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-               'attempt', j.attempts, 'at', now(),
-               'error', postpone_expiry_text(j.expires_at, NULL)))
-      FROM x
-     WHERE j.ctid = x.t AND j.status = 'todo';
-    GET DIAGNOSTICS v_n = ROW_COUNT;
-    RETURN v_n;
+    SELECT count(*)::integer, max(done.expires_at) FROM done;
 END
 $$;
 

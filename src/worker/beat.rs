@@ -67,8 +67,9 @@ pub(crate) fn run(
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
     let mut next_abort_poll = Instant::now() + ABORT_POLL;
     let mut next_expire = Instant::now() + Duration::from_millis(200);
-    // The last sweep ended a full batch: more may wait, sweep again without the tick.
-    let mut expire_more = false;
+    // The last sweep ended a full batch: more may wait, sweep again without the tick, from
+    // the deadline it reached.
+    let mut expire_more: Option<SystemTime> = None;
     loop {
         let stopping = shared.stopping();
         if stopping {
@@ -85,7 +86,7 @@ pub(crate) fn run(
             select! {
                 recv(stop) -> _ => continue,
                 recv(shared.beat_wake.1) -> _ => {},
-                default(if expire_more { Duration::ZERO } else { TICK }) => {},
+                default(if expire_more.is_some() { Duration::ZERO } else { TICK }) => {},
             }
         }
         raise_timeouts(shared);
@@ -102,7 +103,7 @@ pub(crate) fn run(
         let due_abort = shared.ledger.has_suspects()
             || shared.ledger.needs_control_read()
             || (now >= next_abort_poll && shared.ledger.any_held());
-        let due_expire = (expire_more || now >= next_expire) && !stopping;
+        let due_expire = (expire_more.is_some() || now >= next_expire) && !stopping;
         if !(due_beat || due_rescue || due_abort || due_expire) {
             continue;
         }
@@ -126,8 +127,8 @@ pub(crate) fn run(
                 }
             }
             if due_expire {
-                expire_more = false;
-                expire_more = expire(shared, c)?;
+                let from = expire_more.take();
+                expire_more = expire(shared, c, from)?;
                 next_expire = Instant::now() + EXPIRE_EVERY;
             }
             if due_rescue {
@@ -339,15 +340,20 @@ fn release_lost_claims(shared: &Shared, conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-/// Ends a batch of waiting jobs past their deadline; true when the batch was full (more
-/// may wait).
-fn expire(shared: &Shared, conn: &mut Connection) -> Result<bool> {
+/// Ends a batch of waiting jobs past their deadline, from deadline `from` on; when the batch
+/// was full (more may wait), the deadline it reached, for the next batch.
+fn expire(
+    shared: &Shared,
+    conn: &mut Connection,
+    from: Option<SystemTime>,
+) -> Result<Option<SystemTime>> {
     let rows = conn.query_cached(
         "ending jobs past their deadline",
         store::JOB_EXPIRE,
-        &[&EXPIRE_BATCH],
+        &[&EXPIRE_BATCH, &from],
     )?;
-    let n: i32 = rows.first().map_or(0, |r| r.get(0));
+    let (n, reached): (i32, Option<SystemTime>) =
+        rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
     if n > 0 {
         shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
         crate::metrics::expired(n as u64);
@@ -356,7 +362,7 @@ fn expire(shared: &Shared, conn: &mut Connection) -> Result<bool> {
             shared.name
         );
     }
-    Ok(n >= EXPIRE_BATCH)
+    Ok(if n >= EXPIRE_BATCH { reached } else { None })
 }
 
 fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
