@@ -34,22 +34,24 @@ install() {
 install "$OLD" 23
 install "$NEW" 24
 setup() {
-  $PG -d "$1" -v expired="$2" -v first="$3" <<'SQL'
+  local sql=""
+  if [ "$2" -gt 0 ]; then
+    sql="INSERT INTO postpone_jobs (queue, task, args, scheduled_at, expires_at)
+SELECT 'default', 'noop', 'null', s.at, s.at + interval '1 minute'
+  FROM (SELECT CASE WHEN $3 THEN now() - interval '2 hours' + random() * interval '1 hour'
+                    ELSE now() - interval '20 minutes' + random() * interval '10 minutes' END AS at
+          FROM generate_series(1, $2)) s;"
+  fi
+  $PG -d "$1" -v expired_sql="$sql" <<'SQL'
 \set ON_ERROR_STOP on
 TRUNCATE postpone_jobs, postpone_workers;
 INSERT INTO postpone_workers (id, name) OVERRIDING SYSTEM VALUE VALUES (1, 'bench');
 SELECT setseed(0.43);
 INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
 SELECT 'default', 'noop', 'null', now() - interval '30 minutes' FROM generate_series(1, 10000);
--- Expired jobs of the same task: an hour before the live ones (first), or just after them.
-SELECT CASE WHEN :expired > 0 THEN
-  (SELECT count(*) FROM (
-     INSERT INTO postpone_jobs (queue, task, args, scheduled_at, expires_at)
-     SELECT 'default', 'noop', 'null', s.at, s.at + interval '1 minute'
-       FROM (SELECT CASE WHEN :first THEN now() - interval '2 hours' + random() * interval '1 hour'
-                         ELSE now() - interval '20 minutes' + random() * interval '10 minutes' END AS at
-               FROM generate_series(1, :expired)) s
-     RETURNING 1) x) END;
+-- Expired jobs of the same task, if any: an hour before the live ones (first), or just
+-- after them.
+:expired_sql
 VACUUM ANALYZE postpone_jobs;
 CREATE OR REPLACE FUNCTION public.bench_claim(n int) RETURNS float8 LANGUAGE plpgsql AS $$
 DECLARE t0 timestamptz; got int;
