@@ -14,7 +14,10 @@
 --   deadline (so it is empty when no job expires, and the call reads nothing). Workers call
 --   it from their heartbeat thread, again at once while a call ends a full batch: a backlog
 --   of expired jobs is ended in bounded batches, never a statement per job, never on the
---   claim's path.
+--   claim's path. Until they are ended, expired jobs due before the live ones (the head of
+--   the claim's order) are stepped over by every claim, a row at a time (about a
+--   microsecond each, measured: benches/claim_expiry.sh); those due after them cost
+--   nothing.
 -- * A held job (claimed, not started: schema 20) knows its remaining time from the claim
 --   (`expires_in`, seconds from the claim's now()); its worker ends it `expired` instead of
 --   starting it once that has passed (postpone_finish's outcome 'expired', its attempt given
