@@ -45,8 +45,9 @@ mod deploy;
 mod bad_inputs;
 mod fuzz_props;
 
-// Coordination and results.
+// Coordination and results: dependencies, deadlines (jobs that expire), waiting.
 mod dependencies;
+mod expiry;
 mod wait;
 
 // Tasks as users write them, and their tests.

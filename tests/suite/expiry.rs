@@ -4,8 +4,8 @@
 //! retried or snoozed past its deadline; a job that started in time runs to its end. The
 //! entry points (defer, batch, SQL, dependents) and their bad inputs.
 
-mod support;
-mod worker_util;
+use crate::support;
+use crate::worker_util;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
