@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# What the expiry (schema 24) costs the claim of jobs that have no deadline: the server time
+# What the expiry (schema 25) costs the claim of jobs that have no deadline: the server time
 # of one `postpone_claim_jobs` (the five-argument claim workers send, holding what it takes)
 # taking 64 of 10,000 due jobs, rolled back each time, on two databases side by side: one at
-# schema 23 (the migrations before expiry, as on main before it) and one at schema 24.
+# schema 24 (the migrations before expiry) and one at schema 25.
 # --rounds rounds of --calls claims, alternating the two databases; medians printed, never
 # asserted. Then the same claim with EXPIRED jobs past their deadline due before the 10,000
 # (the head of the claim's order: every claim steps over them until the workers' sweep has
@@ -31,8 +31,8 @@ install() {
       if [ "$((10#$v))" -le "$last" ]; then cat "$f"; echo; fi
     done; } | $PG -d "$db" -1 -v ON_ERROR_STOP=1 >/dev/null 2>&1
 }
-install "$OLD" 23
-install "$NEW" 24
+install "$OLD" 24
+install "$NEW" 25
 setup() {
   local sql=""
   if [ "$2" -gt 0 ]; then
@@ -73,7 +73,7 @@ SQL
 cost() { $PG -d "$1" -t -A -c "SELECT round(public.bench_claim($CALLS)::numeric, 4)"; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-echo "-- no job has a deadline: ms per claim of 64 jobs (schema 23 | schema 24), $ROUNDS rounds of $CALLS"
+echo "-- no job has a deadline: ms per claim of 64 jobs (schema 24 | schema 25), $ROUNDS rounds of $CALLS"
 setup "$OLD" 0 true >/dev/null
 setup "$NEW" 0 true >/dev/null
 old=(); new=()
@@ -89,6 +89,6 @@ for e in $EXPIRED; do
     where=$([ "$first" = true ] && echo "due before the live jobs" || echo "due after them")
     setup "$NEW" "$e" "$first" >/dev/null
     v=(); for r in $(seq "$ROUNDS"); do v+=("$(cost "$NEW")"); done
-    echo "-- $e expired jobs $where (schema 24): median $(printf '%s\n' "${v[@]}" | median) ms per claim (runs: ${v[*]})"
+    echo "-- $e expired jobs $where (schema 25): median $(printf '%s\n' "${v[@]}" | median) ms per claim (runs: ${v[*]})"
   done
 done

@@ -17,7 +17,7 @@
 //!   due jobs of a lower priority, `--backlog` finished jobs, and `--locks` jobs waiting
 //!   for locks that running jobs hold (ahead of the due ones in the queue): first as the
 //!   worker finds them (its first claim parks them, schema 11), then already parked and
-//!   vacuumed (`locks_parked`); and `--backlog` jobs past their deadline (schema 24, expiry),
+//!   vacuumed (`locks_parked`); and `--backlog` jobs past their deadline (schema 25, expiry),
 //!   due before the measured ones (`expired_first`: the head of the claim's order, the
 //!   worst case) or scheduled among them over the same hour (`expired_mixed`, the measured
 //!   jobs inserted there too), their times drawn from a seeded generator; for those, also

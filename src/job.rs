@@ -366,6 +366,38 @@ impl Job {
         crate::deps::read(&mut conn, self.id)
     }
 
+    /// The batch this job belongs to ([`App::batch`](crate::App::batch)), or `None`. A
+    /// batch's callbacks belong to it too. Read from the database at each call (one query).
+    pub fn batch_id(&self) -> Result<Option<crate::BatchId>> {
+        let mut conn = self.app.connection()?;
+        crate::batch::of_job(&mut conn, self.id)
+    }
+
+    /// Adds `jobs` to this job's batch ([`App::add_to_batch`](crate::App::add_to_batch)):
+    /// its callbacks wait for them too. Always accepted while this job of the batch runs,
+    /// since the callbacks wait for it. [`InvalidState`](crate::ErrorKind::InvalidState) if
+    /// this job is in no batch, or is a callback of a batch that has finished.
+    ///
+    /// ```
+    /// # use postpone::{Job, NewJob, TaskError};
+    /// fn crawl(job: &Job) -> Result<(), TaskError> {
+    ///     let url: String = job.args()?;
+    ///     // Each page found joins the batch: its on_complete waits for them all.
+    ///     let found = vec![NewJob::new("crawl", &format!("{url}/next"))?];
+    ///     job.add_to_batch(&found)?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn add_to_batch(&self, jobs: &[crate::NewJob]) -> Result<Vec<JobId>> {
+        let batch = self.batch_id()?.ok_or_else(|| {
+            crate::Error::new(
+                crate::ErrorKind::InvalidState,
+                format!("adding jobs to the batch of job {}: it is in no batch (defer it with App::batch)", self.id),
+            )
+        })?;
+        self.app.add_to_batch(batch, jobs)
+    }
+
     /// The instant of the periodic schedule this job was deferred for, or `None` if no
     /// periodic schedule deferred it. The instant is the one of the schedule (in its time
     /// zone, as a point in time), not the time the job started, so a task that runs late, or

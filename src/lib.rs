@@ -19,6 +19,7 @@
 
 mod admin;
 mod app;
+mod batch;
 mod client_trait;
 mod conn;
 mod deps;
@@ -62,6 +63,7 @@ pub use admin::{
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{PausedQueue, Pauses};
 pub use app::{App, AppBuilder, PooledConnection};
+pub use batch::{Batch, BatchBuilder, BatchId, BatchProgress, CallbackState};
 pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};
@@ -99,3 +101,8 @@ pub struct GuideDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/connections.md")]
 pub struct ConnectionsDoctests;
+
+/// See [`GuideDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../docs/batches.md")]
+pub struct BatchesDoctests;

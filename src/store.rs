@@ -13,7 +13,7 @@ pub(crate) const CHANNEL: &str = "postpone";
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
 /// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs;
-/// its deadline (schema version 24): `$12` a time, else `$13` microseconds from now, or
+/// its deadline (schema version 25): `$12` a time, else `$13` microseconds from now, or
 /// neither.
 pub(crate) const JOB_INSERT: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
@@ -38,7 +38,7 @@ SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::text,
 RETURNING id";
 
 /// Ends up to `$1` waiting jobs past their deadline, earliest first from deadline `$2` on
-/// (NULL: the earliest), as `cancelled`, `expired` (schema version 24, `postpone_expire`),
+/// (NULL: the earliest), as `cancelled`, `expired` (schema version 25, `postpone_expire`),
 /// skipping rows others hold locked. Returns how many it ended (`$1`: there may be more) and
 /// the latest deadline among them (the next call's `$2` while a backlog lasts).
 pub(crate) const JOB_EXPIRE: &str =
@@ -71,7 +71,7 @@ RETURNING id";
 /// arrays: `$12` the position (1-based) of the job that waits, `$13` the id of the job it
 /// waits for, `$14` whether any outcome of that job will do (`after_finished`) or it must
 /// succeed (`after`); `$15` and `$16` the deadlines as in [`JOB_INSERT_BATCH`] (schema
-/// version 24). Ids come back in input order. A dependency that does not exist fails the
+/// version 25). Ids come back in input order. A dependency that does not exist fails the
 /// statement with [`DEPENDENCY_CONSTRAINT`].
 pub(crate) const JOB_INSERT_AFTER: &str = "
 SELECT id FROM postpone_defer_jobs(
@@ -100,7 +100,7 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// whatever the table's statistics say.
 ///
 /// Each job's own attempt limit (schema version 5) comes with it, or NULL (none), and its
-/// deadline as seconds from the claim's `now()` (schema version 24; NULL: none). The claim
+/// deadline as seconds from the claim's `now()` (schema version 25; NULL: none). The claim
 /// never takes a job past its deadline.
 ///
 /// `$5` is how many of the jobs the worker can start at once (its free threads). The jobs
@@ -364,7 +364,7 @@ macro_rules! job_columns {
 }
 
 /// One job with its errors, its worker's name and the periodic instant it was deferred for;
-/// the last column says whether it takes part in a dependency (schema version 23).
+/// then whether it takes part in a dependency (schema version 23) and its batch (version 24).
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
     job_columns!(),
@@ -374,7 +374,7 @@ pub(crate) const JOB_GET: &str = concat!(
        j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts,
        -- Written by hand, the array may hold NULLs (or have two dimensions).
        ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
-       j.blocked_by, j.has_dependents OR j.has_dependencies,
+       j.blocked_by, j.has_dependents OR j.has_dependencies, j.batch_id,
        j.expires_at AS expires_at, j.expired AS expired
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
@@ -501,7 +501,7 @@ SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, statu
   FROM postpone_jobs WHERE id > $1 ORDER BY id";
 
 /// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
-/// first then oldest; never one past its deadline (schema version 24), as a worker's claim.
+/// first then oldest; never one past its deadline (schema version 25), as a worker's claim.
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_CLAIM: &str = "
 UPDATE postpone_jobs

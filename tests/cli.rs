@@ -2227,3 +2227,66 @@ fn job_shows_large_values_cut_and_json_writes_them_whole() {
     assert_eq!(v["id"], serde_json::json!(id));
     assert_eq!(v["task"], "big");
 }
+
+#[test]
+fn batch_shows_a_batchs_progress_and_job_names_its_batch() {
+    let (db, url) = migrated();
+    let u = url.as_str();
+    let app = App::connect(u).unwrap();
+    let batch = app
+        .batch()
+        .on_complete(postpone::NewJob::new("report", &()).unwrap())
+        .defer(&[
+            postpone::NewJob::new("a", &1).unwrap(),
+            postpone::NewJob::new("a", &2).unwrap(),
+        ])
+        .unwrap();
+    let first = batch.jobs[0];
+    db.client()
+        .batch_execute(&format!(
+            "UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = {first};
+             UPDATE postpone_jobs SET status = 'succeeded', finished_at = now() WHERE id = {first};"
+        ))
+        .unwrap();
+    let id = batch.id.to_string();
+    let oc = batch.on_complete.unwrap();
+    let text = ok(u, &["batch", &id]);
+    assert!(
+        text.starts_with(&format!("batch:         {id}\n")),
+        "{text}"
+    );
+    assert!(text.contains("state:         running\n"), "{text}");
+    assert!(
+        text.contains("finished:      1 of 2 (1 pending)\n"),
+        "{text}"
+    );
+    assert!(text.contains("succeeded:     1\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "on_complete:   job {oc} (waiting for the batch)\n"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("on_success:    -\n"), "{text}");
+    let v = json(u, &["batch", &id]);
+    assert_eq!(v["total"], 2);
+    assert_eq!(v["succeeded"], 1);
+    assert_eq!(v["waiting"], 1);
+    assert_eq!(v["on_complete"]["id"], oc.get());
+    assert_eq!(v["on_complete"]["waiting"], true);
+    assert_eq!(v["on_success"], Value::Null);
+    let job = ok(u, &["job", &first.to_string()]);
+    assert!(
+        job.contains(&format!(
+            "batch:           {id} (`postpone batch {id}` shows its progress)\n"
+        )),
+        "{job}"
+    );
+    fails_with(
+        Some(u),
+        &["batch", "99999"],
+        3,
+        "batch 99999 does not exist",
+    );
+    fails(Some(u), &["batch", "x"], "invalid batch id");
+}

@@ -619,6 +619,54 @@ fn a_producer_role_defers_every_way_and_sees_no_arguments() {
     }
 }
 
+#[test]
+fn a_producer_role_creates_batches_and_a_worker_role_adds_to_them() {
+    let db = TestDb::new();
+    let owner = owner_app(&db);
+    let prole = TestRole::new(&db, "p");
+    let wrole = TestRole::new(&db, "w");
+    grant(&owner, &prole, GrantsFor::Producer);
+    grant(&owner, &wrole, GrantsFor::Worker);
+    let papp = app_at(&prole.url(&db));
+    let wapp = app_at(&wrole.url(&db));
+    let batch = papp
+        .batch()
+        .on_complete(NewJob::new("report", &json!(0)).unwrap())
+        .on_success(NewJob::new("notify", &json!(0)).unwrap())
+        .defer(&[
+            NewJob::new("t", &json!(1)).unwrap(),
+            NewJob::new("t", &json!(2)).unwrap(),
+        ])
+        .unwrap();
+    // Inside the producer's own transaction too.
+    let mut c = prole.client(&db);
+    let mut tx = c.transaction().unwrap();
+    let second = papp
+        .batch()
+        .defer_in(&mut tx, &[NewJob::new("t", &json!(3)).unwrap()])
+        .unwrap();
+    tx.commit().unwrap();
+    // A worker adds to a batch (as its jobs do); the callbacks wait for the new job too.
+    let added = wapp
+        .add_to_batch(batch.id, &[NewJob::new("t", &json!(4)).unwrap()])
+        .unwrap();
+    let p = wapp.admin().batch(batch.id).unwrap();
+    assert_eq!((p.total, p.waiting), (3, 3));
+    assert_eq!(p.on_complete.unwrap().describe(), "waiting for the batch");
+    assert_eq!(owner.admin().batch(second.id).unwrap().total, 1);
+    assert_eq!(
+        owner.admin().job(added[0]).unwrap().batch_id,
+        Some(batch.id)
+    );
+    // A producer does not count the callbacks' waits: its add is refused by the server
+    // (and inserts nothing).
+    let e = papp
+        .add_to_batch(batch.id, &[NewJob::new("t", &json!(5)).unwrap()])
+        .unwrap_err();
+    assert_eq!(e.sqlstate(), Some("42501"), "{e}");
+    assert_eq!(owner.admin().batch(batch.id).unwrap().total, 3);
+}
+
 // --- the reader: the dashboard and the CLI ---------------------------------------------
 
 fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {

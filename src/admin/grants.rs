@@ -144,6 +144,8 @@ pub(crate) enum Class {
     /// `postpone_deps*`: the dependencies of jobs, written by the defers that name them (and
     /// by the triggers of whoever finishes their jobs).
     Dependencies,
+    /// `postpone_batches`: batches, created by the producers that defer them.
+    Batches,
     /// `postpone_waiters`: the jobs `App::wait` waits for, read by the statement trigger of
     /// every UPDATE of `postpone_jobs` (a defer with dependencies makes one).
     Waiters,
@@ -174,6 +176,7 @@ impl Object {
                 "postpone_jobs" => Class::Jobs,
                 n if n.starts_with("postpone_paused_") || n.ends_with("_limits") => Class::Settings,
                 n if n.starts_with("postpone_deps") => Class::Dependencies,
+                "postpone_batches" => Class::Batches,
                 "postpone_waiters" => Class::Waiters,
                 _ => Class::State,
             }),
@@ -239,8 +242,13 @@ impl Object {
 
 /// The functions a defer calls, by the start of their names: `postpone_defer` itself,
 /// the wake-ups sent after a quiet insert, the key of a unique job.
-pub(crate) const DEFER_FUNCTIONS: &[&str] =
-    &["postpone_defer", "postpone_wake", "postpone_unique_key"];
+pub(crate) const DEFER_FUNCTIONS: &[&str] = &[
+    "postpone_defer",
+    "postpone_wake",
+    "postpone_unique_key",
+    // A defer with a deadline checks it (schema version 25).
+    "postpone_check_expiry",
+];
 
 /// The privileges `part` gets on an object of `class`: the rules, one per part. Empty
 /// means none (or none needed).
@@ -252,7 +260,7 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
         (_, Index | IdentitySequence | TriggerFunction) => "",
 
         (GrantsFor::Worker, Record | Settings | View) => "SELECT",
-        (GrantsFor::Worker, Jobs | State | Dependencies | Waiters) => {
+        (GrantsFor::Worker, Jobs | State | Dependencies | Batches | Waiters) => {
             "SELECT, INSERT, UPDATE, DELETE"
         }
         (GrantsFor::Worker, Sequence) => "USAGE",
@@ -263,17 +271,22 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
         // or unique key; the arguments of other jobs stay out of sight. A defer with
         // dependencies locks them, reads their status and flags them (`has_dependents`), and
         // inserts its edges; that UPDATE fires the table's statement trigger, which reads
-        // `blocked_by` and the waiters.
+        // `blocked_by` and the waiters. A batch's defer inserts its row and sets its jobs'
+        // `batch_id` (adding to a batch later is a worker's: it counts the callbacks' waits).
         (GrantsFor::Producer, Jobs) => {
-            "INSERT, SELECT (id, status, queueing_lock, unique_key, has_dependents, blocked_by), UPDATE (has_dependents)"
+            "INSERT, SELECT (id, status, queueing_lock, unique_key, has_dependents, blocked_by, batch_id), UPDATE (has_dependents, batch_id)"
         }
         (GrantsFor::Producer, Dependencies) => "INSERT",
+        (GrantsFor::Producer, Batches) => "SELECT, INSERT, UPDATE",
         (GrantsFor::Producer, Waiters) => "SELECT",
         (GrantsFor::Producer, Settings | State | View | Sequence) => "",
         (GrantsFor::Producer, Function { defers: true, .. }) => "EXECUTE",
         (GrantsFor::Producer, Function { defers: false, .. }) => "",
 
-        (GrantsFor::Reader, Record | Jobs | Settings | State | Dependencies | Waiters | View) => {
+        (
+            GrantsFor::Reader,
+            Record | Jobs | Settings | State | Dependencies | Batches | Waiters | View,
+        ) => {
             "SELECT"
         }
         (GrantsFor::Reader, Sequence) => "",
@@ -558,6 +571,7 @@ mod tests {
             Some(Class::Dependencies)
         );
         assert_eq!(table("postpone_waiters").class(), Some(Class::Waiters));
+        assert_eq!(table("postpone_batches").class(), Some(Class::Batches));
         assert_eq!(
             function("postpone_f", true, true).class(),
             None,

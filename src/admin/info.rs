@@ -155,6 +155,8 @@ pub struct JobDetail {
     pub dependencies: Vec<DependencyInfo>,
     /// The jobs deferred to run after it, by id (at most 1,000).
     pub dependents: Vec<JobId>,
+    /// The batch it belongs to ([`App::batch`](crate::App::batch)), as a job or a callback.
+    pub batch_id: Option<crate::BatchId>,
 }
 
 /// A job that another job was deferred to run after, as [`JobDetail::dependencies`] shows it.

@@ -135,13 +135,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 24,
+        name: "batches",
+        sql: include_str!("0024_batches.sql"),
+    },
+    Migration {
+        version: 25,
         name: "expiry",
-        sql: include_str!("0024_expiry.sql"),
+        sql: include_str!("0025_expiry.sql"),
     },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 24;
+pub(crate) const LATEST: i32 = 25;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -137,7 +137,7 @@ pub(crate) struct Claimed {
     /// How long it had waited when claimed (seconds; `None` for a job due at an infinite
     /// time).
     pub(crate) queue_wait: Option<f64>,
-    /// Its deadline (schema version 24), by this process's clock: the claim's send time
+    /// Its deadline (schema version 25), by this process's clock: the claim's send time
     /// plus what was left of it at the claim's `now()`, so never later than the database's.
     pub(crate) expires: Option<Instant>,
 }

@@ -309,11 +309,18 @@ impl Server {
             .unwrap_or_default()
     }
 
-    /// Ends every server fault now and waits (up to `timeout`) for a rebuild in progress.
+    /// Ends every server fault now and waits (up to `timeout`) for a rebuild in progress,
+    /// and for a setting whose reset failed (the server was restarting) to be reset: a low
+    /// `statement_timeout` left behind would fail the drain's and the judge's reads.
     pub fn heal_all(&mut self, timeout: Duration) -> Vec<(usize, i64)> {
         let mut ended = self.tick(true);
         let deadline = Instant::now() + timeout;
-        while self.own.as_ref().is_some_and(|o| o.rebuild.is_some()) && Instant::now() < deadline {
+        while self
+            .own
+            .as_ref()
+            .is_some_and(|o| o.rebuild.is_some() || o.active.is_some())
+            && Instant::now() < deadline
+        {
             thread::sleep(Duration::from_millis(50));
             ended.extend(self.tick(true));
         }

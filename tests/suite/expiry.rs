@@ -1,4 +1,4 @@
-//! Jobs that expire (schema version 24): a job not started by its deadline never runs. It
+//! Jobs that expire (schema version 25): a job not started by its deadline never runs. It
 //! ends `cancelled` with `expired` set and an error saying when, whether it waited in the
 //! table (the workers' sweep), was held by a worker that had no thread for it, or was
 //! retried or snoozed past its deadline; a job that started in time runs to its end. The

@@ -45,7 +45,8 @@ mod deploy;
 mod bad_inputs;
 mod fuzz_props;
 
-// Coordination and results: dependencies, deadlines (jobs that expire), waiting.
+// Coordination and results: batches, dependencies, deadlines (jobs that expire), waiting.
+mod batches;
 mod dependencies;
 mod expiry;
 mod wait;

@@ -1489,3 +1489,95 @@ fn a_waiting_dependent_shows_its_dependencies_not_a_time() {
         overview.body
     );
 }
+
+#[test]
+fn a_batch_page_shows_its_progress_and_its_jobs_link_to_it() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let batch = app
+        .batch()
+        .on_complete(NewJob::new("report", &()).unwrap())
+        .on_success(NewJob::new("notify", &()).unwrap())
+        .defer(&[
+            NewJob::new("a", &1).unwrap(),
+            NewJob::new("a", &2).unwrap(),
+            NewJob::new("a", &3).unwrap(),
+        ])
+        .unwrap();
+    let (first, second) = (batch.jobs[0], batch.jobs[1]);
+    db.client()
+        .batch_execute(&format!(
+            "UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = {first};
+             UPDATE postpone_jobs SET status = 'succeeded', finished_at = now() WHERE id = {first};
+             UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = {second};
+             UPDATE postpone_jobs SET status = 'failed', finished_at = now() WHERE id = {second};"
+        ))
+        .unwrap();
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), &format!("/batches/{}", batch.id));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("Batch {}", batch.id)),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("2 of 3 finished (1 failed, 0 cancelled, 0 aborted)"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("id=\"batch-succeeded\">1<"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("id=\"batch-waiting\">1<"),
+        "{}",
+        page.body
+    );
+    let oc = batch.on_complete.unwrap();
+    let os = batch.on_success.unwrap();
+    assert!(
+        page.body
+            .contains(&format!("/jobs/{oc}\">job {oc}</a> waiting for the batch")),
+        "{}",
+        page.body
+    );
+    // The failure cancelled on_success at once.
+    assert!(
+        page.body
+            .contains(&format!("/jobs/{os}\">job {os}</a> cancelled")),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("http-equiv=\"refresh\""),
+        "a running batch refreshes"
+    );
+
+    // A job of the batch, and a callback, link to it.
+    let job = get(dash.addr(), &format!("/jobs/{}", batch.jobs[2]));
+    assert!(job.body.contains("id=\"batch\""), "{}", job.body);
+    assert!(
+        job.body
+            .contains(&format!("/batches/{}\">batch {}</a>", batch.id, batch.id)),
+        "{}",
+        job.body
+    );
+    let cb = get(dash.addr(), &format!("/jobs/{oc}"));
+    assert!(
+        cb.body.contains("this job is its on_complete callback"),
+        "{}",
+        cb.body
+    );
+    // A job outside a batch has no batch row, and its page costs no query for one.
+    let lone = app.defer("a", &4).unwrap();
+    let lone = get(dash.addr(), &format!("/jobs/{lone}"));
+    assert!(!lone.body.contains("id=\"batch\""), "{}", lone.body);
+
+    assert_eq!(get(dash.addr(), "/batches/999999").status, 404);
+    assert_eq!(get(dash.addr(), "/batches/x").status, 400);
+}

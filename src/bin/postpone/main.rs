@@ -82,6 +82,12 @@ enum Command {
         #[arg(value_parser = parse::job_id)]
         id: JobId,
     },
+    /// Show the progress of one batch: its jobs by state and its callbacks.
+    Batch {
+        /// The batch id.
+        #[arg(value_parser = parse::batch_id)]
+        id: postpone::BatchId,
+    },
     /// Put failed, cancelled or aborted jobs back in their queue (one id, or a selection).
     Retry(Target),
     /// Cancel waiting (todo) jobs (one id, or a selection).
@@ -196,6 +202,7 @@ where
         Command::Defer(a) => commands::defer::run(&ctx, &app, &a, out)?,
         Command::Jobs(a) => commands::jobs::run(&ctx, &app, &a, out)?,
         Command::Job { id } => commands::job::run(&ctx, &app, id, out)?,
+        Command::Batch { id } => commands::batch::run(&ctx, &app, id, out)?,
         Command::Retry(t) => commands::bulk::run(&ctx, &app, Op::Retry, &t, out)?,
         Command::Cancel(a) => {
             let op = Op::Cancel { delete: a.delete };

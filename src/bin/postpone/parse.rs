@@ -85,6 +85,11 @@ pub fn job_id(text: &str) -> Result<JobId, String> {
     text.parse::<JobId>().map_err(|e| e.to_string())
 }
 
+/// A batch id.
+pub fn batch_id(text: &str) -> Result<postpone::BatchId, String> {
+    text.parse::<postpone::BatchId>().map_err(|e| e.to_string())
+}
+
 /// A job status name.
 pub fn status(text: &str) -> Result<JobStatus, String> {
     text.parse::<JobStatus>().map_err(|e| e.to_string())

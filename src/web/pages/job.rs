@@ -13,6 +13,14 @@ pub(super) fn job(
     cost.queries += 1;
     let d = &preview.detail;
     let j = &d.job;
+    // Only a job of a batch pays for its batch's progress.
+    let batch = match d.batch_id {
+        Some(b) => {
+            cost.queries += 1;
+            Some(st.admin.batch(b)?)
+        }
+        None => None,
+    };
     // Fixed texts only: a crafted link cannot make the page say anything else.
     let done_text = match done {
         Some("retried") => Some("Retried: the job is waiting again."),
@@ -110,6 +118,14 @@ pub(super) fn job(
                         @if i > 0 { ", " }
                         a href=(st.link(&format!("/jobs/{x}"))) { "job " (x) }
                     }
+                } }
+            }
+            @if let Some(b) = &batch {
+                tr { th { "Batch" } td #batch {
+                    a href=(st.link(&format!("/batches/{}", b.id))) { "batch " (b.id) }
+                    ": " (super::batch::summary(b))
+                    @if b.on_complete.as_ref().is_some_and(|c| c.id == j.id) { br; span.dim { "this job is its on_complete callback" } }
+                    @if b.on_success.as_ref().is_some_and(|c| c.id == j.id) { br; span.dim { "this job is its on_success callback" } }
                 } }
             }
             @if let Some(by) = d.blocked_by {

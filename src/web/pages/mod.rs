@@ -18,6 +18,7 @@ use crate::error::{Error, ErrorKind};
 use crate::job::{JobId, JobStatus};
 
 mod auth;
+mod batch;
 mod job;
 mod jobs;
 mod overview;
@@ -25,6 +26,7 @@ mod periodic;
 mod workers;
 
 use auth::*;
+use batch::*;
 use job::*;
 use jobs::*;
 use overview::*;
@@ -216,6 +218,7 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         }
         ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
         ("POST", ["queues", action]) => act_queue(st, req, action),
+        ("GET" | "HEAD", ["batches", id]) => batch(st, parse_batch_id(id)?),
         ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),
         ("POST", ["workers", action]) => act_workers(st, req, action),
         ("GET" | "HEAD", ["periodic"]) => periodic(st),

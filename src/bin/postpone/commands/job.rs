@@ -130,6 +130,12 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
         };
         extra.push(("runs after", format!("jobs {list}{waits}")));
     }
+    if let Some(b) = d.batch_id {
+        extra.push((
+            "batch",
+            format!("{b} (`postpone batch {b}` shows its progress)"),
+        ));
+    }
     if !d.dependents.is_empty() {
         let list = d
             .dependents

@@ -2,6 +2,7 @@
 //! own arguments and the output, and does nothing else.
 
 pub mod abort;
+pub mod batch;
 pub mod bulk;
 mod changed;
 pub mod dashboard;

@@ -1,4 +1,4 @@
--- postpone schema, version 24: jobs that expire.
+-- postpone schema, version 25: jobs that expire.
 --
 -- A job deferred with an expiry (`expires_at`) that has not *started* by then never starts:
 -- it ends `cancelled`, `expired` set, with an error saying it expired and when. A job that
