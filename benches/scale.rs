@@ -17,7 +17,12 @@
 //!   due jobs of a lower priority, `--backlog` finished jobs, and `--locks` jobs waiting
 //!   for locks that running jobs hold (ahead of the due ones in the queue): first as the
 //!   worker finds them (its first claim parks them, schema 11), then already parked and
-//!   vacuumed (`locks_parked`).
+//!   vacuumed (`locks_parked`); and `--backlog` jobs past their deadline (schema 25, expiry),
+//!   due before the measured ones (`expired_first`: the head of the claim's order, the
+//!   worst case) or scheduled among them over the same hour (`expired_mixed`, the measured
+//!   jobs inserted there too), their times drawn from a seeded generator; for those, also
+//!   the time until the workers' sweep has ended every expired job
+//!   (`backlog_expired_*_swept`, jobs/s of the sweep).
 //!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs. The
 //! backlog cases run in turn, once per repeat, after one unrecorded drain that warms the
@@ -121,6 +126,19 @@ fn succeeded(app: &App) -> i64 {
         .get(0)
 }
 
+/// Waiting jobs past their deadline, not ended yet.
+fn expired_waiting(app: &App) -> i64 {
+    app.connection()
+        .unwrap()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs
+              WHERE status = 'todo' AND expires_at IS NOT NULL AND expires_at <= now()",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
 /// Whether any job is waiting or running.
 fn busy(app: &App) -> bool {
     app.connection()
@@ -216,7 +234,7 @@ fn bench_processes(db: &BenchDb, app: &App, a: &Args, r: &mut Results) {
 
 fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
     let n = a.backlog;
-    let cases: Vec<(String, String)> = vec![
+    let mut cases: Vec<(String, String)> = vec![
         ("empty".into(), String::new()),
         (
             format!("future_{n}"),
@@ -280,6 +298,32 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
             ),
         ),
     ];
+    // Seeded (setseed), so that every run draws the same times.
+    cases.push((
+        format!("expired_first_{n}"),
+        format!(
+            "SELECT setseed(0.43);
+             INSERT INTO postpone_jobs (queue, task, args, scheduled_at, expires_at)
+             SELECT 'default', 'noop', 'null', s.at, s.at + interval '30 minutes'
+               FROM (SELECT now() - interval '2 hours' + random() * interval '1 hour' AS at
+                       FROM generate_series(1, {n})) s"
+        ),
+    ));
+    cases.push((
+        format!("expired_mixed_{n}"),
+        format!(
+            "SELECT setseed(0.43);
+             INSERT INTO postpone_jobs (queue, task, args, scheduled_at, expires_at)
+             SELECT 'default', 'noop', 'null', s.at, s.at + interval '30 minutes'
+               FROM (SELECT now() - interval '2 hours' + random() * interval '1 hour' AS at
+                       FROM generate_series(1, {n})) s;
+             INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+             SELECT 'default', 'noop', 'null',
+                    now() - interval '2 hours' + random() * interval '1 hour'
+               FROM generate_series(1, {})",
+            a.n_work
+        ),
+    ));
     let wanted = |case: &str| {
         a.only.is_empty()
             || a.only.iter().any(|o| o == "backlog")
@@ -299,7 +343,10 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
                 sql(app, setup);
             }
             sql(app, "VACUUM ANALYZE postpone_jobs");
-            defer_n(app, a.n_work, 0);
+            // The mixed expiry case inserted the measured jobs among the expired ones.
+            if !case.starts_with("expired_mixed") {
+                defer_n(app, a.n_work, 0);
+            }
             let t = Instant::now();
             let h = Worker::builder(app, noop_tasks())
                 .outcomes_ride_claims(crate::common::ride())
@@ -319,6 +366,17 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
                 );
             }
             let secs = t.elapsed().as_secs_f64();
+            // The expiry cases: until the sweep has ended the backlog.
+            let swept = case.starts_with("expired").then(|| {
+                while expired_waiting(app) > 0 {
+                    std::thread::sleep(Duration::from_millis(20));
+                    assert!(
+                        t.elapsed() < Duration::from_secs(1800),
+                        "the sweep is stuck"
+                    );
+                }
+                t.elapsed().as_secs_f64()
+            });
             let _ = h.shutdown(Duration::from_secs(10));
             if !recorded {
                 continue;
@@ -328,6 +386,13 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
                 a.n_work,
                 secs,
             );
+            if let Some(swept) = swept {
+                r.record(
+                    &format!("backlog_{case}_c{}_swept", a.concurrency),
+                    a.backlog,
+                    swept,
+                );
+            }
         }
     }
 }

@@ -10,6 +10,8 @@
 //!   `jobs_failed_total`, `jobs_retried_total`, `jobs_cancelled_total`, `jobs_aborted_total`,
 //!   `jobs_interrupted_total` (given back by a shutdown), all `{queue, task}`;
 //!   `jobs_rescued_total` (requeued after their worker stopped sending heartbeats);
+//!   `jobs_expired_total` (jobs that reached their deadline before they started, ended by
+//!   a worker: held past it, retried or snoozed past it, or swept while they waited);
 //! - histograms `job_run_seconds{queue, task}` (the task's own time) and
 //!   `job_queue_wait_seconds{queue}` (from the scheduled time, which is the defer time of a
 //!   job deferred without a schedule, to the start);
@@ -62,6 +64,17 @@ pub(crate) fn rescued(n: usize) {
     #[cfg(feature = "metrics")]
     if n > 0 {
         metrics::counter!("postpone_jobs_rescued_total").increment(n as u64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = n;
+}
+
+/// `n` jobs ended expired (not started by their deadline).
+#[inline]
+pub(crate) fn expired(n: u64) {
+    #[cfg(feature = "metrics")]
+    if n > 0 {
+        metrics::counter!("postpone_jobs_expired_total").increment(n);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = n;

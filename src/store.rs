@@ -12,13 +12,16 @@
 pub(crate) const CHANNEL: &str = "postpone";
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
-/// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs.
+/// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs;
+/// its deadline (schema version 25): `$12` a time, else `$13` microseconds from now, or
+/// neither.
 pub(crate) const JOB_INSERT: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                           max_attempts, tags, meta)
+                           max_attempts, tags, meta, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6,
         COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
-        $10::text[], $11::jsonb)
+        $10::text[], $11::jsonb,
+        COALESCE($12::timestamptz, now() + $13::bigint * interval '1 microsecond'))
 RETURNING id";
 
 /// [`JOB_INSERT`] for a job due now, inserted outside any transaction of the caller's: the
@@ -26,29 +29,40 @@ RETURNING id";
 /// for this transaction only), and [`WAKE_QUEUE`] follows in a transaction of its own.
 pub(crate) const JOB_INSERT_QUIET: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                           max_attempts, tags, meta)
+                           max_attempts, tags, meta, expires_at)
 SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::text,
        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
-       $10::text[], $11::jsonb
+       $10::text[], $11::jsonb,
+       COALESCE($12::timestamptz, now() + $13::bigint * interval '1 microsecond')
   FROM (SELECT set_config('postpone.quiet_insert', 'on', true)) q
 RETURNING id";
+
+/// Ends up to `$1` waiting jobs past their deadline, earliest first from deadline `$2` on
+/// (NULL: the earliest), as `cancelled`, `expired` (schema version 25, `postpone_expire`),
+/// skipping rows others hold locked. Returns how many it ended (`$1`: there may be more) and
+/// the latest deadline among them (the next call's `$2` while a backlog lasts).
+pub(crate) const JOB_EXPIRE: &str =
+    "SELECT ended, reached FROM postpone_expire($1::int, $2::timestamptz)";
 
 /// Wakes the workers of queue `$1` (`job:<queue>` on the workers' channel).
 pub(crate) const WAKE_QUEUE: &str = "SELECT postpone_wake($1::text)";
 
-/// Inserts many jobs in one statement; ids come back in input order.
+/// Inserts many jobs in one statement (the columns of [`JOB_INSERT`] as arrays); ids come
+/// back in input order.
 pub(crate) const JOB_INSERT_BATCH: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                           max_attempts, tags, meta)
+                           max_attempts, tags, meta, expires_at)
 SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
        COALESCE(u.at, now() + u.delay_us * interval '1 microsecond'), u.max_attempts,
        CASE WHEN u.tags IS NOT NULL
             THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
-       u.meta
+       u.meta,
+       COALESCE(u.expires_at, now() + u.expires_in_us * interval '1 microsecond')
   FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
-              $7::timestamptz[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[])
+              $7::timestamptz[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[],
+              $12::timestamptz[], $13::bigint[])
        WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us,
-                            max_attempts, tags, meta, n)
+                            max_attempts, tags, meta, expires_at, expires_in_us, n)
  ORDER BY u.n
 RETURNING id";
 
@@ -56,15 +70,19 @@ RETURNING id";
 /// statement: the columns of [`JOB_INSERT_BATCH`], then the dependencies as three aligned
 /// arrays: `$12` the position (1-based) of the job that waits, `$13` the id of the job it
 /// waits for, `$14` whether any outcome of that job will do (`after_finished`) or it must
-/// succeed (`after`). Ids come back in input order. A dependency that does not exist fails
-/// the statement with [`DEPENDENCY_CONSTRAINT`].
+/// succeed (`after`); `$15` and `$16` the deadlines as in [`JOB_INSERT_BATCH`] (schema
+/// version 25). Ids come back in input order. A dependency that does not exist fails the
+/// statement with [`DEPENDENCY_CONSTRAINT`].
 pub(crate) const JOB_INSERT_AFTER: &str = "
 SELECT id FROM postpone_defer_jobs(
     $1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
     ARRAY(SELECT COALESCE(u.at, now() + u.delay_us * interval '1 microsecond')
             FROM unnest($7::timestamptz[], $8::bigint[]) WITH ORDINALITY AS u(at, delay_us, n)
            ORDER BY u.n),
-    $9::int[], $10::jsonb[], $11::jsonb[], $12::int[], $13::bigint[], $14::bool[]) AS id";
+    $9::int[], $10::jsonb[], $11::jsonb[], $12::int[], $13::bigint[], $14::bool[],
+    ARRAY(SELECT COALESCE(e.at, now() + e.us * interval '1 microsecond')
+            FROM unnest($15::timestamptz[], $16::bigint[]) WITH ORDINALITY AS e(at, us, n)
+           ORDER BY e.n)) AS id";
 
 /// The constraint name of the error a defer gets for a dependency that does not exist.
 pub(crate) const DEPENDENCY_CONSTRAINT: &str = "postpone_deps_dependency";
@@ -81,7 +99,9 @@ pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 /// function fixes the plan (an ordered walk of the due-jobs index; see migration 3),
 /// whatever the table's statistics say.
 ///
-/// Each job's own attempt limit (schema version 5) comes with it, or NULL (none).
+/// Each job's own attempt limit (schema version 5) comes with it, or NULL (none), and its
+/// deadline as seconds from the claim's `now()` (schema version 25; NULL: none). The claim
+/// never takes a job past its deadline.
 ///
 /// `$5` is how many of the jobs the worker can start at once (its free threads). The jobs
 /// are *held* (schema version 20): counted as attempts, `started_at` NULL, shown as waiting
@@ -128,7 +148,8 @@ WITH c AS MATERIALIZED (
                END AS next_due
 )
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
-       c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due, c.held
+       c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due, c.held,
+       c.expires_in
   FROM n LEFT JOIN c ON true";
 
 /// Records the final outcomes of many attempts at once through `postpone_finish` (schema
@@ -422,7 +443,8 @@ pub(crate) const JOB_GET: &str = concat!(
        j.output, j.progress, j.progress_at, j.snoozes, j.max_attempts,
        -- Written by hand, the array may hold NULLs (or have two dimensions).
        ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
-       j.blocked_by, j.has_dependents OR j.has_dependencies, j.batch_id
+       j.blocked_by, j.has_dependents OR j.has_dependencies, j.batch_id,
+       j.expires_at AS expires_at, j.expired AS expired
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -548,13 +570,14 @@ SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, statu
   FROM postpone_jobs WHERE id > $1 ORDER BY id";
 
 /// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
-/// first then oldest.
+/// first then oldest; never one past its deadline (schema version 25), as a worker's claim.
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_CLAIM: &str = "
 UPDATE postpone_jobs
    SET status = 'doing', attempts = attempts + 1, started_at = now()
  WHERE id = (SELECT id FROM postpone_jobs
               WHERE status = 'todo' AND id > $1 AND ($2 OR scheduled_at <= now())
+                AND (expires_at IS NULL OR expires_at > now())
               ORDER BY priority DESC, id
               LIMIT 1
                 FOR UPDATE SKIP LOCKED)
@@ -599,22 +622,23 @@ pub(crate) const JOB_SNOOZE: &str = "
 SELECT job_id, outcome
   FROM postpone_snooze($1::bigint[], $2::bigint[], $3::int[], $4::bigint[])";
 
-/// Inserts a unique job (schema version 6): the parameters of [`JOB_INSERT`], then `$12` the
-/// scope of its key (`w`, `r` or `s`), `$13` whether the queue is part of the key, `$14` the
+/// Inserts a unique job (schema version 6): the parameters of [`JOB_INSERT`], then `$14` the
+/// scope of its key (`w`, `r` or `s`), `$15` whether the queue is part of the key, `$16` the
 /// period in microseconds (NULL: none). A waiting-only key (`w`) goes in `queueing_lock`,
 /// the others in `unique_key`. A conflict inserts nothing: returns (NULL, key), else (id, key).
 pub(crate) const JOB_INSERT_UNIQUE: &str = "
 WITH k AS (
-    SELECT s.at, postpone_unique_key($12::text, $2::text, CASE WHEN $13::bool THEN $1::text END,
-                                     $3::jsonb, $14::bigint, s.at) AS key
+    SELECT s.at, postpone_unique_key($14::text, $2::text, CASE WHEN $15::bool THEN $1::text END,
+                                     $3::jsonb, $16::bigint, s.at) AS key
       FROM (SELECT COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at) s
 ), ins AS (
     INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
-                               max_attempts, tags, meta, unique_key)
+                               max_attempts, tags, meta, unique_key, expires_at)
     SELECT $1, $2, $3, $4, $5,
-           CASE WHEN $12::text = 'w' THEN k.key ELSE $6::text END,
+           CASE WHEN $14::text = 'w' THEN k.key ELSE $6::text END,
            k.at, $9::int, $10::text[], $11::jsonb,
-           CASE WHEN $12::text = 'w' THEN NULL ELSE k.key END
+           CASE WHEN $14::text = 'w' THEN NULL ELSE k.key END,
+           COALESCE($12::timestamptz, now() + $13::bigint * interval '1 microsecond')
       FROM k
     ON CONFLICT DO NOTHING
     RETURNING id

@@ -256,8 +256,10 @@ impl Mark {
     /// Runs, in this thread, every job deferred after the mark that is waiting and due,
     /// with `tasks`, until none is left (jobs the tasks defer included, and retries whose
     /// delay is zero); returns the runs in order. A job of a task `tasks` does not know
-    /// fails, as on a worker. More than [`MAX_RUNS`] runs is an error of kind
-    /// `InvalidState` (a task that keeps deferring itself).
+    /// fails, as on a worker. A job past its deadline
+    /// ([`expires_at`](crate::NewJob::expires_at)) is not run (a worker's sweep would end it
+    /// expired). More than [`MAX_RUNS`] runs is an error of kind `InvalidState` (a task that
+    /// keeps deferring itself).
     pub fn run(&self, tasks: &Tasks) -> Result<Vec<Ran>> {
         self.run_jobs(tasks, false)
     }
@@ -378,7 +380,7 @@ impl Mark {
             if let Some(r) = rows.first() {
                 status = match r.get::<_, &str>(1) {
                     "aborted" => JobStatus::Aborted,
-                    "superseded" => JobStatus::Cancelled,
+                    "superseded" | "expired" => JobStatus::Cancelled,
                     "failed" => JobStatus::Failed,
                     _ => JobStatus::Todo,
                 };
@@ -404,7 +406,7 @@ impl Mark {
             if let Some(r) = rows.first() {
                 status = match r.get::<_, &str>(1) {
                     "aborted" => JobStatus::Aborted,
-                    "superseded" => JobStatus::Cancelled,
+                    "superseded" | "expired" => JobStatus::Cancelled,
                     "failed" => JobStatus::Failed,
                     _ => JobStatus::Todo,
                 };

@@ -1010,6 +1010,50 @@ fn defer_after_and_the_views_of_a_waiting_dependent() {
     );
 }
 
+/// `postpone defer --expires-in`: the deadline in `jobs` (a column only when a listed job
+/// has one), `job` and `--json`; a job past it ends expired, and `stats` counts it.
+#[test]
+fn defer_expires_in_and_the_deadline_in_the_views() {
+    let (db, url) = migrated();
+    let url = url.as_str();
+    assert!(!ok(url, &["jobs"]).contains("EXPIRES"));
+    assert_eq!(
+        ok(url, &["defer", "code", "--expires-in", "10m"]),
+        "deferred job 1 (code)\n"
+    );
+    ok(url, &["defer", "plain"]);
+    let listed = table(&ok(url, &["jobs", "--sort", "id"]));
+    assert_eq!(listed[0][7], "EXPIRES (UTC)", "{listed:?}");
+    let row = listed.iter().find(|r| r[0] == "1").expect("job 1 listed");
+    assert!(row[7].starts_with("20"), "{listed:?}");
+    let row = listed.iter().find(|r| r[0] == "2").expect("job 2 listed");
+    assert_eq!(row[7], "-", "{listed:?}");
+    assert!(ok(url, &["job", "1"]).contains("expires (UTC)"));
+    assert!(json(url, &["job", "1"])["expires_at"].is_string());
+    assert!(json(url, &["job", "2"])["expires_at"].is_null());
+    fails(
+        Some(url),
+        &["defer", "code", "--in", "1h", "--expires-in", "10m"],
+        "invalid expiry",
+    );
+    // Past its deadline, the sweep of `postpone_expire` (a worker's) ends it.
+    let mut c = db.client();
+    c.batch_execute(
+        "UPDATE postpone_jobs SET expires_at = now() - interval '1 second' WHERE id = 1;
+         SELECT * FROM postpone_expire(10, NULL);",
+    )
+    .unwrap();
+    assert_eq!(status_of(url, JobId::from(1)), "cancelled");
+    assert_eq!(json(url, &["job", "1"])["expired"], true);
+    assert!(ok(url, &["jobs", "--sort", "id"]).contains("(expired)"));
+    let stats = ok(url, &["stats"]);
+    assert!(
+        stats.contains("-- expired: default (1 of its CANCELLED job(s)"),
+        "{stats}"
+    );
+    assert_eq!(json(url, &["stats"])[0]["expired"], 1);
+}
+
 /// `postpone priority 2 10` was refused (only `--to 10` was known): the form people guess
 /// after an id is accepted, negative numbers included; the two forms together, or neither,
 /// are usage errors that show both.

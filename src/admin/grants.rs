@@ -248,8 +248,13 @@ impl Object {
 
 /// The functions a defer calls, by the start of their names: `postpone_defer` itself,
 /// the wake-ups sent after a quiet insert, the key of a unique job.
-pub(crate) const DEFER_FUNCTIONS: &[&str] =
-    &["postpone_defer", "postpone_wake", "postpone_unique_key"];
+pub(crate) const DEFER_FUNCTIONS: &[&str] = &[
+    "postpone_defer",
+    "postpone_wake",
+    "postpone_unique_key",
+    // A defer with a deadline checks it (schema version 25).
+    "postpone_check_expiry",
+];
 
 /// The privileges `part` gets on an object of `class`: the rules, one per part. Empty
 /// means none (or none needed).

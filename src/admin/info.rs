@@ -60,6 +60,12 @@ pub struct JobInfo {
     /// ([`NewJob::after`](crate::NewJob::after)): it is `todo`, but no worker claims it until
     /// they allow it (its `scheduled_at` reads `infinity` meanwhile).
     pub waiting_for_dependencies: bool,
+    /// Its deadline ([`NewJob::expires_at`](crate::NewJob::expires_at)): not started by
+    /// then, it never runs.
+    #[serde(serialize_with = "ser_opt_time")]
+    pub expires_at: Option<SystemTime>,
+    /// True for a job that ended `cancelled` because it had not started by its deadline.
+    pub expired: bool,
 }
 
 impl JobInfo {
@@ -89,6 +95,8 @@ impl PartialEq for JobInfo {
             && self.abort_requested == other.abort_requested
             && self.last_error == other.last_error
             && self.waiting_for_dependencies == other.waiting_for_dependencies
+            && self.expires_at == other.expires_at
+            && self.expired == other.expired
     }
 }
 
@@ -180,11 +188,12 @@ pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
      j.worker_id, j.abort_requested, \
      j.created_at, j.started_at, j.finished_at, \
      CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END, \
-     (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity')";
+     (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity'), \
+     j.expires_at AS expires_at, j.expired AS expired";
 
 /// Reads the first 17 columns (see [`JOB_COLUMNS`]; the 16th, the last error, and the 17th,
 /// whether it waits for dependencies, may be absent in statements that select only the
-/// first 15).
+/// first 15), and the columns named `expires_at` and `expired` where the statement has them.
 pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
     let status: String = r.get(4);
     let status = status.parse::<JobStatus>().map_err(|e| {
@@ -219,6 +228,12 @@ pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
         finished_at: r.get(14),
         last_error,
         waiting_for_dependencies,
+        // By name: statements that select other columns after the first 17 leave them out.
+        expires_at: r
+            .try_get::<_, Option<SystemTime>>("expires_at")
+            .ok()
+            .flatten(),
+        expired: r.try_get::<_, bool>("expired").unwrap_or(false),
     })
 }
 

@@ -131,7 +131,8 @@ impl Admin {
             .collect::<Result<Vec<_>>>()?;
         let next_cursor = if rows.len() > limit {
             let last = &rows[limit - 1];
-            let key: String = last.get(17);
+            // After the 19 columns of JOB_COLUMNS.
+            let key: String = last.get(19);
             Some(filter.cursor(&key, JobId(last.get(0))))
         } else {
             None

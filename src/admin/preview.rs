@@ -79,7 +79,8 @@ impl JobValue {
 
 /// `$1` the id, `$2` the budget in characters. The first 27 columns are those of
 /// `store::JOB_GET` (with the large values left out); then each value's prefix and size,
-/// the number of errors, whether it takes part in a dependency, and its batch.
+/// the number of errors, whether it takes part in a dependency, its batch, and its deadline
+/// (`expires_at`, `expired`: read by name).
 const JOB_PREVIEW: &str = "
 SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.queueing_lock,
        j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at,
@@ -103,7 +104,8 @@ SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.que
        left(t.o, $2::int), octet_length(t.o),
        left(t.p, $2::int), octet_length(t.p),
        CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END,
-       j.has_dependents OR j.has_dependencies, j.batch_id
+       j.has_dependents OR j.has_dependencies, j.batch_id,
+       j.expires_at AS expires_at, j.expired AS expired
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  CROSS JOIN LATERAL (SELECT j.args::text AS a, j.output::text AS o, j.progress::text AS p) t

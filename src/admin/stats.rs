@@ -115,6 +115,9 @@ pub struct QueueCounts {
     pub failed: u64,
     /// Cancelled (within the window, if one was given).
     pub cancelled: u64,
+    /// Of the cancelled ones, those that expired: not started by their deadline
+    /// ([`NewJob::expires_at`](crate::NewJob::expires_at)).
+    pub expired: u64,
     /// Aborted (within the window, if one was given).
     pub aborted: u64,
     /// Jobs with a status this library does not know (written by a newer postpone).
@@ -221,8 +224,9 @@ SELECT {group},
        percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
            FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL),
        count(*) FILTER (WHERE held),
-       count(*) FILTER (WHERE deps)
-  FROM (SELECT j.queue, j.task,
+       count(*) FILTER (WHERE deps),
+       count(*) FILTER (WHERE status = 'cancelled' AND w AND expired)
+  FROM (SELECT j.queue, j.task, j.expired,
                -- A job a worker holds but has not started is waiting (schema version 20).
                CASE WHEN j.status = 'doing' AND j.started_at IS NULL
                     THEN 'todo' ELSE j.status END AS status,
@@ -280,6 +284,7 @@ impl Admin {
                     succeeded: ok,
                     failed,
                     cancelled: n(6),
+                    expired: n(13),
                     aborted: n(7),
                     other: n(8),
                     oldest_todo_age: r.get::<_, Option<f64>>(9).and_then(secs),
@@ -401,6 +406,7 @@ impl QueueCounts {
             succeeded: 0,
             failed: 0,
             cancelled: 0,
+            expired: 0,
             aborted: 0,
             other: 0,
             oldest_todo_age: None,

@@ -92,6 +92,14 @@ enum Schedule {
     In(Duration),
 }
 
+/// When a job not started yet no longer runs.
+#[derive(Clone, Copy, Debug)]
+enum Expiry {
+    At(SystemTime),
+    /// From now, by the database's clock.
+    In(Duration),
+}
+
 /// A job to insert: a task name, arguments, and options. The one insert type of the
 /// crate: detached (`NewJob`) for [`App::defer_batch`](crate::App::defer_batch), or bound to an App
 /// ([`JobBuilder`]) by [`App::job`](crate::App::job).
@@ -123,6 +131,7 @@ pub struct NewJob<S = Detached> {
     lock: Option<String>,
     queueing_lock: Option<String>,
     schedule: Schedule,
+    expiry: Option<Expiry>,
     args: RawJson,
     max_attempts: Option<u32>,
     tags: Option<Vec<String>>,
@@ -144,6 +153,7 @@ impl<S> fmt::Debug for NewJob<S> {
             .field("lock", &self.lock)
             .field("queueing_lock", &self.queueing_lock)
             .field("schedule", &self.schedule)
+            .field("expiry", &self.expiry)
             .field("args", &self.args.0)
             .field("max_attempts", &self.max_attempts)
             .field("tags", &self.tags)
@@ -179,6 +189,7 @@ impl<S> NewJob<S> {
             lock: None,
             queueing_lock: None,
             schedule: Schedule::Now,
+            expiry: None,
             args: RawJson("null".into()),
             max_attempts: None,
             tags: None,
@@ -231,6 +242,53 @@ impl<S> NewJob<S> {
     /// Not before `delay` from now (by the database's clock). Defaults to now.
     pub fn schedule_in(mut self, delay: Duration) -> Self {
         self.schedule = Schedule::In(delay);
+        self
+    }
+
+    /// The job's deadline: if it has not *started* by `at`, it never runs. A worker that
+    /// finds it waiting past then (or holding it, claimed but not started) ends it
+    /// `cancelled`, its error saying that it expired and when; it counts as expired in
+    /// [`Admin::stats`](crate::Admin::stats) and the metrics. A job that started before its
+    /// deadline runs to its end; a retry or snooze that would run it at or after the
+    /// deadline expires it instead. Defaults to none (the job waits as long as it takes).
+    ///
+    /// It must come after the job's scheduled time (now, unless
+    /// [`schedule_at`](Self::schedule_at) or [`schedule_in`](Self::schedule_in) says
+    /// otherwise) and lie within 100 years; otherwise the defer fails with an
+    /// [`InvalidInput`](ErrorKind::InvalidInput) error. A time given as an instant
+    /// is compared with a relative schedule by this process's clock.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// let end_of_sale = SystemTime::now() + Duration::from_secs(3600);
+    /// app.job("announce_sale").expires_at(end_of_sale).defer(&42)?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expires_at(mut self, at: SystemTime) -> Self {
+        self.expiry = Some(Expiry::At(at));
+        self
+    }
+
+    /// The job's deadline, `d` from now by the database's clock: see
+    /// [`expires_at`](Self::expires_at). Zero is an error (the job could never start), and
+    /// so is a deadline at or before its scheduled time. Defaults to none.
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// # let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
+    /// use std::time::Duration;
+    ///
+    /// // A one-time code is worthless after ten minutes: never send it late.
+    /// app.job("send_code").expires_in(Duration::from_secs(600)).defer(&"a@b.c")?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn expires_in(mut self, d: Duration) -> Self {
+        self.expiry = Some(Expiry::In(d));
         self
     }
 
@@ -382,6 +440,9 @@ impl<S> NewJob<S> {
             }
             Schedule::Now => {}
         }
+        if let Some(e) = self.expiry {
+            check_expiry(self.schedule, e, SystemTime::now())?;
+        }
         if let Some(tags) = &self.tags {
             if tags.len() > MAX_TAGS {
                 return Err(Error::invalid(format!(
@@ -428,7 +489,14 @@ impl<S> NewJob<S> {
             Schedule::At(t) => (Some(t), 0),
             Schedule::In(d) => (None, d.as_micros().min(i64::MAX as u128) as i64),
         };
+        let (expires_at, expires_in_us) = match self.expiry {
+            None => (None, None),
+            Some(Expiry::At(t)) => (Some(t), None),
+            Some(Expiry::In(d)) => (None, Some(d.as_micros().min(i64::MAX as u128) as i64)),
+        };
         Row {
+            expires_at,
+            expires_in_us,
             queue: self
                 .queue
                 .clone()
@@ -449,6 +517,59 @@ impl<S> NewJob<S> {
             after_finished: self.after_finished.iter().map(|id| id.0).collect(),
         }
     }
+}
+
+/// Checks an expiry against the job's schedule, `now` being this process's clock (used only
+/// to compare an instant with a delay).
+fn check_expiry(schedule: Schedule, expiry: Expiry, now: SystemTime) -> Result<()> {
+    // The deadline and the due time, as offsets from now (negative: past).
+    let offset = |t: SystemTime| -> i128 {
+        match t.duration_since(now) {
+            Ok(d) => d.as_micros() as i128,
+            Err(e) => -(e.duration().as_micros() as i128),
+        }
+    };
+    let due = match schedule {
+        Schedule::Now => 0,
+        Schedule::In(d) => d.as_micros() as i128,
+        Schedule::At(t) => offset(t).max(0),
+    };
+    let deadline = match expiry {
+        Expiry::In(d) => {
+            crate::limits::check_schedule(d).map_err(|_| {
+                Error::invalid(
+                    "invalid expiry: more than 100 years ahead (the most a deadline can lie)",
+                )
+            })?;
+            d.as_micros() as i128
+        }
+        Expiry::At(t) => {
+            crate::limits::check_time("expiry", t)?;
+            let o = offset(t);
+            if o > crate::limits::MAX_DELAY.as_micros() as i128 {
+                return Err(Error::invalid(
+                    "invalid expiry: more than 100 years ahead (the most a deadline can lie)",
+                ));
+            }
+            o
+        }
+    };
+    if deadline <= due {
+        let when = |us: i128| -> String {
+            let s = us.unsigned_abs() as f64 / 1e6;
+            match us {
+                0 => "now".to_owned(),
+                u if u > 0 => format!("{s:.3} s from now"),
+                _ => format!("{s:.3} s ago"),
+            }
+        };
+        return Err(Error::invalid(format!(
+            "invalid expiry: the deadline ({}) is not after the job's scheduled time ({}); a job must be able to start before it expires",
+            when(deadline),
+            when(due)
+        )));
+    }
+    Ok(())
 }
 
 impl<'a> NewJob<Bound<'a>> {
@@ -585,5 +706,41 @@ impl<'a> NewJob<Bound<'a>> {
             return row.insert_unique(conn).and_then(duplicate_error);
         }
         row.insert_on(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn an_expiry_must_come_after_the_schedule_and_within_100_years() {
+        let now = SystemTime::now();
+        let ok = |s, e| check_expiry(s, e, now).is_ok();
+        assert!(ok(Schedule::Now, Expiry::In(S)));
+        assert!(!ok(Schedule::Now, Expiry::In(Duration::ZERO)));
+        assert!(!ok(Schedule::Now, Expiry::At(now - S)));
+        assert!(ok(Schedule::Now, Expiry::At(now + S)));
+        assert!(!ok(Schedule::In(2 * S), Expiry::In(S)));
+        assert!(!ok(Schedule::In(S), Expiry::In(S)));
+        assert!(ok(Schedule::In(S), Expiry::In(2 * S)));
+        assert!(!ok(Schedule::At(now + 2 * S), Expiry::At(now + S)));
+        assert!(ok(Schedule::At(now + S), Expiry::In(2 * S)));
+        // A schedule in the past is due now.
+        assert!(ok(Schedule::At(now - 60 * S), Expiry::In(S)));
+        assert!(!ok(Schedule::Now, Expiry::In(crate::limits::MAX_DELAY + S)));
+        assert!(!ok(
+            Schedule::Now,
+            Expiry::At(now + crate::limits::MAX_DELAY + S)
+        ));
+        let e = check_expiry(Schedule::In(2 * S), Expiry::In(S), now).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string()
+                .contains("is not after the job's scheduled time"),
+            "{e}"
+        );
     }
 }

@@ -19,11 +19,15 @@ pub(super) struct Row {
     pub(super) unique: Option<Unique>,
     pub(super) after: Vec<i64>,
     pub(super) after_finished: Vec<i64>,
+    /// The deadline as a time, or ...
+    pub(super) expires_at: Option<SystemTime>,
+    /// ... in microseconds from the database's now (neither: none).
+    pub(super) expires_in_us: Option<i64>,
 }
 
 impl Row {
     /// The parameters of `store::JOB_INSERT`.
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
         [
             &self.queue,
             &self.task,
@@ -36,6 +40,8 @@ impl Row {
             &self.max_attempts,
             &self.tags,
             &self.meta,
+            &self.expires_at,
+            &self.expires_in_us,
         ]
     }
 
@@ -282,6 +288,9 @@ pub(super) struct BatchColumns {
     /// Each job's tags as a JSON array (an array of arrays cannot be ragged).
     pub(super) tags: Vec<Option<RawJson>>,
     pub(super) meta: Vec<Option<RawJson>>,
+    /// Each job's deadline as a time, or in microseconds from the database's now.
+    pub(super) expires_at: Vec<Option<SystemTime>>,
+    pub(super) expires_in: Vec<Option<i64>>,
     /// Dependencies, one entry per (job, dependency): the job's position (1-based), the id
     /// of the job it waits for, and whether any outcome of that job will do.
     pub(super) edge_job: Vec<i32>,
@@ -319,6 +328,8 @@ impl BatchColumns {
             max_attempts: Vec::with_capacity(n),
             tags: Vec::with_capacity(n),
             meta: Vec::with_capacity(n),
+            expires_at: Vec::with_capacity(n),
+            expires_in: Vec::with_capacity(n),
             edge_job: Vec::new(),
             edge_dep: Vec::new(),
             edge_any: Vec::new(),
@@ -347,11 +358,13 @@ impl BatchColumns {
                     .map(|t| RawJson(serde_json::to_string(&t).unwrap_or_else(|_| "[]".into()))),
             );
             c.meta.push(r.meta);
+            c.expires_at.push(r.expires_at);
+            c.expires_in.push(r.expires_in_us);
         }
         c
     }
 
-    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 11] {
+    pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
         [
             &self.queue,
             &self.task,
@@ -364,11 +377,13 @@ impl BatchColumns {
             &self.max_attempts,
             &self.tags,
             &self.meta,
+            &self.expires_at,
+            &self.expires_in,
         ]
     }
 
     /// The parameters of `store::JOB_INSERT_AFTER`.
-    pub(super) fn after_params(&self) -> [&(dyn ToSql + Sync); 14] {
+    pub(super) fn after_params(&self) -> [&(dyn ToSql + Sync); 16] {
         [
             &self.queue,
             &self.task,
@@ -384,6 +399,8 @@ impl BatchColumns {
             &self.edge_job,
             &self.edge_dep,
             &self.edge_any,
+            &self.expires_at,
+            &self.expires_in,
         ]
     }
 }

@@ -140,13 +140,18 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 25,
+        name: "expiry",
+        sql: include_str!("0025_expiry.sql"),
+    },
+    Migration {
+        version: 26,
         name: "schedules",
-        sql: include_str!("0025_schedules.sql"),
+        sql: include_str!("0026_schedules.sql"),
     },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 25;
+pub(crate) const LATEST: i32 = 26;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -8,7 +8,10 @@
 //! refreshes its heartbeat and rescues the jobs of workers whose own lease has ended (their
 //! last heartbeat plus the `stalled_after` each recorded when it registered: a worker is
 //! never judged by this one's setting), and gives back its own `doing` jobs that a claim
-//! with a lost reply left behind (`release_lost_claims`).
+//! with a lost reply left behind (`release_lost_claims`). Every second it ends the waiting
+//! jobs whose deadline has passed (`expire`, at most [`EXPIRE_BATCH`] a statement), and
+//! again at once, without waiting for the tick, while a statement ended a full batch: a
+//! backlog of expired jobs is worked off in bounded batches.
 //!
 //! It keeps beating through a shutdown's graceful wait, until the last executor has ended or
 //! the hard deadline comes, so a worker finishing its jobs is never presumed dead.
@@ -42,6 +45,12 @@ const TICK: Duration = Duration::from_millis(250);
 /// Under a second with the tick, as the abort promise needs when NOTIFY is off or lost:
 /// polls come every other tick (~0.5 s), and only while jobs run.
 const ABORT_POLL: Duration = Duration::from_millis(400);
+/// How often the waiting jobs past their deadline are looked for (an empty index when none
+/// has a deadline).
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+/// The most jobs one statement of the sweep ends: a statement of this size takes tens of
+/// milliseconds, so the heartbeat and the abort polls never wait long behind it.
+pub(crate) const EXPIRE_BATCH: i32 = 5000;
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
@@ -62,6 +71,10 @@ pub(crate) fn run(
     // The stored schedules are looked at every poll interval (a worker with schedules in
     // its code reads them at start itself: see `periodic.rs`).
     let mut next_schedules = Instant::now() + shared.opts.poll_interval;
+    let mut next_expire = Instant::now() + Duration::from_millis(200);
+    // The last sweep ended a full batch: more may wait, sweep again without the tick, from
+    // the deadline it reached.
+    let mut expire_more: Option<SystemTime> = None;
     loop {
         let stopping = shared.stopping();
         if stopping {
@@ -78,7 +91,7 @@ pub(crate) fn run(
             select! {
                 recv(stop) -> _ => continue,
                 recv(shared.beat_wake.1) -> _ => {},
-                default(TICK) => {},
+                default(if expire_more.is_some() { Duration::ZERO } else { TICK }) => {},
             }
         }
         raise_timeouts(shared);
@@ -96,7 +109,8 @@ pub(crate) fn run(
             || shared.ledger.needs_control_read()
             || (now >= next_abort_poll && shared.ledger.any_held());
         let due_schedules = now >= next_schedules && !stopping;
-        if !(due_beat || due_rescue || due_abort || due_schedules) {
+        let due_expire = (expire_more.is_some() || now >= next_expire) && !stopping;
+        if !(due_beat || due_rescue || due_abort || due_expire || due_schedules) {
             continue;
         }
         let c = match link.get() {
@@ -117,6 +131,11 @@ pub(crate) fn run(
                 if !stopping {
                     end_unstarted(shared, outcomes);
                 }
+            }
+            if due_expire {
+                let from = expire_more.take();
+                expire_more = expire(shared, c, from)?;
+                next_expire = Instant::now() + EXPIRE_EVERY;
             }
             if due_rescue {
                 rescue(shared, c)?;
@@ -239,6 +258,10 @@ fn end_unstarted(shared: &Shared, outcomes: &Sender<Outcome>) {
             Unstarted::Cancelled => {
                 shared.stats.cancelled.fetch_add(1, Ordering::Relaxed);
             }
+            Unstarted::Expired => {
+                shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::expired(1);
+            }
         }
         log::debug!(
             "worker {}: job {} ({}) ends unstarted: {why:?}",
@@ -327,6 +350,31 @@ fn release_lost_claims(shared: &Shared, conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
+/// Ends a batch of waiting jobs past their deadline, from deadline `from` on; when the batch
+/// was full (more may wait), the deadline it reached, for the next batch.
+fn expire(
+    shared: &Shared,
+    conn: &mut Connection,
+    from: Option<SystemTime>,
+) -> Result<Option<SystemTime>> {
+    let rows = conn.query_cached(
+        "ending jobs past their deadline",
+        store::JOB_EXPIRE,
+        &[&EXPIRE_BATCH, &from],
+    )?;
+    let (n, reached): (i32, Option<SystemTime>) =
+        rows.first().map_or((0, None), |r| (r.get(0), r.get(1)));
+    if n > 0 {
+        shared.stats.expired.fetch_add(n as u64, Ordering::Relaxed);
+        crate::metrics::expired(n as u64);
+        log::debug!(
+            "worker {}: {n} waiting job(s) reached their deadline before they started; ended expired",
+            shared.name
+        );
+    }
+    Ok(if n >= EXPIRE_BATCH { reached } else { None })
+}
+
 fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     let stalled_ms = shared.opts.stalled_after.as_millis().min(i64::MAX as u128) as i64;
     let id = shared.id();
@@ -343,12 +391,13 @@ fn rescue(shared: &Shared, conn: &mut Connection) -> Result<()> {
     if dead > 0 || !jobs.is_empty() {
         let count = |what: &str| outcomes.iter().filter(|o| *o == what).count();
         log::warn!(
-            "worker {}: removed {dead} stalled worker(s) (no heartbeat for their own stalled_after) and took back {} job(s): {} requeued, {} aborted (their abort was requested), {} superseded by a waiting job of their queueing lock: {:?}",
+            "worker {}: removed {dead} stalled worker(s) (no heartbeat for their own stalled_after) and took back {} job(s): {} requeued, {} aborted (their abort was requested), {} superseded by a waiting job of their queueing lock, {} expired (past their deadline): {:?}",
             shared.name,
             jobs.len(),
             count("todo"),
             count("aborted"),
             count("superseded"),
+            count("expired"),
             jobs
         );
     }

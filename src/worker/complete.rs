@@ -542,6 +542,15 @@ pub(crate) fn settle(
                 shared.name,
                 o.key.id
             ),
+            Some("expired") => {
+                shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::expired(1);
+                log::info!(
+                    "worker {}: job {} ends expired instead of running again: its next run would come after its deadline",
+                    shared.name,
+                    o.key.id
+                );
+            }
             _ => {}
         }
     }
@@ -622,6 +631,7 @@ fn explain_unrecorded(shared: &Shared, conn: &mut Connection, missing: &[&Outcom
         let same_attempt = |st: &State| st.1 == Some(o.key.worker) && st.2 == o.key.attempt;
         let already = match (o.word, state) {
             ("delete", None) => true,
+            ("expired", Some(st)) => st.0 == "cancelled" && st.1 == Some(o.key.worker),
             ("retry" | "release" | "snooze", Some(st)) => st.0 != "doing" && st.1.is_none(),
             (word, Some(st)) => st.0 == word && same_attempt(st),
             _ => false,

@@ -46,6 +46,9 @@ pub enum JobEventKind {
     /// The task snoozed the job ([`TaskError::snooze`]): it runs again later, without
     /// using an attempt.
     Snoozed,
+    /// The job was held by this worker past its deadline
+    /// ([`NewJob::expires_at`](crate::NewJob::expires_at)) and ends without running.
+    Expired,
 }
 
 /// One event of a job's run, given to a [`JobHook`].
@@ -248,6 +251,25 @@ fn run_one(
             };
             let outcome = Outcome::unstarted(key, why);
             emit(shared, &job, kind, Duration::ZERO, outcome.error.as_deref());
+            return Some(outcome);
+        }
+        Begin::Expired => {
+            shared.stats.expired.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::expired(1);
+            log::info!(
+                "worker {}: job {} ({}) not started: its deadline passed while it waited for a thread; it ends expired",
+                shared.name,
+                job.id,
+                job.task
+            );
+            let outcome = Outcome::unstarted(key, Unstarted::Expired);
+            emit(
+                shared,
+                &job,
+                super::JobEventKind::Expired,
+                Duration::ZERO,
+                Some("expired: not started by its deadline"),
+            );
             return Some(outcome);
         }
         Begin::GiveBack => {

@@ -439,6 +439,10 @@ fn claim(
                     held: r.get(13),
                     claimed: sent,
                     queue_wait: r.get(9),
+                    expires: r
+                        .get::<_, Option<f64>>(14)
+                        .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
+                        .and_then(|d| sent.checked_add(d)),
                 },
             )
         })

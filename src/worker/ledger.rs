@@ -78,6 +78,15 @@ struct Entry {
     /// When the claim that brought it was sent: what the worker knew of the controls then.
     claimed: Instant,
     queue: Arc<str>,
+    /// Its deadline: a held attempt must not start at or after it.
+    expires: Option<Instant>,
+}
+
+impl Entry {
+    /// A held attempt whose deadline has come: it must end without starting.
+    fn expired(&self, now: Instant) -> bool {
+        self.held && self.expires.is_some_and(|e| now >= e)
+    }
 }
 
 /// How long without a start makes a worker's held jobs candidates to go back.
@@ -133,6 +142,8 @@ pub(crate) enum Begin {
     AbortedBeforeStart { cancel: bool },
     /// Held in a queue that is paused now: give it back without running it.
     GiveBack,
+    /// Held past its deadline: end it expired without running it.
+    Expired,
     /// Not this worker's any more (its identity was presumed dead): drop it.
     NotOurs,
     /// Not yet: the heartbeat lease lapsed, an abort is suspected, or what the worker read
@@ -147,6 +158,8 @@ pub(crate) enum Unstarted {
     Cancelled,
     /// Its queue was paused, or it waited too long for a thread: back to the queue.
     GivenBack,
+    /// Its deadline came before it started.
+    Expired,
 }
 
 /// A held attempt that claimed at `claimed` about to be noted: see [`Ledger::hold`].
@@ -155,6 +168,7 @@ pub(crate) struct Hold {
     pub(crate) queue: Arc<str>,
     pub(crate) held: bool,
     pub(crate) claimed: Instant,
+    pub(crate) expires: Option<Instant>,
 }
 
 pub(crate) struct Ledger {
@@ -223,6 +237,7 @@ impl Ledger {
                     start_due: None,
                     claimed: h.claimed,
                     queue: h.queue,
+                    expires: h.expires,
                 },
             );
         }
@@ -259,6 +274,10 @@ impl Ledger {
             return Begin::AbortedBeforeStart {
                 cancel: entry.cancel_confirmed && !entry.abort_confirmed,
             };
+        }
+        if entry.expired(now) {
+            entry.phase = Phase::Done;
+            return Begin::Expired;
         }
         if entry.held {
             let read = control_read.map_or(entry.claimed, |r| r.max(entry.claimed));
@@ -361,6 +380,8 @@ impl Ledger {
             Unstarted::Aborted
         } else if entry.cancel_confirmed {
             Unstarted::Cancelled
+        } else if entry.expired(now) {
+            Unstarted::Expired
         } else if entry.held
             && ((st.paused.covers(&entry.queue)
                 && control_read.is_some_and(|r| r >= entry.claimed))
@@ -385,6 +406,7 @@ impl Ledger {
                 && k.worker == s.worker
                 && (e.abort_confirmed
                     || e.cancel_confirmed
+                    || e.expired(now)
                     || (e.held
                         && ((s.paused.covers(&e.queue)
                             && s.control_read.is_some_and(|r| r >= e.claimed))
@@ -614,6 +636,7 @@ mod tests {
             queue: Arc::from("q"),
             held: false,
             claimed: Instant::now(),
+            expires: None,
         }
     }
 
@@ -642,6 +665,41 @@ mod tests {
         );
         l.settle([key(10, 1)]);
         assert_eq!(l.held(), 0);
+    }
+
+    #[test]
+    fn a_held_attempt_past_its_deadline_ends_expired_and_never_starts() {
+        let l = Ledger::new(1, later());
+        let past = Instant::now();
+        l.hold([
+            Hold {
+                expires: Some(past),
+                ..held(key(10, 1))
+            },
+            Hold {
+                expires: Some(later()),
+                ..held(key(11, 1))
+            },
+            // Started at its claim (a limited queue): it has started, the deadline is moot.
+            Hold {
+                expires: Some(past),
+                ..h(key(12, 1))
+            },
+            Hold {
+                expires: Some(past),
+                ..held(key(13, 1))
+            },
+        ]);
+        l.control_read(Instant::now(), &[], Paused::default(), 0);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::Expired);
+        assert_eq!(l.begin(key(10, 1), D0, job), Begin::NotOurs);
+        assert_eq!(l.begin(key(11, 1), D0, job), Begin::Start);
+        assert_eq!(l.begin(key(12, 1), D0, job), Begin::Start);
+        assert!(l.any_unstarted_to_end(Duration::from_secs(60)));
+        assert_eq!(
+            l.take_unstarted(&key(13, 1), Duration::from_secs(60)),
+            Some(Unstarted::Expired)
+        );
     }
 
     #[test]

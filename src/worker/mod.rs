@@ -138,6 +138,9 @@ pub(crate) struct Claimed {
     /// How long it had waited when claimed (seconds; `None` for a job due at an infinite
     /// time).
     pub(crate) queue_wait: Option<f64>,
+    /// Its deadline (schema version 25), by this process's clock: the claim's send time
+    /// plus what was left of it at the claim's `now()`, so never later than the database's.
+    pub(crate) expires: Option<Instant>,
 }
 
 impl Claimed {
@@ -156,6 +159,7 @@ impl Claimed {
             queue: Arc::from(self.queue.as_str()),
             held: self.held,
             claimed: self.claimed,
+            expires: self.expires,
         }
     }
 }
@@ -190,6 +194,8 @@ impl Outcome {
                 Some("cancelled on request before it started".to_owned()),
             ),
             ledger::Unstarted::GivenBack => ("release", None),
+            // The database writes the error, with the deadline (`postpone_finish`).
+            ledger::Unstarted::Expired => ("expired", None),
         };
         Outcome {
             key,
@@ -218,6 +224,7 @@ pub(crate) struct Stats {
     pub(crate) retried: AtomicU64,
     pub(crate) cancelled: AtomicU64,
     pub(crate) aborted: AtomicU64,
+    pub(crate) expired: AtomicU64,
     pub(crate) interrupted: AtomicU64,
     pub(crate) snoozed: AtomicU64,
     pub(crate) rode: AtomicU64,
@@ -429,6 +436,10 @@ pub struct WorkerStats {
     pub cancelled: u64,
     /// Jobs aborted on request.
     pub aborted: u64,
+    /// Jobs this worker ended as expired ([`NewJob::expires_at`](crate::NewJob::expires_at)):
+    /// held past their deadline without starting, retried or snoozed past it, or ended
+    /// waiting by its sweep of expired jobs.
+    pub expired: u64,
     /// Outcomes recorded in the database.
     pub recorded: u64,
     /// Database errors met by the worker's threads (each was retried).
@@ -528,6 +539,7 @@ impl WorkerHandle {
             retried: get(&s.retried),
             cancelled: get(&s.cancelled),
             aborted: get(&s.aborted),
+            expired: get(&s.expired),
             recorded: get(&s.recorded),
             db_errors: get(&s.db_errors),
             connections_opened: get(&s.reconnects),

@@ -22,6 +22,8 @@ pub(crate) fn job_event(kind: JobEventKind, queue: &str, task: &str, took: Durat
             JobEventKind::Aborted => "postpone_jobs_aborted_total",
             JobEventKind::Interrupted => "postpone_jobs_interrupted_total",
             JobEventKind::Snoozed => "postpone_jobs_snoozed_total",
+            // Counted by `metrics::expired`, with the jobs the sweep ends.
+            JobEventKind::Expired => return,
         };
         let labels = [("queue", queue.to_owned()), ("task", task.to_owned())];
         metrics::counter!(name, &labels).increment(1);

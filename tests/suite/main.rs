@@ -45,9 +45,10 @@ mod deploy;
 mod bad_inputs;
 mod fuzz_props;
 
-// Coordination and results.
+// Coordination and results: batches, dependencies, deadlines (jobs that expire), waiting.
 mod batches;
 mod dependencies;
+mod expiry;
 mod wait;
 
 // Tasks as users write them, and their tests.

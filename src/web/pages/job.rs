@@ -88,6 +88,12 @@ pub(super) fn job(
             } }
             tr { th { "Queueing lock" } td { (Shown(j.queueing_lock.as_deref().unwrap_or(""))) } }
             tr { th { "Worker" } td { (worker) } }
+            @if let Some(at) = j.expires_at {
+                tr { th { "Expires" } td {
+                    (Time(at))
+                    @if j.expired { " " span.err { "expired: not started by then" } }
+                } }
+            }
             tr { th { "Periodic" } td {
                 @if let (Some(pid), Some(at)) = (&d.periodic_id, d.periodic_instant) {
                     "instant " (Time(at))

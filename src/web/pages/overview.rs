@@ -95,7 +95,15 @@ pub(super) fn overview(st: &State, req: &Request) -> Result<Response, Error> {
                         (link(&c.queue, "doing", c.doing))
                         (link(&c.queue, "succeeded", c.succeeded))
                         (link(&c.queue, "failed", c.failed))
-                        (link(&c.queue, "cancelled", c.cancelled))
+                        @if c.expired > 0 {
+                            // Of the cancelled ones, those not started by their deadline.
+                            td.n {
+                                a href={ (jobs) "?queue=" (url_enc(&c.queue)) "&status=cancelled" } { (c.cancelled) }
+                                " " span.dim title="not started by their deadline" { "(" (c.expired) " expired)" }
+                            }
+                        } @else {
+                            (link(&c.queue, "cancelled", c.cancelled))
+                        }
                         (link(&c.queue, "aborted", c.aborted))
                         td.n { (c.oldest_todo_age.map(age).unwrap_or_else(|| "–".to_owned())) }
                         td.limits { (limits_cell(c)) }

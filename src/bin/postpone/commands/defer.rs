@@ -49,6 +49,15 @@ pub struct DeferArgs {
     /// Run only once this job has finished, whatever its outcome (repeat for several).
     #[arg(long, value_name = "ID")]
     pub after_finished: Vec<i64>,
+    /// Never start it later than this from now (10m, 2h...): not started by then, it ends
+    /// cancelled as expired.
+    #[arg(long, value_parser = parse::duration, value_name = "DURATION",
+          conflicts_with = "expires_at")]
+    pub expires_in: Option<Duration>,
+    /// Never start it after this time (RFC 3339): not started by then, it ends cancelled as
+    /// expired.
+    #[arg(long, value_parser = parse::time, value_name = "TIME")]
+    pub expires_at: Option<SystemTime>,
 }
 
 pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Result<(), CliError> {
@@ -78,6 +87,12 @@ pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Resu
     }
     if let Some(t) = a.at {
         b = b.schedule_at(t);
+    }
+    if let Some(d) = a.expires_in {
+        b = b.expires_in(d);
+    }
+    if let Some(t) = a.expires_at {
+        b = b.expires_at(t);
     }
     if !a.tag.is_empty() {
         b = b.tags(&a.tag);

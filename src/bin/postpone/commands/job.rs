@@ -101,6 +101,14 @@ pub fn run(ctx: &Context, app: &App, id: JobId, out: &mut dyn Write) -> Result<(
     if let Some(m) = &d.meta {
         extra.push(("meta", m.to_string()));
     }
+    if let Some(at) = j.expires_at {
+        let note = if j.expired {
+            " (expired: not started by then)"
+        } else {
+            ""
+        };
+        extra.push(("expires (UTC)", format!("{}{note}", output::time(at))));
+    }
     if let Some(b) = d.blocked_by {
         extra.push(("waits for", format!("job {b} (its lock)")));
     }

@@ -125,7 +125,9 @@ fn json_inline(out: &mut dyn Write, j: &postpone::JobInfo) -> Result<(), CliErro
 }
 
 fn table(jobs: &[postpone::JobInfo], out: &mut dyn Write) -> Result<(), CliError> {
-    let mut t = Table::new(&[
+    // The deadline column only when a listed job has one.
+    let expiring = jobs.iter().any(|j| j.expires_at.is_some());
+    let mut head = vec![
         "ID",
         "STATUS",
         "QUEUE",
@@ -133,14 +135,14 @@ fn table(jobs: &[postpone::JobInfo], out: &mut dyn Write) -> Result<(), CliError
         "ATTEMPTS",
         "PRIORITY",
         "SCHEDULED (UTC)",
-        "FINISHED (UTC)",
-        "DURATION",
-        "LOCK",
-        "LAST ERROR",
-        "ARGS",
-    ]);
+    ];
+    if expiring {
+        head.push("EXPIRES (UTC)");
+    }
+    head.extend(["FINISHED (UTC)", "DURATION", "LOCK", "LAST ERROR", "ARGS"]);
+    let mut t = Table::new(&head);
     for j in jobs {
-        t.row(vec![
+        let mut row = vec![
             j.id.to_string(),
             j.status.to_string(),
             j.queue.clone(),
@@ -152,12 +154,22 @@ fn table(jobs: &[postpone::JobInfo], out: &mut dyn Write) -> Result<(), CliError
             } else {
                 output::time(j.scheduled_at)
             },
+        ];
+        if expiring {
+            row.push(match j.expires_at {
+                Some(at) if j.expired => format!("{} (expired)", output::time(at)),
+                Some(at) => output::time(at),
+                None => "-".to_owned(),
+            });
+        }
+        row.extend([
             output::opt_time(j.finished_at),
             output::opt_age(j.duration()),
             output::opt(j.lock.as_deref()),
             output::cut(&output::clean(j.last_error.as_deref().unwrap_or("-")), 40),
             output::cut(&output::clean(j.args.get()), 40),
         ]);
+        t.row(row);
     }
     t.write(out)?;
     Ok(())

@@ -97,6 +97,16 @@ pub fn run(ctx: &Context, app: &App, a: &StatsArgs, out: &mut dyn Write) -> Resu
     paused_footer(app, a, out)?;
     held_footer(&rows, out)?;
     for c in &rows {
+        if c.expired > 0 {
+            writeln!(
+                out,
+                "-- expired: {} ({} of its CANCELLED job(s) were not started by their deadline)",
+                output::clean(&c.queue),
+                c.expired
+            )?;
+        }
+    }
+    for c in &rows {
         if c.waiting_for_dependencies > 0 {
             writeln!(
                 out,

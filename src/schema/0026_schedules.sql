@@ -1,4 +1,4 @@
--- postpone schema, version 25: periodic schedules stored in the database.
+-- postpone schema, version 26: periodic schedules stored in the database.
 --
 -- A row of postpone_schedules is a periodic schedule that operators create, change, pause
 -- and delete at runtime (Admin::set_schedule and friends, `postpone schedule ...`, the
