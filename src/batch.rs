@@ -205,7 +205,16 @@ impl BatchBuilder<'_> {
     pub fn defer_in<C: Executor + ?Sized>(self, client: &mut C, jobs: &[NewJob]) -> Result<Batch> {
         let what = "deferring a batch";
         let rows = client.run_query(what, BATCH_INSERT, &[])?;
-        let id = BatchId(rows[0].get(0));
+        let id = BatchId(
+            rows.first()
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Other,
+                        format!("{what}: the insert returned no row"),
+                    )
+                })?
+                .get(0),
+        );
         let ids = insert::insert_batch_in(self.app, client, jobs).map_err(|e| e.context(what))?;
         let raw: Vec<i64> = ids.iter().map(|i| i.0).collect();
         let mut callback = |job: Option<NewJob>, any: bool| -> Result<Option<JobId>> {

@@ -515,8 +515,11 @@ fn short_timeouts_are_kept_too() {
         .spawn()
         .unwrap();
     let mut client = db.client();
-    // The first worker's row is gone, the second's is there.
-    assert_eq!(worker_rows(&mut client), 1);
+    // The second worker's row is there. The first one's is gone too, unless its deletion did
+    // not fit in the 100 ms on a loaded machine (it is then left for the rescue: the
+    // timeout is kept first).
+    let rows = worker_rows(&mut client);
+    assert!((1..=2).contains(&rows), "{rows} worker rows");
     // Beat, fetch, listen and complete connected and settled (the completer connects at
     // start, to plan its statement before the first outcome).
     assert!(wait_until(Duration::from_secs(5), || handle.open_sockets()

@@ -57,21 +57,14 @@ mod gauges {
     const QUEUE_GAUGES: &str = "
 SELECT queue,
        count(*) FILTER (WHERE scheduled_at <= now()),
-<<<<<<< HEAD
-       count(*) FILTER (WHERE scheduled_at > now()),
-       EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8
-  FROM (SELECT queue, scheduled_at FROM postpone_jobs WHERE status = 'todo'
-        UNION ALL
-        SELECT queue, scheduled_at FROM postpone_jobs
-         WHERE status = 'doing' AND started_at IS NULL) w
-=======
        count(*) FILTER (WHERE scheduled_at > now()
                           AND NOT (scheduled_at = 'infinity' AND has_dependencies)),
        EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8,
        count(*) FILTER (WHERE scheduled_at = 'infinity' AND has_dependencies)
-  FROM postpone_jobs
- WHERE status = 'todo'
->>>>>>> 2cc9a76 (Dependencies in every view: JobInfo::waiting_for_dependencies (a column of the listings), JobDetail::dependencies/dependents (one more query per job page), QueueCounts::waiting_for_dependencies (no longer counted as scheduled), the queue gauge; postpone jobs/job/stats and the dashboard's list, job page and overview say 'after dependencies' instead of 'infinity'; postpone defer --after/--after-finished; tests in dependencies.rs, cli.rs, web.rs; docs/cli.md regenerated)
+  FROM (SELECT queue, scheduled_at, has_dependencies FROM postpone_jobs WHERE status = 'todo'
+        UNION ALL
+        SELECT queue, scheduled_at, has_dependencies FROM postpone_jobs
+         WHERE status = 'doing' AND started_at IS NULL) w
  GROUP BY queue";
 
     /// Queues given a value before: a queue that empties is set to zero, not left stale.

@@ -426,6 +426,13 @@ fn adds_from_outside_racing_the_last_jobs_are_either_waited_for_or_refused() {
                             Ok(ids) => accepted.lock().unwrap().extend(ids),
                             Err(e) => {
                                 assert_eq!(e.kind(), ErrorKind::InvalidState, "{e}");
+                                // Refused only once the callbacks no longer wait.
+                                let p = app.admin().batch(batch.id).unwrap();
+                                assert!(p.is_finished(), "refused while jobs remain: {p:?}");
+                                for cb in [&p.on_complete, &p.on_success] {
+                                    let cb = cb.as_ref().unwrap();
+                                    assert!(!cb.waiting, "refused while {cb:?} waits");
+                                }
                                 refused.store(true, Ordering::SeqCst);
                                 return;
                             }
