@@ -18,6 +18,7 @@ use crate::conn::watchdog::Watchdog;
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
 use crate::insert::{self, Inserter, JobBuilder, NewJob};
+use crate::namespace::Namespace;
 // The admin API names it through `crate::app`.
 pub use crate::pooled::PooledConnection;
 use crate::schema;
@@ -100,6 +101,7 @@ pub struct AppBuilder {
     ssl_mode: Option<SslMode>,
     ssl_root_cert: Option<PathBuf>,
     ssl_client_cert: Option<(PathBuf, PathBuf)>,
+    schema: Option<String>,
 }
 
 impl std::fmt::Debug for AppBuilder {
@@ -117,6 +119,7 @@ impl std::fmt::Debug for AppBuilder {
             .field("ssl_mode", &self.ssl_mode)
             .field("ssl_root_cert", &self.ssl_root_cert)
             .field("ssl_client_cert", &self.ssl_client_cert)
+            .field("schema", &self.schema)
             .finish()
     }
 }
@@ -273,6 +276,39 @@ impl AppBuilder {
         self
     }
 
+    /// Puts every object of postpone (tables, functions, triggers) in the PostgreSQL schema
+    /// `name`, with notification channels and advisory locks of its own, so that several
+    /// installations share one database without seeing each other: a worker of one never
+    /// claims, wakes, pauses or rescues the jobs of another. [`App::migrate`] creates the
+    /// schema if it is missing and installs into it; every connection of the App (its pool,
+    /// its workers, waiters, the admin API and the dashboard) finds postpone's objects there,
+    /// and only there (its `search_path` is that schema). Every App of an installation must
+    /// name the same schema.
+    ///
+    /// The name is taken as written (case, spaces and punctuation kept; it is always
+    /// quoted). An empty name, one longer than 63 bytes, one with a NUL or starting with
+    /// `pg_` is an error of kind [`Config`](ErrorKind::Config) from `build`, as is a schema
+    /// with `pooler_mode=transaction` (a transaction pooler does not keep a session's
+    /// `search_path`: connect directly or through a session-mode pool).
+    ///
+    /// ```no_run
+    /// # fn main() -> postpone::Result<()> {
+    /// let billing = postpone::App::builder("postgres://postgres@127.0.0.1/app")
+    ///     .schema("billing")
+    ///     .build()?;
+    /// billing.migrate()?; // creates the schema "billing" and installs postpone in it
+    /// billing.defer("invoice", &serde_json::json!({"id": 7}))?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// Defaults to none: postpone's objects are wherever the session's `search_path` finds
+    /// them (usually `public`), with the channels `postpone` and `postpone_done`.
+    pub fn schema(mut self, name: impl Into<String>) -> AppBuilder {
+        self.schema = Some(name.into());
+        self
+    }
+
     /// Parses the URL, starts the watchdog and the pool, and (unless [`lazy`](Self::lazy))
     /// opens one connection to check that the server answers.
     pub fn build(self) -> Result<App> {
@@ -313,6 +349,21 @@ impl AppBuilder {
                 ErrorKind::Config,
                 "invalid pool_size: it must be at least 1",
             ));
+        }
+        if let Some(name) = &self.schema {
+            opts.namespace = Namespace::named(name)?;
+            if opts.routing.transaction_pooler {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "schema {name:?} cannot be used with pooler_mode=transaction: a \
+                         transaction pooler does not keep a session's search_path, so \
+                         statements would reach another schema's tables; connect directly or \
+                         through a session-mode pool (PgBouncer pool_mode=session) for an App \
+                         with a schema"
+                    ),
+                ));
+            }
         }
         let pool_timeout = match self.pool_timeout {
             Some(t) => positive("pool_timeout", t)?,
@@ -387,6 +438,7 @@ impl App {
             ssl_mode: None,
             ssl_root_cert: None,
             ssl_client_cert: None,
+            schema: None,
         }
     }
 
@@ -394,7 +446,7 @@ impl App {
     /// once. Returns the migration versions this call applied (empty if none were missing).
     pub fn migrate(&self) -> Result<Vec<i32>> {
         let mut conn = self.connection_unchecked()?;
-        let applied = schema::migrate(&mut conn)?;
+        let applied = schema::migrate(&mut conn, self.namespace())?;
         self.inner.schema_ok.store(true, Ordering::Release);
         Ok(applied)
     }
@@ -402,7 +454,7 @@ impl App {
     /// The schema version installed in the database, or `None` if postpone is not installed.
     pub fn schema_version(&self) -> Result<Option<i32>> {
         let mut conn = self.connection_unchecked()?;
-        schema::installed_version(&mut conn)
+        schema::installed_version(&mut conn, self.namespace())
     }
 
     /// A pooled connection, checked out within `pool_timeout`; every call on it has the
@@ -428,7 +480,7 @@ impl App {
         if self.inner.schema_ok.load(Ordering::Acquire) {
             return Ok(());
         }
-        schema::check(conn)?;
+        schema::check(conn, self.namespace())?;
         self.inner.schema_ok.store(true, Ordering::Release);
         Ok(())
     }
@@ -548,7 +600,13 @@ impl App {
     /// ```
     pub fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
         let mut conn = self.dedicated()?;
-        wait::wait(&mut conn, id, timeout, self.inner.wait_poll)
+        wait::wait(
+            &mut conn,
+            self.namespace().done_channel(),
+            id,
+            timeout,
+            self.inner.wait_poll,
+        )
     }
 
     /// Defers a job of the typed task whose arguments are `args`, then [`wait`](Self::wait)s
@@ -593,6 +651,16 @@ impl App {
         self.inner.watchdog.sever_group(self.inner.group)
     }
 
+    /// The schema given to [`AppBuilder::schema`], or `None` for the default.
+    pub fn schema(&self) -> Option<&str> {
+        self.inner.opts.namespace.name()
+    }
+
+    /// Where postpone's objects are, and the channels of this installation.
+    pub(crate) fn namespace(&self) -> &Namespace {
+        &self.inner.opts.namespace
+    }
+
     /// The deadline of every round-trip.
     pub fn io_timeout(&self) -> Duration {
         self.inner.opts.io_timeout
@@ -620,6 +688,10 @@ impl Inserter for App {
 
     fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
         App::wait(self, id, timeout)
+    }
+
+    fn namespace(&self) -> &Namespace {
+        App::namespace(self)
     }
 }
 

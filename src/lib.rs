@@ -31,6 +31,7 @@ mod insert;
 mod job;
 mod limits;
 mod metrics;
+mod namespace;
 mod periodic;
 mod pooled;
 mod retention;

@@ -7,9 +7,9 @@
 //! `doing` under a worker it deletes in the same statement. Neither can overwrite a job that
 //! finished meanwhile.
 
-/// The channel every worker listens on. Payloads: `job:<queue>` (new work), `abort:<id>`,
-/// `at:<µs since the epoch>:<queue>` (a job due later; schema version 9).
-pub(crate) const CHANNEL: &str = "postpone";
+// The channels (`Namespace::channel`, `postpone` by default) carry `job:<queue>` (new
+// work), `abort:<id>`, `pause:<queue>` and `at:<µs since the epoch>:<queue>` (a job due
+// later; schema version 9); the done channels (`postpone_done` by default) finished ids.
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
 /// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs;
@@ -486,14 +486,15 @@ UPDATE postpone_jobs SET status = 'cancelled', finished_at = now(), cancel_reque
 RETURNING id";
 
 /// Asks the worker holding job `$1` (claimed, not started) to cancel it, and tells it at
-/// once (`abort:<id>`, a hint: it reads the table). Returns the id if the job was held.
+/// once (`abort:<id>` on channel `$2`, a hint: it reads the table). Returns the id if the
+/// job was held.
 pub(crate) const JOB_CANCEL_HELD: &str = "
 WITH c AS (
     UPDATE postpone_jobs SET cancel_requested = true
      WHERE id = $1 AND status = 'doing' AND started_at IS NULL
     RETURNING id
 )
-SELECT c.id, pg_notify('postpone', 'abort:' || c.id)::text FROM c";
+SELECT c.id, pg_notify($2::text, 'abort:' || c.id)::text FROM c";
 
 /// Status of job `$1` as every view shows it (held: `todo`), and whether it is held.
 pub(crate) const JOB_SHOWN_STATUS: &str = "
@@ -507,7 +508,7 @@ pub(crate) const JOB_CANCEL_DELETE: &str =
     "DELETE FROM postpone_jobs WHERE id = $1 AND status = 'todo' RETURNING id";
 
 /// Aborts job `$1`: a waiting job is cancelled; a running one gets `abort_requested` and
-/// its worker is told by NOTIFY (`abort:<id>`; workers also poll the flag). Returns the
+/// its worker is told by NOTIFY (`abort:<id>` on channel `$2`; workers also poll the flag). Returns the
 /// job's status after the call (`cancelled` or `doing`); no row if it was neither waiting
 /// nor running.
 pub(crate) const JOB_ABORT: &str = "
@@ -520,7 +521,7 @@ WITH a AS (
     RETURNING id, status
 )
 SELECT a.status,
-       (SELECT count(pg_notify('postpone', 'abort:' || a2.id)) FROM a a2
+       (SELECT count(pg_notify($2::text, 'abort:' || a2.id)) FROM a a2
          WHERE a2.status = 'doing')
   FROM a";
 
@@ -550,9 +551,6 @@ pub(crate) const JOB_RESULT: &str = "
 SELECT CASE WHEN status = 'doing' AND started_at IS NULL
             THEN 'todo' ELSE status END,
        output, progress, progress_at, errors FROM postpone_jobs WHERE id = $1";
-
-/// The channel on which finished job ids are announced (see migration 4).
-pub(crate) const DONE_CHANNEL: &str = "postpone_done";
 
 // ---------------------------------------------------------------------------------------
 // Test helpers for users (testing.rs, feature `test-util`): jobs run in the test's thread,
@@ -593,11 +591,11 @@ pub(crate) const QUEUE_RESUME: &str = "
 WITH d AS (DELETE FROM postpone_paused_queues WHERE queue = $1::text RETURNING 1)
 SELECT (SELECT count(*) FROM d), postpone_wake($1::text)::text";
 
-/// Lifts every pause (of all queues and of each queue) and wakes every worker. Returns how
-/// many pauses were lifted.
+/// Lifts every pause (of all queues and of each queue) and wakes every worker (`job:*` on
+/// channel `$1`). Returns how many pauses were lifted.
 pub(crate) const QUEUE_RESUME_ALL: &str = "
 WITH d AS (DELETE FROM postpone_paused_queues RETURNING 1)
-SELECT (SELECT count(*) FROM d), pg_notify('postpone', 'job:*')::text";
+SELECT (SELECT count(*) FROM d), pg_notify($1::text, 'job:*')::text";
 
 /// Whether queue `$1` has been seen: a worker serves it by name, or a job of it is in the
 /// table, whatever its status. The cheap looks come first (the workers' table, then the

@@ -187,13 +187,14 @@ fn names(payload: &str, id: JobId) -> bool {
     payload == "*" || payload.split(',').any(|p| p.parse::<i64>() == Ok(id.0))
 }
 
-/// Waits on `conn` (a connection of the waiter's own) until job `id` is finished, or
-/// `timeout` has passed.
+/// Waits on `conn` (a connection of the waiter's own), listening on `channel` (the done
+/// channel of the App's namespace), until job `id` is finished, or `timeout` has passed.
 /// `poll` is the longest wait between two reads. The reads and the waits between them each
 /// take at most half the connection's `io_timeout`, so that a link that goes half-open is
 /// found within `io_timeout`.
 pub(crate) fn wait(
     conn: &mut Connection,
+    channel: &str,
     id: JobId,
     timeout: Duration,
     poll: Duration,
@@ -203,7 +204,7 @@ pub(crate) fn wait(
     conn.set_io_timeout(half);
     let poll = poll.min(half);
     let ctx = |e: Error| e.context(format_args!("waiting for job {id}"));
-    conn.listen(store::DONE_CHANNEL).map_err(ctx)?;
+    conn.listen(channel).map_err(ctx)?;
     // Completions notify only the jobs in postpone_waiters (migration 10). The row goes in
     // after the LISTEN and before the first read: a completion committed before the
     // registration is seen by that read, one that starts after it sees the row. One whose

@@ -466,14 +466,20 @@ impl Admin {
             .map(|r| (r.get(0), r.get(1)))
             .unwrap_or_default();
         let Some(schema) = schema else {
+            let ns = self.app.namespace();
             return Err(Error::new(
                 ErrorKind::SchemaMissing,
-                "schema not installed (no postpone_migrations on the search path): run `postpone migrate` first, as the migrator",
+                format!(
+                    "schema not installed{} (no postpone_migrations on the search path): run {} first, as the migrator",
+                    ns.in_schema(),
+                    ns.migrate_command()
+                ),
             ));
         };
         // The name as regnamespace prints it may be quoted already.
         let schema = unquote(&schema);
-        let version = crate::schema::installed_version(&mut conn).map_err(|e| e.context(ctx))?;
+        let version = crate::schema::installed_version(&mut conn, self.app.namespace())
+            .map_err(|e| e.context(ctx))?;
         let rows = conn.query_named(ctx, CATALOGUE, &[])?;
         let objects = rows
             .iter()

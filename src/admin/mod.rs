@@ -225,7 +225,11 @@ impl Admin {
         let mut rows = conn.query_named(what, sql, &[&id.0])?;
         if rows.is_empty()
             && !conn
-                .query_named(what, store::JOB_CANCEL_HELD, &[&id.0])?
+                .query_named(
+                    what,
+                    store::JOB_CANCEL_HELD,
+                    &[&id.0, &self.app.namespace().channel()],
+                )?
                 .is_empty()
         {
             // Held by a worker, not started: it ends the job without running it, or gives
@@ -295,7 +299,11 @@ impl Admin {
     /// [`InvalidState`](ErrorKind::InvalidState) error.
     pub fn abort(&self, id: JobId) -> Result<AbortOutcome> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("aborting a job", store::JOB_ABORT, &[&id.0])?;
+        let rows = conn.query_named(
+            "aborting a job",
+            store::JOB_ABORT,
+            &[&id.0, &self.app.namespace().channel()],
+        )?;
         let Some(row) = rows.first() else {
             return Err(wrong_state(
                 &mut conn,

@@ -117,7 +117,11 @@ impl Admin {
     /// worker. Returns how many pauses were lifted.
     pub fn resume_all(&self) -> Result<u64> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("resuming every queue", store::QUEUE_RESUME_ALL, &[])?;
+        let rows = conn.query_named(
+            "resuming every queue",
+            store::QUEUE_RESUME_ALL,
+            &[&self.app.namespace().channel()],
+        )?;
         let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
         if n > 0 {
             log::info!("every queue resumed by the admin API ({n} pauses lifted)");

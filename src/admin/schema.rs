@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::Admin;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
+use crate::namespace::{quote_ident, Namespace};
 use crate::schema::{self, LATEST, MIGRATE_LOCK, MIGRATIONS, MIGRATIONS_TABLE};
 
 /// The schema of a database against this library; from [`Admin::schema_state`].
@@ -28,6 +29,9 @@ pub struct SchemaState {
     pub supported: i32,
     /// True when postpone's tables exist but no migration is recorded.
     pub unrecorded_tables: bool,
+    /// The schema of the App ([`AppBuilder::schema`](crate::AppBuilder::schema)), or `None`
+    /// for the default.
+    pub schema: Option<String>,
 }
 
 impl SchemaState {
@@ -35,16 +39,26 @@ impl SchemaState {
     /// error an operator needs: missing, unrecorded, older or newer (with both versions).
     pub fn require_current(&self) -> Result<i32> {
         let supported = self.supported;
+        let ns = match &self.schema {
+            Some(name) => Namespace::named(name)?,
+            None => Namespace::DEFAULT,
+        };
         match self.installed {
             None if self.unrecorded_tables => Err(unrecorded()),
             None => Err(Error::new(
                 ErrorKind::SchemaMissing,
-                "schema not installed: run `postpone migrate` (or `App::migrate`)",
+                format!(
+                    "schema not installed{}: run {}",
+                    ns.in_schema(),
+                    ns.migrate_command()
+                ),
             )),
             Some(v) if v < supported => Err(Error::new(
                 ErrorKind::SchemaOutdated,
                 format!(
-                    "schema is older than this postpone (version {v}, this postpone needs {supported}): run `postpone migrate` (or `App::migrate`)"
+                    "schema{} is older than this postpone (version {v}, this postpone needs {supported}): run {}",
+                    ns.in_schema(),
+                    ns.migrate_command()
                 ),
             )),
             Some(v) if v > supported => Err(newer(v, supported)),
@@ -128,7 +142,7 @@ impl Admin {
             (r.get::<_, bool>(0), r.get::<_, bool>(1))
         });
         let installed = if has_record {
-            schema::installed_version(&mut conn)
+            schema::installed_version(&mut conn, self.app.namespace())
                 .map_err(|e| e.context("checking the schema version"))?
         } else {
             None
@@ -137,6 +151,7 @@ impl Admin {
             installed,
             supported: LATEST,
             unrecorded_tables: installed.is_none() && has_jobs,
+            schema: self.app.schema().map(str::to_owned),
         })
     }
 
@@ -166,7 +181,7 @@ impl Admin {
         conn.batch_execute(&format!(
             "SET lock_timeout = {ms}; SET statement_timeout = {ms}"
         ))?;
-        let res = schema::migrate(&mut conn);
+        let res = schema::migrate(&mut conn, self.app.namespace());
         if conn
             .batch_execute("RESET lock_timeout; RESET statement_timeout")
             .is_err()
@@ -183,7 +198,7 @@ impl Admin {
             ),
             _ => e,
         })?;
-        let version = schema::installed_version(&mut conn)?.unwrap_or(0);
+        let version = schema::installed_version(&mut conn, self.app.namespace())?.unwrap_or(0);
         Ok(MigrateReport { applied, version })
     }
 
@@ -194,6 +209,16 @@ impl Admin {
     /// transaction that is rolled back. Otherwise [`SchemaMissing`](ErrorKind::SchemaMissing)
     /// with the first differences, and nothing is changed. Returns the version recorded.
     pub fn adopt_schema(&self) -> Result<i32> {
+        if let Some(name) = self.app.schema() {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "adopting tables is for the default schema only, not schema {}: move the \
+                     tables out of it, or drop them and run `postpone migrate --schema`",
+                    quote_ident(name)
+                ),
+            ));
+        }
         let state = self.schema_state()?;
         if !state.unrecorded_tables {
             return Err(Error::new(
@@ -225,13 +250,13 @@ impl Admin {
             None if state.unrecorded_tables => return Err(unrecorded()),
             v => v.unwrap_or(0),
         };
-        Ok(migration_script(from))
+        Ok(migration_script(from, self.app.namespace()))
     }
 
     /// The SQL of every migration of this library, as [`migration_sql`](Self::migration_sql)
     /// writes it for an empty database. Needs no database.
     pub fn migration_script_all() -> String {
-        migration_script(0)
+        migration_script(0, &Namespace::DEFAULT)
     }
 }
 
@@ -291,16 +316,27 @@ fn adopt(conn: &mut crate::Connection) -> Result<i32> {
     Ok(LATEST)
 }
 
-/// The script applying every migration after version `from`.
-pub(crate) fn migration_script(from: i32) -> String {
+/// The script applying every migration after version `from` to namespace `ns`.
+pub(crate) fn migration_script(from: i32, ns: &Namespace) -> String {
     let pending: Vec<_> = MIGRATIONS.iter().filter(|m| m.version > from).collect();
     if pending.is_empty() {
-        return format!("-- postpone: the schema is current (version {LATEST}); nothing to run\n");
+        return format!(
+            "-- postpone: the schema{} is current (version {LATEST}); nothing to run\n",
+            ns.in_schema()
+        );
     }
     let mut s = format!(
-        "-- postpone schema migrations {}..{LATEST}, as `postpone migrate` runs them\nBEGIN;\nSELECT pg_advisory_xact_lock({MIGRATE_LOCK});\n{MIGRATIONS_TABLE};\n",
-        pending[0].version
+        "-- postpone schema migrations {}..{LATEST}{}, as `postpone migrate` runs them\nBEGIN;\nSELECT pg_advisory_xact_lock({MIGRATE_LOCK});\n",
+        pending[0].version,
+        ns.in_schema()
     );
+    if let (Some(create), Some(name)) = (ns.create_sql(), ns.name()) {
+        s.push_str(&format!(
+            "{create};\nSET LOCAL search_path TO {};\n",
+            quote_ident(name)
+        ));
+    }
+    s.push_str(&format!("{MIGRATIONS_TABLE};\n"));
     for m in pending {
         s.push_str(&format!(
             "\n-- migration {} ({})\n{}\nINSERT INTO postpone_migrations (version, name) VALUES ({}, '{}');\n",
@@ -309,6 +345,11 @@ pub(crate) fn migration_script(from: i32) -> String {
             m.sql.trim_end(),
             m.version,
             m.name
+        ));
+    }
+    if let Some(pin) = ns.pin_sql() {
+        s.push_str(&format!(
+            "\n-- the schema's functions: its search_path, channels and lock keys\n{pin};\n"
         ));
     }
     s.push_str("COMMIT;\n");
@@ -324,6 +365,7 @@ mod tests {
             installed,
             supported: 3,
             unrecorded_tables: unrecorded,
+            schema: None,
         }
     }
 
@@ -351,11 +393,11 @@ mod tests {
 
     #[test]
     fn the_script_records_what_it_applies() {
-        let s = migration_script(0);
+        let s = migration_script(0, &Namespace::DEFAULT);
         assert!(s.starts_with("-- postpone schema migrations 1.."), "{s}");
         assert!(s.contains("CREATE TABLE postpone_jobs"));
         assert!(s.contains("INSERT INTO postpone_migrations (version, name) VALUES (1, 'init');"));
         assert!(s.trim_end().ends_with("COMMIT;"));
-        assert!(migration_script(LATEST).contains("nothing to run"));
+        assert!(migration_script(LATEST, &Namespace::DEFAULT).contains("nothing to run"));
     }
 }

@@ -15,6 +15,7 @@ use super::session_attrs::Routing;
 use super::time::LONGEST;
 use super::tls::TlsSettings;
 use crate::error::{Error, ErrorKind, Result};
+use crate::namespace::Namespace;
 
 /// Default deadline for every round-trip.
 pub(crate) const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,6 +43,8 @@ pub(crate) struct ConnectOptions {
     /// that takes no `options`): later connections to them do not send it again. Per target,
     /// so that one old standby does not turn the check off for every other host.
     no_check_interval: Mutex<HashSet<String>>,
+    /// Where postpone's objects are; a named schema is set on every new connection.
+    pub(crate) namespace: Namespace,
 }
 
 impl ConnectOptions {
@@ -103,6 +106,7 @@ impl ConnectOptions {
             resolver: super::target::system_resolver,
             config,
             no_check_interval: Mutex::new(HashSet::new()),
+            namespace: Namespace::DEFAULT,
         })
     }
 

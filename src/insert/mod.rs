@@ -33,6 +33,7 @@ use crate::wait::JobResult;
 
 mod write;
 
+use crate::namespace::Namespace;
 use write::*;
 pub(crate) use write::{defer_error, insert_batch, insert_batch_in, insert_batch_unique};
 
@@ -52,6 +53,8 @@ pub(crate) trait Inserter: Sync {
     fn defaults(&self) -> &TaskDefaults;
     /// Waits for a job to finish (`App::wait`).
     fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult>;
+    /// Where postpone's objects are.
+    fn namespace(&self) -> &Namespace;
 }
 
 /// A job bound to the App that will insert it: the shape of [`JobBuilder`].
@@ -589,9 +592,11 @@ impl<'a> NewJob<Bound<'a>> {
         let (app, row) = self.prepare(args)?;
         let mut conn = app.pooled()?;
         if row.unique.is_some() {
-            return row.insert_unique(&mut conn).and_then(duplicate_error);
+            return row
+                .insert_unique(app.namespace(), &mut conn)
+                .and_then(duplicate_error);
         }
-        row.insert_on(&mut conn)
+        row.insert_on(app.namespace(), &mut conn)
     }
 
     /// Inserts the job through the App's pool unless a job that covers it exists (see
@@ -614,7 +619,7 @@ impl<'a> NewJob<Bound<'a>> {
     pub fn defer_unique<A: Serialize + ?Sized>(self, args: &A) -> Result<Deferred> {
         let (app, row) = self.prepare(args)?;
         let mut conn = app.pooled()?;
-        row.insert_unique(&mut conn)
+        row.insert_unique(app.namespace(), &mut conn)
     }
 
     /// Like [`defer_unique`](Self::defer_unique), with the caller's client (see
@@ -625,8 +630,8 @@ impl<'a> NewJob<Bound<'a>> {
         client: &mut C,
         args: &A,
     ) -> Result<Deferred> {
-        let (_, row) = self.prepare(args)?;
-        row.insert_unique(client)
+        let (app, row) = self.prepare(args)?;
+        row.insert_unique(app.namespace(), client)
     }
 
     /// Inserts the job through the App's pool, then waits until it is finished and returns
@@ -677,15 +682,20 @@ impl<'a> NewJob<Bound<'a>> {
         client: &mut C,
         args: &A,
     ) -> Result<JobId> {
-        let (_, row) = self.prepare(args)?;
+        let (app, row) = self.prepare(args)?;
+        let ns = app.namespace();
         if row.unique.is_some() {
-            return row.insert_unique(client).and_then(duplicate_error);
+            return row.insert_unique(ns, client).and_then(duplicate_error);
         }
         if row.has_deps() {
-            return row.insert_after(client);
+            return row.insert_after(ns, client);
         }
         let rows = client
-            .run_query("deferring a job", store::JOB_INSERT, &row.params())
+            .run_query(
+                "deferring a job",
+                &ns.qualify(store::JOB_INSERT),
+                &row.params(),
+            )
             .map_err(|e| defer_error(e, row.queueing_lock.as_deref()))?;
         crate::metrics::deferred(&row.task);
         let r = rows.first().ok_or_else(|| {
@@ -701,11 +711,13 @@ impl<'a> NewJob<Bound<'a>> {
     /// [`Connection::begin`] in task code. The same as [`defer_in`](Self::defer_in), which
     /// takes a [`Connection`] too.
     pub fn defer_on<A: Serialize + ?Sized>(self, conn: &mut Connection, args: &A) -> Result<JobId> {
-        let (_, row) = self.prepare(args)?;
+        let (app, row) = self.prepare(args)?;
         if row.unique.is_some() {
-            return row.insert_unique(conn).and_then(duplicate_error);
+            return row
+                .insert_unique(app.namespace(), conn)
+                .and_then(duplicate_error);
         }
-        row.insert_on(conn)
+        row.insert_on(app.namespace(), conn)
     }
 }
 

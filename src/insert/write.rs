@@ -51,13 +51,18 @@ impl Row {
     }
 
     /// Inserts a job with dependencies: one statement, so atomic on any client.
-    pub(super) fn insert_after<C: Executor + ?Sized>(self, client: &mut C) -> Result<JobId> {
+    /// Statements run on `client` name the schema of `ns` (the client may be the caller's).
+    pub(super) fn insert_after<C: Executor + ?Sized>(
+        self,
+        ns: &Namespace,
+        client: &mut C,
+    ) -> Result<JobId> {
         let task = self.task.clone();
         let cols = BatchColumns::from_rows(vec![self]);
         let rows = client
             .run_query(
                 "deferring a job",
-                store::JOB_INSERT_AFTER,
+                &ns.qualify(store::JOB_INSERT_AFTER),
                 &cols.after_params(),
             )
             .map_err(|e| defer_error(e, cols.queueing_lock[0].as_deref()))?;
@@ -72,10 +77,18 @@ impl Row {
 
     /// Inserts the job unless its unique key is held (any job: one without `unique` is
     /// inserted, or refused for its queueing lock).
-    pub(super) fn insert_unique<C: Executor + ?Sized>(&self, client: &mut C) -> Result<Deferred> {
+    pub(super) fn insert_unique<C: Executor + ?Sized>(
+        &self,
+        ns: &Namespace,
+        client: &mut C,
+    ) -> Result<Deferred> {
         let Some(u) = self.unique else {
             let rows = client
-                .run_query("deferring a job", store::JOB_INSERT, &self.params())
+                .run_query(
+                    "deferring a job",
+                    &ns.qualify(store::JOB_INSERT),
+                    &self.params(),
+                )
                 .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
             crate::metrics::deferred(&self.task);
             return rows
@@ -91,11 +104,12 @@ impl Row {
         let scope = u.scope();
         let by_queue = u.keyed_by_queue();
         let period = u.period_us()?;
-        let holder = match u.scope() {
+        let holder = ns.qualify(match u.scope() {
             "w" => store::JOB_UNIQUE_HOLDER_W,
             "r" => store::JOB_UNIQUE_HOLDER_R,
             _ => store::JOB_UNIQUE_HOLDER_S,
-        };
+        });
+        let insert = ns.qualify(store::JOB_INSERT_UNIQUE);
         let p = self.params();
         let mut params: Vec<&(dyn ToSql + Sync)> = p.to_vec();
         params.extend_from_slice(&[&scope, &by_queue, &period]);
@@ -103,7 +117,7 @@ impl Row {
         // meanwhile) is tried again: a few rounds, each of which sees newer commits.
         for _ in 0..5 {
             let rows = client
-                .run_query("deferring a unique job", store::JOB_INSERT_UNIQUE, &params)
+                .run_query("deferring a unique job", &insert, &params)
                 .map_err(|e| defer_error(e, self.queueing_lock.as_deref()))?;
             let row = rows.first().ok_or_else(|| {
                 Error::new(
@@ -118,14 +132,14 @@ impl Row {
                 return Ok(Deferred::Inserted(JobId(id)));
             }
             let found =
-                client.run_query("finding the job that holds a unique key", holder, &[&key])?;
+                client.run_query("finding the job that holds a unique key", &holder, &[&key])?;
             if let Some(r) = found.first() {
                 return Ok(Deferred::Duplicate(JobId(r.get(0))));
             }
             if let Some(lock) = &self.queueing_lock {
                 let found = client.run_query(
                     "finding the job that holds a queueing lock",
-                    store::JOB_QUEUEING_LOCK_HOLDER,
+                    &ns.qualify(store::JOB_QUEUEING_LOCK_HOLDER),
                     &[lock],
                 )?;
                 if let Some(r) = found.first() {
@@ -144,9 +158,10 @@ impl Row {
         ))
     }
 
-    pub(super) fn insert_on(self, conn: &mut Connection) -> Result<JobId> {
+    /// Inserts on `conn`, a connection of an App of namespace `ns`.
+    pub(super) fn insert_on(self, ns: &Namespace, conn: &mut Connection) -> Result<JobId> {
         if self.has_deps() {
-            return self.insert_after(conn);
+            return self.insert_after(ns, conn);
         }
         // A job due now, committed by this very statement: its notification goes in a
         // transaction of its own right behind it (same round-trip), which writes nothing and
@@ -203,7 +218,7 @@ pub(crate) fn insert_batch_unique(app: &dyn Inserter, jobs: &[NewJob]) -> Result
     let mut out = Vec::with_capacity(rows.len());
     for (i, r) in rows.iter().enumerate() {
         out.push(
-            r.insert_unique(&mut tx)
+            r.insert_unique(app.namespace(), &mut tx)
                 .map_err(|e| e.context(format_args!("job {i} of the batch")))?,
         );
     }
@@ -242,12 +257,17 @@ pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
         return Ok(Vec::new());
     }
     let cols = BatchColumns::new(jobs, app.defaults())?;
+    let ns = app.namespace();
     let rows = if cols.edge_job.is_empty() {
-        client.run_query("deferring jobs", store::JOB_INSERT_BATCH, &cols.params())
+        client.run_query(
+            "deferring jobs",
+            &ns.qualify(store::JOB_INSERT_BATCH),
+            &cols.params(),
+        )
     } else {
         client.run_query(
             "deferring jobs",
-            store::JOB_INSERT_AFTER,
+            &ns.qualify(store::JOB_INSERT_AFTER),
             &cols.after_params(),
         )
     }

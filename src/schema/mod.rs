@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
+use crate::namespace::Namespace;
 
 /// A migration: its version, a short name, and its SQL.
 pub(crate) struct Migration {
@@ -171,11 +172,14 @@ pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS postpone_m
 /// Migrations may run long on big tables: they get at least this deadline per round-trip.
 const MIGRATE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Applies every missing migration; returns the versions applied by this call.
-pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<i32>> {
+/// Applies every missing migration to namespace `ns` (`conn` was opened for it: its
+/// `search_path` is the schema's); returns the versions applied by this call. A named
+/// schema is created if missing, and its functions are pinned after the migrations (see
+/// `namespace.rs`), in the same transaction.
+pub(crate) fn migrate(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
     let previous = conn.io_timeout();
     conn.set_io_timeout(previous.max(MIGRATE_TIMEOUT));
-    let res = migrate_inner(conn);
+    let res = migrate_inner(conn, ns);
     conn.set_io_timeout(previous);
     if res.is_err() && conn.in_transaction() {
         // Roll back if the link still works; otherwise the server rolls back when it sees
@@ -191,14 +195,27 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<Vec<i32>> {
                  (run migrate as the role that owns them; see docs/roles.md)",
             )
         } else {
-            e.context("migrating the schema")
+            e.context(format_args!("migrating the schema{}", ns.in_schema()))
         }
     })
 }
 
-fn migrate_inner(conn: &mut Connection) -> Result<Vec<i32>> {
+fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
     conn.begin()?;
     conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    if let (Some(name), Some(create)) = (ns.name(), ns.create_sql()) {
+        // Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas
+        // even when it exists, and a worker's role may have none.
+        let exists: bool = conn
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                &[&name],
+            )?
+            .get(0);
+        if !exists {
+            conn.batch_execute(&create)?;
+        }
+    }
     // Created only when missing: `CREATE TABLE IF NOT EXISTS` needs the right to create in
     // the schema even when the table exists, and a worker's role has none (so its
     // `migrate` of a current schema would fail instead of finding nothing to do).
@@ -231,37 +248,50 @@ fn migrate_inner(conn: &mut Connection) -> Result<Vec<i32>> {
         log::info!("applied migration {} ({})", m.version, m.name);
         done.push(m.version);
     }
+    if let Some(pin) = ns.pin_sql() {
+        conn.batch_execute(&pin)
+            .map_err(|e| e.context("pinning the functions of the schema"))?;
+    }
     conn.commit()?;
     Ok(done)
 }
 
-/// The schema version installed, or `None` when postpone is not installed.
-pub(crate) fn installed_version(conn: &mut Connection) -> Result<Option<i32>> {
-    match conn.query_one("SELECT max(version) FROM postpone_migrations", &[]) {
+/// The schema version installed in namespace `ns`, or `None` when postpone is not installed
+/// there (a named schema that does not exist included).
+pub(crate) fn installed_version(conn: &mut Connection, ns: &Namespace) -> Result<Option<i32>> {
+    let sql = ns.qualify("SELECT max(version) FROM postpone_migrations");
+    match conn.query_one(&*sql, &[]) {
         Ok(row) => Ok(row.get::<_, Option<i32>>(0)),
-        Err(e) if e.sqlstate() == Some("42P01") => Ok(None),
+        Err(e) if matches!(e.sqlstate(), Some("42P01") | Some("3F000")) => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// Fails unless the schema is installed and at least as new as this library.
-pub(crate) fn check(conn: &mut Connection) -> Result<i32> {
-    match installed_version(conn).map_err(|e| e.context("checking the schema version"))? {
+/// Fails unless the schema is installed in `ns` and at least as new as this library.
+pub(crate) fn check(conn: &mut Connection, ns: &Namespace) -> Result<i32> {
+    match installed_version(conn, ns).map_err(|e| e.context("checking the schema version"))? {
         None => Err(Error::new(
             ErrorKind::SchemaMissing,
-            "schema not installed: run `postpone migrate` (or `App::migrate`)",
+            format!(
+                "schema not installed{}: run {}",
+                ns.in_schema(),
+                ns.migrate_command()
+            ),
         )),
         Some(v) if v < LATEST => Err(Error::new(
             ErrorKind::SchemaOutdated,
             format!(
-                "schema is older than this library (version {v}, need {LATEST}): run `postpone migrate` (or `App::migrate`)"
+                "schema{} is older than this library (version {v}, need {LATEST}): run {}",
+                ns.in_schema(),
+                ns.migrate_command()
             ),
         )),
         Some(v) => {
             if v > LATEST {
                 log::warn!(
-                    "schema version {v} is newer than this library ({LATEST}); continuing, \
-                     but upgrade postpone"
+                    "schema version {v}{} is newer than this library ({LATEST}); continuing, \
+                     but upgrade postpone",
+                    ns.in_schema()
                 );
             }
             Ok(v)

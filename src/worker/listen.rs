@@ -14,13 +14,13 @@ use super::link::Link;
 use super::{sleep_or_stop, Shared};
 use crate::conn::{Connection, Notification};
 use crate::job::JobId;
-use crate::store;
 
 /// `listening` gets one message after each successful LISTEN (the first tells `spawn` the
 /// worker hears notifications).
 pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, listening: &Sender<()>) {
-    let mut link = Link::with_setup(shared, "listening for jobs", |c: &mut Connection| {
-        c.listen(store::CHANNEL)
+    let channel = shared.app.namespace().channel().to_owned();
+    let mut link = Link::with_setup(shared, "listening for jobs", move |c: &mut Connection| {
+        c.listen(&channel)
     })
     .for_listener();
     let mut fresh = true;

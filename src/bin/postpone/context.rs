@@ -114,6 +114,8 @@ pub struct Context {
     pub source: &'static str,
     /// `user@host:port/db`, without the password.
     pub database: String,
+    /// `--schema` (or `POSTPONE_SCHEMA`): the schema of postpone's objects.
+    pub schema: Option<String>,
     /// Print JSON instead of tables.
     pub json: bool,
     /// Deadline of connecting and of every round-trip.
@@ -128,17 +130,31 @@ impl Context {
     pub fn connect_unchecked(&self) -> Result<App, CliError> {
         if self.verbose {
             eprintln!(
-                "postpone: database {} (from {})",
-                self.database, self.source
+                "postpone: database {} (from {}){}",
+                self.database,
+                self.source,
+                self.schema
+                    .as_ref()
+                    .map(|s| format!(", schema {s:?}"))
+                    .unwrap_or_default()
             );
         }
-        App::builder(self.database_url.clone())
+        self.builder()
             .pool_size(2)
             .connect_timeout(self.timeout)
             .io_timeout(self.timeout)
             .pool_timeout(self.timeout + Duration::from_secs(1))
             .build()
             .map_err(CliError::from)
+    }
+
+    /// A builder for the database and schema given.
+    pub fn builder(&self) -> postpone::AppBuilder {
+        let b = App::builder(self.database_url.clone());
+        match &self.schema {
+            Some(s) => b.schema(s.clone()),
+            None => b,
+        }
     }
 
     /// Connects, and refuses a schema that is missing, older or newer than this postpone.

@@ -50,6 +50,16 @@ struct Cli {
     )]
     database_url: Option<String>,
 
+    /// The PostgreSQL schema of postpone's objects (default: the search_path, as without)
+    #[arg(
+        long,
+        env = "POSTPONE_SCHEMA",
+        global = true,
+        value_name = "NAME",
+        help_heading = "Global options"
+    )]
+    schema: Option<String>,
+
     /// Print JSON instead of tables (for scripts); errors too, on stderr
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -185,15 +195,14 @@ where
         database: database::describe(&database_url),
         database_url,
         source,
+        schema: cli.schema,
         json: cli.json,
         timeout: cli.timeout,
         verbose: cli.verbose > 0,
     };
     match cli.command {
         Command::Healthcheck(a) => return commands::healthcheck::run(&ctx, &a, out),
-        Command::Dashboard(a) => {
-            return commands::dashboard::run(&ctx.database_url, ctx.timeout, &a, out)
-        }
+        Command::Dashboard(a) => return commands::dashboard::run(&ctx, &a, out),
         Command::Migrate(a) => {
             commands::migrate::run(&ctx, &a, out)?;
             return Ok(ExitCode::SUCCESS);

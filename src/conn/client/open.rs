@@ -80,6 +80,7 @@ impl Connection {
                 };
                 match Self::open_target(runtime, opts, target, watchdog, group, &deadline)
                     .and_then(|conn| conn.settle(want, opts.routing.attrs, &deadline))
+                    .and_then(|conn| conn.enter_namespace(opts, &deadline))
                 {
                     Ok(conn) => return Ok(conn),
                     Err(e) if e.kind() == ErrorKind::Shutdown => return Err(e),

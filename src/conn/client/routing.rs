@@ -21,6 +21,7 @@ use futures_core::Stream;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row, SimpleQueryMessage};
 
+use super::super::options::ConnectOptions;
 use super::super::session_attrs::{self, ServerState, SessionAttrs};
 use super::super::socket::Deadline;
 use super::Connection;
@@ -95,6 +96,30 @@ impl Connection {
                 }
             ),
         ))
+    }
+
+    /// Sets the `search_path` of a named namespace on this new connection (nothing for the
+    /// default), within what is left of the connect `deadline`. A session keeps it; the App
+    /// refuses a named schema through a transaction pooler, where it would not be kept.
+    pub(super) fn enter_namespace(
+        mut self,
+        opts: &ConnectOptions,
+        deadline: &Deadline,
+    ) -> Result<Connection> {
+        let Some(sql) = opts.namespace.session_sql() else {
+            return Ok(self);
+        };
+        let left = deadline
+            .at
+            .saturating_duration_since(Instant::now())
+            .min(self.inner.io_timeout);
+        let what = format!(
+            "connecting to {}: setting the search_path of the schema",
+            self.inner.peer
+        );
+        self.inner
+            .run(&what, left, self.client.batch_execute(&sql))?;
+        Ok(self)
     }
 
     /// True when this connection goes through a transaction-pooling PgBouncer.

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use postpone::{App, Dashboard, DashboardAuth};
+use postpone::{Dashboard, DashboardAuth};
 
-use crate::context::CliError;
+use crate::context::{CliError, Context};
 use crate::parse;
 
 #[derive(Debug, Args)]
@@ -33,13 +33,14 @@ pub(crate) struct DashboardArgs {
 }
 
 pub(crate) fn run(
-    url: &str,
-    timeout: Duration,
+    ctx: &Context,
     args: &DashboardArgs,
     out: &mut dyn Write,
 ) -> Result<ExitCode, CliError> {
+    let timeout = ctx.timeout;
     let auth = DashboardAuth::from_env()?;
-    let app = App::builder(url.to_owned())
+    let app = ctx
+        .builder()
         .pool_size(u32::from(args.threads).min(16))
         .connect_timeout(timeout)
         .io_timeout(timeout)
