@@ -147,6 +147,7 @@ fn migrate_creates_the_schema_pins_its_functions_and_touches_no_other_schema() {
     assert_eq!(a.schema_version().unwrap(), Some(postpone::SCHEMA_VERSION));
     let b = app_in(&db, Some(B));
     let a_after = snapshot(&mut c, A);
+    let b_after = snapshot(&mut c, B);
     // Migrating B (and A) changed nothing of public's functions, nor B anything of A's.
     assert_eq!(snapshot(&mut c, "public"), public_before);
     assert_eq!(b.migrate().unwrap(), Vec::<i32>::new());
@@ -156,6 +157,7 @@ fn migrate_creates_the_schema_pins_its_functions_and_touches_no_other_schema() {
         a_after,
         "a migrate of a current schema rewrites nothing"
     );
+    assert_eq!(snapshot(&mut c, B), b_after);
     assert_eq!(snapshot(&mut c, "public"), public_before);
     assert_eq!(default.migrate().unwrap(), Vec::<i32>::new());
 
@@ -761,4 +763,114 @@ fn the_dashboard_of_a_schema_shows_only_its_jobs() {
         }
         dash.shutdown();
     }
+}
+
+#[test]
+fn the_grants_of_a_schema_let_a_worker_role_run_its_jobs_there_and_nowhere_else() {
+    init_logging();
+    let db = TestDb::new();
+    let _default = app_in(&db, None);
+    let owner = app_in(&db, Some(B));
+    let role = TestRole::new(&db, "ns");
+    let sql = owner
+        .admin()
+        .grants(role.name(), postpone::GrantsFor::Worker)
+        .unwrap();
+    assert!(
+        sql.contains(&format!("GRANT USAGE ON SCHEMA {}", quote_ident(B))),
+        "{sql}"
+    );
+    owner.connection().unwrap().batch_execute(&sql).unwrap();
+    let as_role = App::builder(role.url(&db))
+        .schema(B)
+        .pool_size(2)
+        .build()
+        .unwrap();
+    // A worker's migrate of a current schema finds nothing to do (and changes nothing).
+    assert_eq!(as_role.migrate().unwrap(), Vec::<i32>::new());
+    let (tasks, ran) = recording_tasks();
+    let w = fast_worker(&as_role, tasks).spawn().unwrap();
+    let ids = defer_n(&as_role, 3);
+    assert!(wait_until(Duration::from_secs(10), || ran
+        .lock()
+        .unwrap()
+        .len()
+        == 3));
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    let mut got = ran.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, ids);
+    // The role was given nothing of the default's.
+    let mut c = role.client(&db);
+    let e = c
+        .query_one("SELECT count(*) FROM public.postpone_jobs", &[])
+        .unwrap_err();
+    assert_eq!(e.code().map(|c| c.code()), Some("42501"), "{e}");
+}
+
+#[test]
+fn a_pooled_connection_whose_search_path_was_changed_is_not_used_again() {
+    init_logging();
+    let db = TestDb::new();
+    let _default = app_in(&db, None);
+    let a = App::builder(db.url())
+        .schema(A)
+        .pool_size(1)
+        .build()
+        .unwrap();
+    a.migrate().unwrap();
+    let mut c = db.client();
+    for sql in [
+        "SET search_path TO public",
+        "RESET ALL",
+        "DISCARD ALL",
+        "SELECT set_config('search_path', 'public', false)",
+    ] {
+        {
+            let mut conn = a.connection().unwrap();
+            conn.batch_execute(sql).unwrap();
+        }
+        a.defer("ok", &sql).unwrap();
+        assert_eq!(
+            jobs_in(&mut c, None, ""),
+            0,
+            "after {sql}: a job went to public"
+        );
+    }
+    assert_eq!(jobs_in(&mut c, Some(A), ""), 4);
+}
+
+#[test]
+fn the_printed_migration_of_a_schema_installs_and_pins_it() {
+    init_logging();
+    let db = TestDb::new();
+    let _default = app_in(&db, None);
+    let app = App::builder(db.url()).schema(B).build().unwrap();
+    let sql = app.admin().migration_sql().unwrap();
+    assert_eq!(sql, postpone::Admin::migration_script_all_in(B).unwrap());
+    let mut c = db.client();
+    c.batch_execute(&sql).unwrap();
+    assert_eq!(
+        app.schema_version().unwrap(),
+        Some(postpone::SCHEMA_VERSION)
+    );
+    assert_eq!(app.migrate().unwrap(), Vec::<i32>::new());
+    let unpinned: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_proc
+              WHERE pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+                AND coalesce(array_to_string(proconfig, ';'), '') NOT LIKE '%search_path=%'",
+            &[&B],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(unpinned, 0);
+    // Deferring from SQL through it lands in B.
+    c.batch_execute(&format!("SELECT {}.postpone_defer('ok')", quote_ident(B)))
+        .unwrap();
+    assert_eq!(jobs_in(&mut c, Some(B), ""), 1);
+    assert_eq!(jobs_in(&mut c, None, ""), 0);
+    let e = postpone::Admin::migration_script_all_in("").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Config);
 }

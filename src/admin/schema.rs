@@ -258,6 +258,14 @@ impl Admin {
     pub fn migration_script_all() -> String {
         migration_script(0, &Namespace::DEFAULT)
     }
+
+    /// [`migration_script_all`](Self::migration_script_all) for an installation in schema
+    /// `schema` ([`AppBuilder::schema`](crate::AppBuilder::schema)): it creates the schema,
+    /// installs into it and pins its functions, as `migrate` does. Needs no database; a
+    /// name PostgreSQL cannot hold is an error of kind [`Config`](ErrorKind::Config).
+    pub fn migration_script_all_in(schema: &str) -> Result<String> {
+        Ok(migration_script(0, &Namespace::named(schema)?))
+    }
 }
 
 fn adopt(conn: &mut crate::Connection) -> Result<i32> {

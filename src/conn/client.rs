@@ -46,11 +46,17 @@ mod routing;
 pub(crate) enum Checked {
     /// The server answered, and the session carries nothing of its last user's.
     Alive,
-    /// The server answered: the last user left a transaction open or a LISTEN behind.
+    /// The server answered: the last user left a transaction open or a LISTEN behind, or
+    /// changed the search_path of a namespace's connection.
     Dirty,
     /// No answer within the budget, which was shorter than `io_timeout`: no verdict yet.
     Unanswered,
 }
+
+/// The pool's check of a used connection: no transaction left open (even a failed one),
+/// no LISTEN left behind.
+const CLEAN_SESSION: &str = "SELECT now() = statement_timestamp()
+        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())";
 
 /// A notification received on a `LISTEN`ed channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +116,10 @@ struct Inner {
     /// is discarded on return, since a session that listens and is not read holds up the
     /// server's notification queue for everyone.
     listening: bool,
+    /// The `search_path` the namespace set (as `SHOW` gives it): the pool's check of a used
+    /// connection proves it is still so (a caller's `SET`, `RESET ALL` or `DISCARD ALL`
+    /// would send postpone's statements to another schema's tables). None: the default.
+    search_path: Option<String>,
     broken: Option<String>,
     in_tx: bool,
     last_ok: Instant,
@@ -333,10 +343,14 @@ impl Connection {
         let got = if touched {
             // The simple protocol, so that the statement is the transaction's first: outside
             // a transaction block both clocks are then the same instant.
-            let fut = self.client.simple_query(
-                "SELECT now() = statement_timestamp()
-                        AND NOT EXISTS (SELECT pg_catalog.pg_listening_channels())",
-            );
+            let sql = match &self.inner.search_path {
+                None => CLEAN_SESSION.to_owned(),
+                Some(path) => format!(
+                    "{CLEAN_SESSION} AND pg_catalog.current_setting('search_path') = {}",
+                    crate::namespace::quote_literal(path)
+                ),
+            };
+            let fut = self.client.simple_query(&sql);
             let what = "checking the session of a pooled connection";
             if soft {
                 self.inner.run_soft(what, wait, fut)?

@@ -326,7 +326,7 @@ impl Shared {
             Ok(Checked::Unanswered) => Check::Unanswered,
             Ok(Checked::Dirty) => Check::Dead(Error::new(
                 ErrorKind::Closed,
-                "pooled connection discarded: its last user left a transaction open or a LISTEN behind",
+                "pooled connection discarded: its last user left a transaction open or a LISTEN behind, or changed the schema's search_path",
             )),
             Err(e) => {
                 if e.is_timeout() {

@@ -178,6 +178,7 @@ impl Connection {
                             deadline: None,
                             touched: false,
                             listening: false,
+                            search_path: None,
                             broken: None,
                             in_tx: false,
                             last_ok: Instant::now(),

@@ -117,8 +117,16 @@ impl Connection {
             "connecting to {}: setting the search_path of the schema",
             self.inner.peer
         );
-        self.inner
-            .run(&what, left, self.client.batch_execute(&sql))?;
+        let sql = format!("{sql}; SHOW search_path");
+        let msgs = self
+            .inner
+            .run(&what, left, self.client.simple_query(&sql))?;
+        let shown = msgs.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        });
+        self.inner.search_path =
+            Some(shown.ok_or_else(|| Error::new(ErrorKind::Connect, format!("{what}: no row")))?);
         Ok(self)
     }
 

@@ -22,7 +22,11 @@ pub struct MigrateArgs {
 
 pub fn run(ctx: &Context, a: &MigrateArgs, out: &mut dyn Write) -> Result<(), CliError> {
     if a.print && a.all {
-        write!(out, "{}", postpone::Admin::migration_script_all())?;
+        let sql = match &ctx.schema {
+            Some(s) => postpone::Admin::migration_script_all_in(s)?,
+            None => postpone::Admin::migration_script_all(),
+        };
+        write!(out, "{sql}")?;
         return Ok(());
     }
     let app = ctx.connect_unchecked()?;
