@@ -50,11 +50,12 @@ struct Cli {
     )]
     database_url: Option<String>,
 
-    /// The PostgreSQL schema of postpone's objects (default: the search_path, as without)
+    /// The PostgreSQL schema of postpone's objects (default: wherever the search_path finds them)
     #[arg(
         long,
         env = "POSTPONE_SCHEMA",
         global = true,
+        hide_env_values = true,
         value_name = "NAME",
         help_heading = "Global options"
     )]
