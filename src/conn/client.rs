@@ -343,12 +343,13 @@ impl Connection {
         let got = if touched {
             // The simple protocol, so that the statement is the transaction's first: outside
             // a transaction block both clocks are then the same instant.
-            let sql = match &self.inner.search_path {
-                None => CLEAN_SESSION.to_owned(),
+            let sql: std::borrow::Cow<'static, str> = match &self.inner.search_path {
+                None => CLEAN_SESSION.into(),
                 Some(path) => format!(
                     "{CLEAN_SESSION} AND pg_catalog.current_setting('search_path') = {}",
                     crate::namespace::quote_literal(path)
-                ),
+                )
+                .into(),
             };
             let fut = self.client.simple_query(&sql);
             let what = "checking the session of a pooled connection";
