@@ -6,7 +6,7 @@
 //! descriptors; `chaos`, `netns`, `pgbouncer` and `worker_rescue` re-run the test binary as
 //! child processes; `fleet` and `roles` install loggers of their own; `metrics` and
 //! `tracing` install global recorders (and need their features); `tls` and `failover` change
-//! server settings; `cli` needs the `cli` feature; `web_browser` drives Chromium.
+//! server settings; `cli` and `namespaces` need the `cli` feature (the `postpone` binary); `web_browser` drives Chromium.
 //!
 //! Run one module with `cargo test --test suite flow::`, one test with its name.
 //!
