@@ -874,3 +874,41 @@ fn the_printed_migration_of_a_schema_installs_and_pins_it() {
     let e = postpone::Admin::migration_script_all_in("").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Config);
 }
+
+#[test]
+fn a_default_installation_is_not_taken_over_by_naming_its_schema() {
+    init_logging();
+    let db = TestDb::new();
+    let default = app_in(&db, None);
+    let id = default.defer("ok", &1).unwrap();
+    let public = App::builder(db.url()).schema("public").build().unwrap();
+    let e = public.migrate().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidState, "{e}");
+    assert!(e.to_string().contains("without .schema"), "{e}");
+    // Nothing changed: the default's functions still notify its channel, and it runs on.
+    let mut c = db.client();
+    let pinned: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace
+                AND array_to_string(proconfig, ';') LIKE '%search_path%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(pinned, 0);
+    let (tasks, ran) = recording_tasks();
+    let w = fast_worker(&default, tasks)
+        .poll_interval(Duration::from_secs(60))
+        .spawn()
+        .unwrap();
+    let id2 = default.defer("ok", &2).unwrap();
+    assert!(default
+        .wait(id2, Duration::from_secs(10))
+        .unwrap()
+        .succeeded());
+    let report = w.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+    let mut got = ran.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, vec![id.get(), id2.get()]);
+}

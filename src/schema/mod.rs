@@ -224,6 +224,32 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
         .get(0);
     if !recorded {
         conn.batch_execute(MIGRATIONS_TABLE)?;
+    } else if let Some(name) = ns.name() {
+        // Every install made for a named schema has its functions pinned. Unpinned ones were
+        // installed without `.schema` (the schema was first in the search_path): pinning
+        // them would move the notifications of the Apps that use it so, as they are.
+        let unpinned: Option<String> = conn
+            .query_one(
+                "SELECT min(p.proname::text) FROM pg_proc p
+                  WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
+                    AND p.prokind = 'f' AND p.proname LIKE 'postpone\\_%'
+                    AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c
+                                     WHERE c LIKE 'search_path=%')",
+                &[&name],
+            )?
+            .get(0);
+        if let Some(f) = unpinned {
+            return Err(Error::new(
+                ErrorKind::InvalidState,
+                format!(
+                    "schema {} holds an installation made without a schema setting (its \
+                     function {f} is not pinned to it): the Apps that use it listen on the \
+                     default channels, which migrating it as a named schema would change; \
+                     use it without .schema / --schema, as it was installed; nothing was changed",
+                    crate::namespace::quote_ident(name)
+                ),
+            ));
+        }
     }
     let applied: Vec<i32> = conn
         .query("SELECT version FROM postpone_migrations", &[])?
