@@ -69,6 +69,7 @@ impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
             .field("database", &self.inner.opts.describe())
+            .field("schema", &self.schema())
             .finish_non_exhaustive()
     }
 }
