@@ -6,7 +6,7 @@
 //! descriptors; `chaos`, `netns`, `pgbouncer` and `worker_rescue` re-run the test binary as
 //! child processes; `fleet` and `roles` install loggers of their own; `metrics` and
 //! `tracing` install global recorders (and need their features); `tls` and `failover` change
-//! server settings; `cli` and `namespaces` need the `cli` feature (the `postpone` binary); `web_browser` drives Chromium.
+//! server settings; `cli` needs the `cli` feature; `web_browser` drives Chromium.
 //!
 //! Run one module with `cargo test --test suite flow::`, one test with its name.
 //!
@@ -63,8 +63,9 @@ mod migrate_v1_live;
 mod schema_present;
 mod vacuum;
 
-// Surfaces: SQL, periodic schedules, the dashboard over HTTP, async callers.
+// Surfaces: SQL, namespaces (schemas), periodic schedules, the dashboard over HTTP, async callers.
 mod async_web;
+mod namespaces;
 mod periodic;
 mod schedules;
 mod sql_defer;

@@ -4,9 +4,9 @@
 //! CLI, the dashboard, `postpone_defer` from SQL and `defer_in` on a caller's client follow
 //! the schema; odd names work and bad ones are refused.
 
-mod support;
-mod web_util;
-mod worker_util;
+use crate::support;
+use crate::web_util;
+use crate::worker_util;
 
 use std::collections::HashSet;
 use std::process::Command;
