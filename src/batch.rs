@@ -204,7 +204,9 @@ impl BatchBuilder<'_> {
     /// it commits. Give it a transaction (a batch takes several statements).
     pub fn defer_in<C: Executor + ?Sized>(self, client: &mut C, jobs: &[NewJob]) -> Result<Batch> {
         let what = "deferring a batch";
-        let rows = client.run_query(what, BATCH_INSERT, &[])?;
+        // The caller's client: statements name the App's schema (see namespace.rs).
+        let ns = self.app.namespace();
+        let rows = client.run_query(what, &ns.qualify(BATCH_INSERT), &[])?;
         let id = BatchId(
             rows.first()
                 .ok_or_else(|| {
@@ -236,7 +238,7 @@ impl BatchBuilder<'_> {
         let total = raw.len() as i64;
         client.run_query(
             what,
-            BATCH_OPEN,
+            &ns.qualify(BATCH_OPEN),
             &[
                 &id.0,
                 &members,
@@ -265,7 +267,11 @@ fn add_in<C: Executor + ?Sized>(
     let ids = insert::insert_batch_in(app, client, jobs).map_err(|e| e.context(&what))?;
     let raw: Vec<i64> = ids.iter().map(|i| i.0).collect();
     client
-        .run_query(&what, BATCH_JOIN, &[&batch.0, &raw])
+        .run_query(
+            &what,
+            &app.namespace().qualify(BATCH_JOIN),
+            &[&batch.0, &raw],
+        )
         .map_err(|e| match (e.sqlstate(), e.constraint()) {
             (Some("55000"), _) => e.set_kind(ErrorKind::InvalidState),
             (Some("23503"), Some("postpone_batches_batch")) => e.set_kind(ErrorKind::NotFound),

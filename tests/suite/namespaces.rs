@@ -513,8 +513,23 @@ fn defer_in_a_callers_session_names_the_schema() {
     a.job("ok").after(&[first]).defer_in(&mut tx, &4).unwrap();
     a.defer_batch_in(&mut tx, &[NewJob::new("ok", &5).unwrap()])
         .unwrap();
+    let batch = a
+        .batch()
+        .on_complete(NewJob::new("ok", &6).unwrap())
+        .defer_in(&mut tx, &[NewJob::new("ok", &7).unwrap()])
+        .unwrap();
+    a.add_to_batch_in(&mut tx, batch.id, &[NewJob::new("ok", &8).unwrap()])
+        .unwrap();
     tx.commit().unwrap();
-    assert_eq!(jobs_in(&mut c, Some(A), ""), 5);
+    assert_eq!(jobs_in(&mut c, Some(A), ""), 8);
+    let batches = |c: &mut Client, table: &str| -> i64 {
+        c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(batches(&mut c, "tenant_a.postpone_batches"), 1);
+    assert_eq!(batches(&mut c, "public.postpone_batches"), 0);
+    assert_eq!(a.admin().batch(batch.id).unwrap().total, 2);
     assert_eq!(jobs_in(&mut c, None, ""), 0);
 }
 
