@@ -2321,48 +2321,184 @@ fn job_shows_output_and_progress() {
     );
 }
 
+/// The peak memory a `postpone -v` run reports on stderr, in bytes.
+fn peak_memory(o: &Out) -> u64 {
+    let line = o
+        .stderr
+        .lines()
+        .find(|l| l.contains("peak memory of this process:"))
+        .unwrap_or_else(|| panic!("no peak memory reported: {o:?}"));
+    let kb: u64 = line
+        .split("process: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unreadable peak memory: {line}"));
+    kb * 1024
+}
+
 #[test]
-fn job_shows_large_values_cut_and_json_writes_them_whole() {
+fn job_output_is_bounded_unless_full_is_asked_and_full_is_exact() {
     let (db, url) = migrated();
     let mut c = db.client();
+    // 12 MB of arguments, output 2 MB, a small progress report.
     let id: i64 = c
         .query_one(
-            "SELECT postpone_defer('big', jsonb_build_object('blob', repeat('x', 3000000), 'deep',
+            "SELECT postpone_defer('big', jsonb_build_object('blob', repeat('x', 12000000), 'deep',
                     (repeat('[', 100) || repeat(']', 100))::jsonb))",
             &[],
         )
         .unwrap()
         .get(0);
     c.execute(
-        "UPDATE postpone_jobs SET output = jsonb_build_object('o', repeat('o', 100000)),
+        "UPDATE postpone_jobs SET output = jsonb_build_object('o', repeat('o', 2000000)),
                 progress = '{\"done\": 1}', progress_at = now() WHERE id = $1",
         &[&id],
     )
     .unwrap();
-    let stored: String = c
-        .query_one("SELECT args::text FROM postpone_jobs WHERE id = $1", &[&id])
+    let stored = |col: &str| -> String {
+        db.client()
+            .query_one(
+                &format!("SELECT {col}::text FROM postpone_jobs WHERE id = $1"),
+                &[&id],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let (args, output) = (stored("args"), stored("output"));
+    let sid = id.to_string();
+    let small: i64 = c
+        .query_one(
+            "SELECT postpone_defer('t', jsonb_build_object('n', 18446744073709551616, 's', repeat('y', 500000)))",
+            &[],
+        )
         .unwrap()
         .get(0);
-    let text = ok(&url, &["job", &id.to_string()]);
+    let measured = |args: &[&str]| -> (String, u64) {
+        let mut a = vec!["-v"];
+        a.extend_from_slice(args);
+        let o = run(&url, &a);
+        assert_eq!(o.code, 0, "{o:?}");
+        let peak = peak_memory(&o);
+        eprintln!(
+            "measured: postpone {}: {} bytes out, peak memory {:.1} MiB",
+            args.join(" "),
+            o.stdout.len(),
+            peak as f64 / 1048576.0
+        );
+        (o.stdout, peak)
+    };
+    // What the tool costs showing a job of 500 KB: each run below may grow past it by less
+    // than the 12 MB value (one copy of it held whole would not fit).
+    let (_, base) = measured(&["job", &small.to_string()]);
+    let bounded = |peak: u64| {
+        assert!(
+            peak < base + (8 << 20),
+            "peak memory {peak} bytes, {base} for a small job"
+        )
+    };
+
+    // Text: 4 KiB of each large value, saying how large it is and how to see it whole.
+    let (text, peak) = measured(&["job", &sid]);
     assert!(text.len() < 20_000, "{} bytes of text output", text.len());
     assert!(
         text.contains(&format!(
-            "(cut: the first 4096 of {} bytes; `postpone job {id} --json`",
-            stored.len()
+            "(cut: the first 4096 of {} bytes; `postpone job {id} --full` prints it whole)",
+            args.len()
         )),
         "{text}"
     );
     assert!(text.contains("progress:        {\"done\":1} (at"), "{text}");
-    let v = json(&url, &["job", &id.to_string()]);
-    let want: Value = serde_json::from_str(&stored).unwrap();
-    assert!(
-        v["args"] == want,
-        "--json did not write the arguments whole"
-    );
-    assert_eq!(v["output"]["o"].as_str().unwrap().len(), 100_000);
+    bounded(peak);
+
+    // --json: values up to 1 MiB whole; larger ones null, with their size and start.
+    let (doc, peak) = measured(&["--json", "job", &sid]);
+    assert!(doc.len() < 20_000, "{} bytes of --json output", doc.len());
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(v["args"], Value::Null);
+    assert_eq!(v["output"], Value::Null);
+    assert_eq!(v["cut"]["args"]["bytes"], serde_json::json!(args.len()));
+    assert_eq!(v["cut"]["output"]["bytes"], serde_json::json!(output.len()));
+    assert_eq!(v["cut"]["args"]["start"].as_str().unwrap(), &args[..4096]);
     assert_eq!(v["progress"], serde_json::json!({"done": 1}));
+    assert!(v["cut"].get("progress").is_none(), "{}", v["cut"]);
     assert_eq!(v["id"], serde_json::json!(id));
     assert_eq!(v["task"], "big");
+    bounded(peak);
+
+    // --full: every value whole, exact, in bounded memory (chunks of 256 KiB).
+    let (doc, peak) = measured(&["--json", "job", &sid, "--full"]);
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    assert!(v.get("cut").is_none());
+    assert!(
+        v["args"] == serde_json::from_str::<Value>(&args).unwrap(),
+        "--json --full did not write the arguments whole"
+    );
+    assert_eq!(v["output"]["o"].as_str().unwrap().len(), 2_000_000);
+    assert!(
+        doc.contains(&format!("\"args\": {args},")),
+        "the arguments' text is not as stored"
+    );
+    bounded(peak);
+    let (text, peak) = measured(&["job", &sid, "--full"]);
+    assert!(
+        text.contains(&format!("\nargs:            {args}\n")),
+        "the text form did not print the arguments whole"
+    );
+    bounded(peak);
+
+    // A value under 1 MiB is written whole by --json, exactly as stored.
+    let doc = ok(&url, &["--json", "job", &small.to_string()]);
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    assert!(v.get("cut").is_none());
+    assert_eq!(v["args"]["s"].as_str().unwrap().len(), 500_000);
+    assert!(doc.contains("18446744073709551616"));
+}
+
+#[test]
+fn tags_and_errors_beyond_what_a_job_page_shows_are_counted() {
+    let (db, url) = migrated();
+    // 100,000 tags of 200 characters: only SQL of one's own can write more than 64.
+    let id: i64 = db
+        .client()
+        .query_one(
+            "SELECT postpone_defer_jobs(ARRAY['default'], ARRAY['t'], ARRAY['{}'::jsonb], ARRAY[0],
+                    ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[NULL::timestamptz], ARRAY[NULL::int],
+                    ARRAY[(SELECT jsonb_agg(repeat('t', 200) || g) FROM generate_series(1, 100000) g)],
+                    ARRAY[NULL::jsonb], '{}', '{}', '{}')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    db.client()
+        .execute(
+            "UPDATE postpone_jobs SET errors = (SELECT jsonb_agg(jsonb_build_object('attempt', g,
+                    'at', now(), 'error', 'boom ' || g)) FROM generate_series(1, 80) g)
+              WHERE id = $1",
+            &[&id],
+        )
+        .unwrap();
+    let sid = id.to_string();
+    let text = ok(&url, &["job", &sid]);
+    assert!(text.len() < 40_000, "{} bytes of text output", text.len());
+    assert!(text.contains("(the first 64 of 100000)"), "{text}");
+    assert!(
+        text.contains("(the last 50 of 80 attempts with errors)"),
+        "{text}"
+    );
+    assert!(text.contains("attempt 80 at") && !text.contains("attempt 30 at"));
+    let doc = ok(&url, &["--json", "job", &sid]);
+    assert!(doc.len() < 60_000, "{} bytes of --json output", doc.len());
+    let v: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(v["tags"].as_array().unwrap().len(), 64);
+    assert_eq!(
+        v["cut"]["tags"],
+        serde_json::json!({"shown": 64, "total": 100000})
+    );
+    assert_eq!(
+        v["cut"]["errors"],
+        serde_json::json!({"shown": 50, "total": 80})
+    );
 }
 
 #[test]

@@ -229,7 +229,7 @@ fn a_large_argument_is_cut_on_its_page_and_downloads_whole() {
     let (id, len) = defer_sql(
         &db,
         "jsonb_build_object('rows', (SELECT jsonb_agg(jsonb_build_object('n', g, 's', '<b>' || g)) \
-         FROM generate_series(1, 200000) g))",
+         FROM generate_series(1, 380000) g))",
     );
     let dash = Dashboard::new(&app)
         .listen("127.0.0.1:0")
@@ -248,6 +248,12 @@ fn a_large_argument_is_cut_on_its_page_and_downloads_whole() {
         .body
         .contains(&format!("href=\"/jobs/{id}/args.json\"")));
     assert!(page.body.contains("&lt;b&gt;1"), "not escaped");
+    assert!(len > 12_000_000, "{len}");
+    assert!(
+        page.body
+            .contains(&format!("of {:.1} MiB shown", len as f64 / 1048576.0)),
+        "the page does not say how large the value is"
+    );
     let raw = get(dash.addr(), &format!("/jobs/{id}/args.json"));
     assert_eq!(raw.status, 200, "{}", raw.body);
     assert_eq!(raw.header("content-type"), Some("application/json"));
@@ -307,7 +313,7 @@ fn connections_past_the_limit_are_refused_at_once() {
 /// The dashboard in a process of its own (`postpone dashboard`), to read its peak memory.
 #[cfg(feature = "cli")]
 #[test]
-fn a_deeply_nested_argument_makes_a_small_page_and_costs_little_memory() {
+fn deep_arguments_and_many_tags_make_small_pages_and_cost_little_memory() {
     use std::io::BufRead;
     use std::process::{Command, Stdio};
     init_logging();
@@ -320,6 +326,21 @@ fn a_deeply_nested_argument_makes_a_small_page_and_costs_little_memory() {
         defer_sql(&db, "repeat('[1,', 10000) || '1' || repeat(']', 10000)"),
     ];
     let (small, _) = defer_sql(&db, "'{\"a\": 1}'");
+    // 100,000 tags of 200 characters (20 MB; 437 KB stored), written by SQL of one's own:
+    // the old list printed every one (a 44.7 MB page and 145 MB of memory for this job).
+    let tagged: i64 = db
+        .client()
+        .query_one(
+            "SELECT postpone_defer_jobs(ARRAY['default'], ARRAY['t'], ARRAY['{}'::jsonb], ARRAY[0],
+                    ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[NULL::timestamptz], ARRAY[NULL::int],
+                    ARRAY[(SELECT jsonb_agg(repeat('t', 200) || g) FROM generate_series(1, 100000) g)],
+                    ARRAY[NULL::jsonb], '{}', '{}', '{}')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // 12 MB of arguments: its page is cut, its download streamed.
+    let (big, big_len) = defer_sql(&db, "jsonb_build_object('blob', repeat('x', 12000000))");
     let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
         .args(["dashboard", "--listen", "127.0.0.1:0"])
         .env("DATABASE_URL", db.url())
@@ -376,11 +397,68 @@ fn a_deeply_nested_argument_makes_a_small_page_and_costs_little_memory() {
             }
         }
     }
+    // The list (the tagged job first) and the tagged job's page, four at once.
+    for path in ["/jobs".to_owned(), format!("/jobs/{tagged}")] {
+        let pages: Vec<_> = (0..4)
+            .map(|_| {
+                let path = path.clone();
+                std::thread::spawn(move || get(addr, &path))
+            })
+            .collect();
+        for p in pages {
+            let p = p.join().unwrap();
+            assert_eq!(p.status, 200);
+            eprintln!(
+                "measured: {path} with a job of 100,000 tags: a page of {} bytes",
+                p.body.len()
+            );
+            assert!(p.body.len() < 100_000, "{path}: {} bytes", p.body.len());
+            if path == "/jobs" {
+                assert!(p.body.contains("+99992 more"), "{}", p.body);
+            } else {
+                assert!(p.body.contains("(64 of 100000 shown)"), "{}", p.body);
+            }
+        }
+    }
+    // The large job's page and its raw arguments, four of each at once.
+    let stored: String = db
+        .client()
+        .query_one(
+            "SELECT args::text FROM postpone_jobs WHERE id = $1",
+            &[&big],
+        )
+        .unwrap()
+        .get(0);
+    let reads: Vec<_> = (0..8)
+        .map(|n| {
+            let path = if n % 2 == 0 {
+                format!("/jobs/{big}")
+            } else {
+                format!("/jobs/{big}/args.json")
+            };
+            std::thread::spawn(move || (path.clone(), get(addr, &path)))
+        })
+        .collect();
+    for r in reads {
+        let (path, r) = r.join().unwrap();
+        assert_eq!(r.status, 200, "{path}");
+        if path.ends_with(".json") {
+            assert_eq!(r.body.len(), big_len);
+            assert!(
+                r.body == stored,
+                "the download differs from the stored text"
+            );
+        } else {
+            assert!(r.body.len() < 300_000, "{} bytes", r.body.len());
+        }
+    }
     let grew = hwm().saturating_sub(before);
     let _ = child.kill();
     let _ = child.wait();
-    eprintln!("measured: peak memory grew by {grew} bytes over 8 nested pages");
-    // Four pages at once, each a few times its 20-40 KB value: a few MiB at most (the old
-    // pretty-printer needed hundreds).
-    assert!(grew < 8 * 1024 * 1024, "peak memory grew by {grew} bytes");
+    eprintln!("measured: peak memory grew by {grew} bytes over 24 pages and downloads");
+    // Four pages at once, each a few times its 20-40 KB value, or a few dozen tags, or cut
+    // to 256 KiB; four downloads of 12 MB, 256 KiB at a time: a few MiB at most, less than
+    // one copy of the 12 MB value (the old pretty-printer needed hundreds, the old list
+    // 145 MB).
+    assert!(grew < 10 * 1024 * 1024, "peak memory grew by {grew} bytes");
 }

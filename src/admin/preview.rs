@@ -1,7 +1,9 @@
 //! A job read for display, whatever it holds: [`Admin::job_preview`] cuts its arguments,
 //! output and progress to a budget in the database (only the cut crosses the wire), keeps
 //! its last attempts' errors, each cut to [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES),
-//! and says how large each value is whole. [`Admin::write_value`] writes one of them whole,
+//! its first [`MAX_TAGS`](crate::MAX_TAGS) tags, each cut to
+//! [`MAX_NAME_BYTES`](crate::limits::MAX_NAME_BYTES) characters (more can only be written by
+//! SQL of one's own), and says how large each value is whole. [`Admin::write_value`] writes one of them whole,
 //! a chunk at a time, so a program's memory never holds more than a chunk of it.
 //!
 //! A chunked read checks that the value did not change between chunks (its md5), so a
@@ -43,7 +45,8 @@ impl JsonPrefix {
 pub struct JobPreview {
     /// The job and its history, with `args`, `output` and `progress` left out (`null`,
     /// `None`, `None`: they are the fields below), its last 50 attempts' errors each cut
-    /// to 16 KiB, and its metadata left out (`None`) when it is larger than the budget.
+    /// to 16 KiB, its first 64 tags ([`MAX_TAGS`](crate::MAX_TAGS)) each cut to 255
+    /// characters, and its metadata left out (`None`) when it is larger than the budget.
     pub detail: JobDetail,
     /// Its arguments.
     pub args: JsonPrefix,
@@ -53,6 +56,8 @@ pub struct JobPreview {
     pub progress: Option<JsonPrefix>,
     /// How many errors it has recorded (the detail keeps the last 50).
     pub errors_total: u64,
+    /// How many tags it has (the detail keeps the first 64).
+    pub tags_total: u64,
 }
 
 /// A JSON value of a job that may be large, for [`Admin::write_value`].
@@ -77,10 +82,11 @@ impl JobValue {
     }
 }
 
-/// `$1` the id, `$2` the budget in characters. The first 27 columns are those of
+/// `$1` the id, `$2` the budget in characters, `$3` the errors kept, `$4` the characters
+/// and `$5` the number of tags kept. The first 27 columns are those of
 /// `store::JOB_GET` (with the large values left out); then each value's prefix and size,
-/// the number of errors, whether it takes part in a dependency, its batch, and its deadline
-/// (`expires_at`, `expired`: read by name).
+/// the number of errors, whether it takes part in a dependency, its batch, its deadline
+/// (`expires_at`, `expired`) and its number of tags (`tags_total`), the last three read by name.
 const JOB_PREVIEW: &str = "
 SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.queueing_lock,
        j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at,
@@ -97,7 +103,7 @@ SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.que
        (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
        NULL::jsonb, NULL::jsonb, j.progress_at, j.snoozes, j.max_attempts,
-       ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL),
+       ARRAY(SELECT left(t, $4::int) FROM unnest(j.tags[1:$5::int]) AS t WHERE t IS NOT NULL),
        CASE WHEN octet_length(j.meta::text) <= $2::int THEN j.meta END,
        j.blocked_by,
        left(t.a, $2::int), octet_length(t.a),
@@ -105,7 +111,8 @@ SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.que
        left(t.p, $2::int), octet_length(t.p),
        CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END,
        j.has_dependents OR j.has_dependencies, j.batch_id,
-       j.expires_at AS expires_at, j.expired AS expired
+       j.expires_at AS expires_at, j.expired AS expired,
+       coalesce(cardinality(j.tags), 0) AS tags_total
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  CROSS JOIN LATERAL (SELECT j.args::text AS a, j.output::text AS o, j.progress::text AS p) t
@@ -118,7 +125,17 @@ impl Admin {
     pub fn job_preview(&self, id: JobId, max_chars: usize) -> Result<JobPreview> {
         let max = i32::try_from(max_chars).unwrap_or(i32::MAX);
         let mut conn = self.conn()?;
-        let rows = conn.query_named("reading a job", JOB_PREVIEW, &[&id.0, &max, &ERRORS_KEPT])?;
+        let rows = conn.query_named(
+            "reading a job",
+            JOB_PREVIEW,
+            &[
+                &id.0,
+                &max,
+                &ERRORS_KEPT,
+                &(crate::limits::MAX_NAME_BYTES as i32),
+                &(crate::MAX_TAGS as i32),
+            ],
+        )?;
         let row = rows.first().ok_or_else(|| not_found(id))?;
         let mut detail = detail_from_row(row)?;
         detail.batch_id = row.get::<_, Option<i64>>(35).map(crate::BatchId);
@@ -142,6 +159,7 @@ impl Admin {
             output: prefix(29),
             progress: prefix(31),
             errors_total: row.get::<_, i32>(33).max(0) as u64,
+            tags_total: row.get::<_, i32>("tags_total").max(0) as u64,
         })
     }
 

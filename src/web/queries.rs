@@ -22,6 +22,9 @@ pub(crate) fn is_running(status: &str, started_at: Option<SystemTime>) -> bool {
 const ARGS_PREVIEW: i64 = 120;
 /// Characters of a job's last error a list shows.
 const ERROR_PREVIEW: i64 = 300;
+/// Tags of a job a list shows, and characters of each.
+const TAGS_PREVIEW: i64 = 8;
+const TAG_PREVIEW: i64 = 64;
 
 /// A row of the jobs page: every value cut to a few hundred characters, so a page of 50
 /// costs the same whatever the jobs hold.
@@ -40,7 +43,10 @@ pub(crate) struct JobRow {
     pub(crate) finished_at: Option<SystemTime>,
     /// The first 120 characters of the arguments' JSON text.
     pub(crate) args: String,
+    /// Its first 8 tags, each cut to 64 characters.
     pub(crate) tags: Vec<String>,
+    /// How many tags it has.
+    pub(crate) tags_total: i32,
     /// The first 300 characters of the last recorded error.
     pub(crate) last_error: Option<String>,
     /// How long ago it started, by the database's clock, while it runs.
@@ -73,12 +79,14 @@ pub(crate) fn jobs(
     let sql = format!(
         "SELECT j.id, j.queue, j.task, j.status, j.priority, j.lock, j.attempts, j.created_at,
                 j.scheduled_at, j.started_at, j.finished_at, left(j.args::text, {ARGS_PREVIEW}),
-                coalesce(j.tags, '{{}}'),
+                ARRAY(SELECT left(t, {TAG_PREVIEW}) FROM unnest(j.tags[1:{TAGS_PREVIEW}]) AS t
+                       WHERE t IS NOT NULL),
                 CASE WHEN jsonb_typeof(j.errors) = 'array'
                      THEN left(j.errors -> -1 ->> 'error', {ERROR_PREVIEW}) END,
                 CASE WHEN {RUNNING} AND isfinite(j.started_at)
                      THEN date_part('epoch', now()) - date_part('epoch', j.started_at) END,
-                (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity')
+                (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity'),
+                coalesce(cardinality(j.tags), 0)
            FROM postpone_jobs j
           WHERE {cond}
           ORDER BY j.id {} LIMIT {lim}",
@@ -106,6 +114,7 @@ pub(crate) fn jobs(
             last_error: r.get(13),
             running_for: r.get(14),
             after_dependencies: r.get(15),
+            tags_total: r.get(16),
         })
         .collect();
     if ascending {

@@ -87,11 +87,15 @@ enum Command {
     Defer(DeferArgs),
     /// List jobs, newest first, a page at a time (says when more match).
     Jobs(JobsArgs),
-    /// Show one job with its attempts and errors.
+    /// Show one job with its attempts and errors (large values cut unless --full).
     Job {
         /// The job id.
         #[arg(value_parser = parse::job_id)]
         id: JobId,
+        /// Print its arguments, output and progress whole, however large (streamed from the
+        /// database); without it, the text shows 4 KiB of each and --json values up to 1 MiB
+        #[arg(long)]
+        full: bool,
     },
     /// Show the progress of one batch: its jobs by state and its callbacks.
     Batch {
@@ -218,7 +222,7 @@ where
     match cli.command {
         Command::Defer(a) => commands::defer::run(&ctx, &app, &a, out)?,
         Command::Jobs(a) => commands::jobs::run(&ctx, &app, &a, out)?,
-        Command::Job { id } => commands::job::run(&ctx, &app, id, out)?,
+        Command::Job { id, full } => commands::job::run(&ctx, &app, id, full, out)?,
         Command::Batch { id } => commands::batch::run(&ctx, &app, id, out)?,
         Command::Retry(t) => commands::bulk::run(&ctx, &app, Op::Retry, &t, out)?,
         Command::Cancel(a) => {
@@ -257,7 +261,24 @@ where
             unreachable!("handled above")
         }
     }
+    log_peak_memory();
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logs (at `-v`) this process's peak resident memory, where the system tells it (Linux's
+/// `/proc/self/status`): what a command cost, and what tests read to hold it bounded.
+fn log_peak_memory() {
+    if !log::log_enabled!(log::Level::Info) {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(kb) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .map(str::trim)
+    {
+        log::info!("peak memory of this process: {kb} (VmHWM)");
+    }
 }
 
 fn init_logging(verbose: u8) {

@@ -100,6 +100,17 @@ pub(super) fn job(
                     @if !pid.is_empty() { " (id " (Shown(pid)) ")" }
                 }
             } }
+            @if !d.tags.is_empty() {
+                tr { th { "Tags" } td #tags {
+                    @for t in &d.tags {
+                        a.tag href={ (st.link("/jobs")) "?tag=" (url_enc(t)) } { (Shown(t)) }
+                        " "
+                    }
+                    @if preview.tags_total > d.tags.len() as u64 {
+                        span.dim #tags-cut { "(" (d.tags.len()) " of " (preview.tags_total) " shown)" }
+                    }
+                } }
+            }
             @if !d.dependencies.is_empty() {
                 tr { th { "Runs after" } td #dependencies {
                     @for (i, x) in d.dependencies.iter().enumerate() {

@@ -409,6 +409,9 @@ fn jobs_table(st: &State, rows: &[queries::JobRow]) -> Markup {
                         @for t in &j.tags {
                             a.tag href={ (here) "?tag=" (url_enc(t)) } { (Shown(t)) }
                         }
+                        @if j.tags_total as usize > j.tags.len() {
+                            " " span.dim { "+" (j.tags_total as usize - j.tags.len()) " more" }
+                        }
                     }
                     td.err {
                         @if let Some(e) = &j.last_error { code { (Shown(e)) } }
