@@ -2473,7 +2473,9 @@ fn tags_and_errors_beyond_what_a_job_page_shows_are_counted() {
     db.client()
         .execute(
             "UPDATE postpone_jobs SET errors = (SELECT jsonb_agg(jsonb_build_object('attempt', g,
-                    'at', now(), 'error', 'boom ' || g)) FROM generate_series(1, 80) g)
+                    'at', now(), 'error', 'boom ' || g || CASE WHEN g = 80
+                    THEN E'\\n\\nbacktrace:\\n   7: app::resize\\n             at ./src/app.rs:3:5' ELSE '' END))
+                    FROM generate_series(1, 80) g)
               WHERE id = $1",
             &[&id],
         )
@@ -2487,6 +2489,18 @@ fn tags_and_errors_beyond_what_a_job_page_shows_are_counted() {
         "{text}"
     );
     assert!(text.contains("attempt 80 at") && !text.contains("attempt 30 at"));
+    // A panic's backtrace: counted in the text, printed with --full.
+    assert!(
+        text.contains(&format!(
+            ": boom 80\n    (a backtrace of 2 lines: `postpone job {id} --full` prints it)\n"
+        )),
+        "{text}"
+    );
+    let full = ok(&url, &["job", &sid, "--full"]);
+    assert!(
+        full.contains(": boom 80\n    backtrace:\n       7: app::resize\n                 at ./src/app.rs:3:5\n"),
+        "{full}"
+    );
     let doc = ok(&url, &["--json", "job", &sid]);
     assert!(doc.len() < 60_000, "{} bytes of --json output", doc.len());
     let v: Value = serde_json::from_str(&doc).unwrap();

@@ -113,6 +113,37 @@ pub struct AttemptError {
     pub error: String,
 }
 
+/// What separates a panic's message from its backtrace in a recorded error (see
+/// [`AttemptError::backtrace`]).
+pub(crate) const BACKTRACE_MARK: &str = "\n\nbacktrace:\n";
+
+impl AttemptError {
+    /// The error without the backtrace a panic records after it: all of
+    /// [`error`](Self::error) when there is none.
+    ///
+    /// ```
+    /// # fn show(e: &postpone::AttemptError) {
+    /// println!("attempt {}: {}", e.attempt, e.message());
+    /// if let Some(bt) = e.backtrace() {
+    ///     println!("{bt}");
+    /// }
+    /// # }
+    /// ```
+    pub fn message(&self) -> &str {
+        self.error
+            .split_once(BACKTRACE_MARK)
+            .map_or(&self.error, |(m, _)| m)
+    }
+
+    /// The backtrace of the panic that ended this attempt: the task's own frames, at most
+    /// 8 KiB, captured by the worker unless `RUST_LIB_BACKTRACE` (or, without it,
+    /// `RUST_BACKTRACE`) is `0`. It is recorded in [`error`](Self::error), after the
+    /// message and a line `backtrace:`.
+    pub fn backtrace(&self) -> Option<&str> {
+        self.error.split_once(BACKTRACE_MARK).map(|(_, b)| b)
+    }
+}
+
 /// A job with its history; from [`Admin::job`](crate::Admin::job).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]

@@ -1,7 +1,7 @@
 //! Executors: run one job at a time and decide its outcome; never touch the database.
 //!
-//! A task runs under `catch_unwind`: a panic fails the job with the panic's message and the
-//! thread goes on. The outcome goes to the completer through a channel, so the executor is
+//! A task runs under `catch_unwind`: a panic fails the job with the panic's message and
+//! its backtrace (see `backtrace.rs`), and the thread goes on. The outcome goes to the completer through a channel, so the executor is
 //! free for its next job while the previous outcome is being recorded.
 //!
 //! Deciding, in order: a job whose abort was requested ends `aborted`, whatever the task
@@ -118,6 +118,7 @@ fn past_rescues(attempt: u32, allowed: u32) -> bool {
 pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Sender<Outcome>) {
     // Shared by every job this thread runs, not copied for each.
     let thread_name: Arc<str> = Arc::from(std::thread::current().name().unwrap_or("postpone-exec"));
+    super::backtrace::install();
     let _alive = ExecutorAlive::new(shared);
     loop {
         // The shutdown sets `stopping`, then closes the board.
@@ -349,11 +350,18 @@ fn run_one(
     let started = Instant::now();
     // Pooled connections the task checks out (`job.app()`) are lent to the worker's group,
     // so the hard deadline's sever reaches a task blocked in a query.
-    let result = crate::conn::watchdog::lending_to(shared.group, || {
-        super::observe::in_job_span(&job, || {
-            catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+    let (result, backtrace) = super::backtrace::capturing(|| {
+        crate::conn::watchdog::lending_to(shared.group, || {
+            super::observe::in_job_span(&job, || {
+                catch_unwind(AssertUnwindSafe(|| (task.func)(&job)))
+            })
         })
     });
+    // The panic's message, then its backtrace when one was captured.
+    let panicked = |p: &Box<dyn Any + Send>| match &backtrace {
+        Some(bt) => with_backtrace(&panic_text(p), bt),
+        None => panic_text(p),
+    };
     let took = started.elapsed();
     shared.job_duration.observe(took);
     if let Some(t) = shared.task_time.get(&job.task) {
@@ -376,7 +384,7 @@ fn run_one(
                 Ok(Err(e)) => format!("aborted on request: {e}"),
                 Err(p) => format!(
                     "aborted on request; then the task panicked: {}",
-                    panic_text(p)
+                    panicked(p)
                 ),
                 Ok(Ok(())) => "aborted on request".to_owned(),
             };
@@ -393,7 +401,7 @@ fn run_one(
         Err(p) => {
             let e = TaskError::with_action(
                 TaskAction::Error,
-                format!("task panicked: {}", panic_text(&p)),
+                format!("task panicked: {}", panicked(&p)),
             );
             decide(&e, attempt, &strategy)
         }
@@ -624,6 +632,20 @@ fn emit(
             );
         }
     }
+}
+
+/// A panic's message and its backtrace, as an attempt records them: the message cut so
+/// that both fit in [`MAX_ERROR_BYTES`](crate::limits::MAX_ERROR_BYTES).
+fn with_backtrace(message: &str, bt: &str) -> String {
+    let room = crate::limits::MAX_ERROR_BYTES
+        .saturating_sub(bt.len() + super::backtrace::MARK.len() + 64)
+        .max(1024);
+    let mut end = message.len().min(room);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = if end < message.len() { "..." } else { "" };
+    format!("{}{more}{}{bt}", &message[..end], super::backtrace::MARK)
 }
 
 fn panic_text(p: &Box<dyn Any + Send>) -> String {

@@ -26,6 +26,7 @@
 //! them all within its timeout (see `shutdown.rs`). This file holds what the threads share.
 
 mod backoff;
+mod backtrace;
 mod beat;
 mod board;
 mod builder;

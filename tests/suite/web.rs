@@ -625,6 +625,73 @@ fn the_abort_button_stops_a_running_job() {
     assert!(worker.shutdown(Duration::from_secs(5)).is_clean());
 }
 
+/// A task that panics two calls deep, so its frames have names to find.
+#[inline(never)]
+fn resize_image_deep(n: u32) -> u32 {
+    if n > 0 {
+        panic!("image {n} too large: <b>kaput</b>");
+    }
+    n
+}
+
+#[test]
+fn a_panic_shows_its_backtrace_collapsed_on_the_job_page() {
+    use postpone::{Job, JobStatus, RetryStrategy, TaskError, Tasks, Worker};
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut tasks = Tasks::new();
+    tasks
+        .register("resize", |job: &Job| -> Result<(), TaskError> {
+            let n: u32 = job.args()?;
+            resize_image_deep(std::hint::black_box(n));
+            Ok(())
+        })
+        .retry(RetryStrategy::fixed(Duration::from_millis(10), 1));
+    let id = app.defer("resize", &7).unwrap();
+    let worker = Worker::builder(&app, tasks).spawn().unwrap();
+    let result = app.wait(id, Duration::from_secs(30)).unwrap();
+    assert!(worker.shutdown(Duration::from_secs(5)).is_clean());
+    assert_eq!(result.status, JobStatus::Failed, "{result:?}");
+    // Recorded with the error: the message first, then the task's own frames.
+    let detail = app.admin().job(id).unwrap();
+    let e = &detail.errors[0];
+    assert_eq!(
+        e.message(),
+        "task panicked: image 7 too large: <b>kaput</b>"
+    );
+    let bt = e
+        .backtrace()
+        .unwrap_or_else(|| panic!("no backtrace in {:?}", e.error));
+    assert!(bt.contains("resize_image_deep"), "{bt}");
+    assert!(
+        !bt.contains("rust_panic_with_hook"),
+        "panic machinery kept: {bt}"
+    );
+    assert!(e.error.len() <= 16 * 1024, "{}", e.error.len());
+    // The page shows the message, and the backtrace collapsed under it.
+    let dash = dashboard(&app);
+    let page = get(dash.addr(), &format!("/jobs/{id}"));
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains("<pre>task panicked: image 7 too large: &lt;b&gt;kaput&lt;/b&gt;</pre>"),
+        "{}",
+        page.body
+    );
+    let at = page
+        .body
+        .find("<details class=\"backtrace\"><summary>Backtrace</summary><pre>")
+        .unwrap_or_else(|| panic!("no collapsed backtrace in {}", page.body));
+    assert!(page.body[at..].contains("resize_image_deep"));
+    assert!(!page.body.contains("<details class=\"backtrace\" open"));
+    // The list shows the message only.
+    let list = get(dash.addr(), "/jobs");
+    assert!(list.body.contains("image 7 too large"));
+    assert!(!list.body.contains("resize_image_deep"));
+    dash.shutdown();
+}
+
 #[test]
 fn schedules_given_by_the_program_show_their_exact_next_instant() {
     use std::time::{SystemTime, UNIX_EPOCH};

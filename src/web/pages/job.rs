@@ -175,7 +175,18 @@ pub(super) fn job(
             div.scroll { table #errors {
                 tr { th { "Attempt" } th { "When" } th { "Error" } }
                 @for e in &d.errors {
-                    tr { td.n { (e.attempt) } td { (opt_time(e.at)) } td { pre { (Shown(&e.error)) } } }
+                    tr {
+                        td.n { (e.attempt) } td { (opt_time(e.at)) }
+                        td {
+                            pre { (Shown(e.message())) }
+                            @if let Some(bt) = e.backtrace() {
+                                details.backtrace {
+                                    summary { "Backtrace" }
+                                    pre { (Shown(bt)) }
+                                }
+                            }
+                        }
+                    }
                 }
             } }
         }

@@ -414,7 +414,10 @@ fn jobs_table(st: &State, rows: &[queries::JobRow]) -> Markup {
                         }
                     }
                     td.err {
-                        @if let Some(e) = &j.last_error { code { (Shown(e)) } }
+                        @if let Some(e) = &j.last_error {
+                            // The message: a panic's backtrace is on the job's page.
+                            code { (Shown(e.split(crate::admin::info::BACKTRACE_MARK).next().unwrap_or(e))) }
+                        }
                     }
                     td { code { (Shown(&j.args)) } }
                 }

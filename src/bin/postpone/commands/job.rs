@@ -372,8 +372,23 @@ pub fn run(
                 "  attempt {} at {}: {}",
                 e.attempt,
                 output::opt_time(e.at),
-                output::clean(&e.error)
+                output::clean(e.message())
             )?;
+            // A panic's backtrace: its lines with --full, else how to see them.
+            match e.backtrace() {
+                Some(bt) if full => {
+                    writeln!(out, "    backtrace:")?;
+                    for line in bt.lines() {
+                        writeln!(out, "    {}", output::clean(line))?;
+                    }
+                }
+                Some(bt) => writeln!(
+                    out,
+                    "    (a backtrace of {} lines: `postpone job {id} --full` prints it)",
+                    bt.lines().count()
+                )?,
+                None => {}
+            }
         }
     }
     Ok(())
