@@ -207,7 +207,7 @@ impl QueueCounts {
 }
 
 /// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
-/// no window).
+/// no window), `$2` the most groups returned, the first by name (NULL: all).
 const STATS_SQL: &str = "
 SELECT {group},
        count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
@@ -242,7 +242,8 @@ SELECT {group},
                END AS run
           FROM postpone_jobs j) s
  GROUP BY {group}
- ORDER BY {group}";
+ ORDER BY {group}
+ LIMIT $2::bigint";
 
 impl Admin {
     /// Jobs per queue and status, queues in name order, counted over every kept job.
@@ -255,6 +256,18 @@ impl Admin {
     /// percentiles; and the lag of the oldest due job. A window over 100 years reads as 100
     /// years.
     pub fn stats(&self, by: StatsBy, window: Option<Duration>) -> Result<Vec<QueueCounts>> {
+        self.stats_first(by, window, None)
+    }
+
+    /// [`stats`](Self::stats) of the first `limit` queues or tasks by name (all with
+    /// `None`), and every paused queue: what a screen shows, at a cost that does not grow
+    /// with the number of queues.
+    pub(crate) fn stats_first(
+        &self,
+        by: StatsBy,
+        window: Option<Duration>,
+        limit: Option<i64>,
+    ) -> Result<Vec<QueueCounts>> {
         let group = match by {
             StatsBy::Queue => "queue",
             StatsBy::Task => "task",
@@ -262,7 +275,7 @@ impl Admin {
         let ms: Option<i64> = window.map(crate::limits::age_millis);
         let sql = STATS_SQL.replace("{group}", group);
         let mut conn = self.conn()?;
-        let rows = conn.query_named("computing job statistics", &sql, &[&ms])?;
+        let rows = conn.query_named("computing job statistics", &sql, &[&ms, &limit])?;
         drop(conn);
         let mut counts: Vec<QueueCounts> = rows
             .iter()

@@ -57,9 +57,14 @@ pub(crate) struct State {
 
 /// How long the overview's figures are shared between requests.
 const OVERVIEW_FRESH: Duration = Duration::from_secs(5);
+/// Queues the overview lists, the first by name (paused ones are always listed).
+const OVERVIEW_QUEUES: usize = 200;
 
 pub(crate) struct OverviewData {
+    /// The first [`OVERVIEW_QUEUES`] queues by name (and every paused one).
     counts: Vec<crate::admin::QueueCounts>,
+    /// Whether more queues have jobs than `counts` holds.
+    more_queues: bool,
     workers: Vec<crate::admin::WorkerInfo>,
     pauses: crate::admin::Pauses,
     took: Duration,
@@ -77,11 +82,25 @@ impl State {
             }
         }
         let started = Instant::now();
-        let counts = self.admin.counts()?;
+        let mut counts = self.admin.stats_first(
+            crate::admin::StatsBy::Queue,
+            None,
+            Some(OVERVIEW_QUEUES as i64 + 1),
+        )?;
+        // Paused queues past the first ones are kept: a pause is always seen.
+        let mut more_queues = false;
+        let mut n = 0;
+        counts.retain(|c| {
+            n += 1;
+            let keep = n <= OVERVIEW_QUEUES || c.paused;
+            more_queues |= !keep;
+            keep
+        });
         let workers = self.admin.workers()?;
         let pauses = self.admin.paused()?;
         let data = Arc::new(OverviewData {
             counts,
+            more_queues,
             workers,
             pauses,
             took: started.elapsed(),

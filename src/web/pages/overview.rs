@@ -118,6 +118,14 @@ pub(super) fn overview(st: &State, req: &Request) -> Result<Response, Error> {
                     }
                 }
             } }
+            @if data.more_queues {
+                p.dim #queues-cut {
+                    "More queues have jobs: only the first " (OVERVIEW_QUEUES)
+                    " by name (and every paused one) are listed here. "
+                    a href=(jobs) { "The jobs list" } " filters by queue; "
+                    code { "postpone stats" } " lists them all."
+                }
+            }
         }
         h2 #history {
             "Finished jobs"
@@ -160,6 +168,9 @@ pub(super) fn overview(st: &State, req: &Request) -> Result<Response, Error> {
     Ok(st.page(200, "Overview", "Overview", Some(refresh), body))
 }
 
+/// Names of unknown tasks a queue's row shows.
+const UNKNOWN_SHOWN: usize = 5;
+
 /// The queue's limits, one per line: concurrency, per key, rate.
 fn limits_cell(c: &crate::QueueCounts) -> Markup {
     let mut parts = Vec::new();
@@ -197,14 +208,24 @@ fn why_cell(c: &crate::QueueCounts) -> Markup {
         .map(|r| match r {
             "key limit reached" => format!("key limit reached ({} waiting)", c.key_held),
             "lock held" => format!("lock held ({} waiting)", c.lock_held),
-            "unknown task" => format!(
-                "no worker knows task {}",
-                c.unknown_tasks
-                    .iter()
-                    .map(|t| format!("{t:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            "unknown task" => {
+                // A few names: a queue can hold jobs of any number of tasks.
+                let more = c.unknown_tasks.len().saturating_sub(UNKNOWN_SHOWN);
+                format!(
+                    "no worker knows task {}{}",
+                    c.unknown_tasks
+                        .iter()
+                        .take(UNKNOWN_SHOWN)
+                        .map(|t| format!("{t:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
+            }
             "rate limited" => match c.next_start_in {
                 Some(d) => format!("rate limited (next start in {})", age(d)),
                 None => r.to_owned(),
