@@ -24,16 +24,6 @@ const ERRORS_KEPT: i32 = 50;
 /// Bytes of a value a [`ValueCursor`] fetches at a time.
 pub(crate) const CHUNK: i32 = 256 * 1024;
 
-/// Bytes a [`ValueReader`] reads per round-trip: 256 KiB first, then a sixteenth of the
-/// value, from 256 KiB to 1 MiB. Each of its round-trips makes the server turn the whole
-/// value into text again, so a large value is read in fewer, larger chunks (a 12 MB one in
-/// 17, not 47: at 0.7 s a chunk on a loaded machine, 47 did not fit in the dashboard's 30-s
-/// deadline); memory stays bounded by the largest chunk.
-fn chunk_size(len: Option<i64>) -> i32 {
-    let min = i64::from(CHUNK);
-    len.map_or(min, |n| (n / 16).clamp(min, 4 * min)) as i32
-}
-
 /// The start of a JSON value's text, and the size of the whole.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -256,11 +246,7 @@ impl ValueReader {
         let rows = conn.query_named(
             "reading a job's value",
             &sql,
-            &[
-                &self.id.0,
-                &self.offset,
-                &chunk_size(self.seen.as_ref().map(|s| s.0)),
-            ],
+            &[&self.id.0, &self.offset, &CHUNK],
         )?;
         let Some(row) = rows.first() else {
             return Err(not_found(self.id));
@@ -298,14 +284,12 @@ impl ValueReader {
 /// so the pool discards it (its session, transaction and cursor end with it).
 pub(crate) struct ValueCursor {
     conn: crate::PooledConnection,
-    len: u64,
     done: bool,
 }
 
 impl std::fmt::Debug for ValueCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ValueCursor")
-            .field("len", &self.len)
             .field("done", &self.done)
             .finish()
     }
@@ -330,7 +314,7 @@ impl ValueCursor {
         let Some(row) = rows.first() else {
             return Err(not_found(id));
         };
-        let Some(len) = row.get::<_, Option<i32>>(0) else {
+        if row.get::<_, Option<i32>>(0).is_none() {
             conn.commit()?;
             return Ok(None);
         };
@@ -344,16 +328,7 @@ impl ValueCursor {
               ORDER BY g",
             id = id.0
         ))?;
-        Ok(Some(ValueCursor {
-            conn,
-            len: len.max(0) as u64,
-            done: false,
-        }))
-    }
-
-    /// The size of the whole value in bytes.
-    pub(crate) fn len(&self) -> u64 {
-        self.len
+        Ok(Some(ValueCursor { conn, done: false }))
     }
 
     /// The next chunk; `Ok(None)` at the end, when the transaction is committed and the
@@ -374,18 +349,5 @@ impl ValueCursor {
         self.done = true;
         self.conn.commit()?;
         Ok(None)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::chunk_size;
-
-    #[test]
-    fn chunks_read_one_by_one_grow_with_the_value_within_their_bounds() {
-        assert_eq!(chunk_size(None), 256 * 1024);
-        assert_eq!(chunk_size(Some(1000)), 256 * 1024);
-        assert_eq!(chunk_size(Some(12_000_000)), 750_000);
-        assert_eq!(chunk_size(Some(i64::from(i32::MAX))), 1024 * 1024);
     }
 }

@@ -290,7 +290,6 @@ impl Dashboard {
             schedules: self.schedules.clone(),
             base: self.base_path.clone(),
             any_host: self.any_host,
-            cursors: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }))
     }
 

@@ -279,41 +279,15 @@ fn size(n: u64) -> String {
     }
 }
 
-/// Downloads that may read through a cursor at once, each holding a connection of the
-/// App's pool for as long as its client takes (at most the response deadline); the next
-/// ones read chunk by chunk, so slow downloads cannot take every connection.
-const CURSORS: usize = 2;
-
-/// A place among the [`CURSORS`], given back when dropped.
-struct CursorPlace(Arc<std::sync::atomic::AtomicUsize>);
-
-impl CursorPlace {
-    fn take(count: &Arc<std::sync::atomic::AtomicUsize>) -> Option<CursorPlace> {
-        use std::sync::atomic::Ordering;
-        count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < CURSORS).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| CursorPlace(count.clone()))
-    }
-}
-
-impl Drop for CursorPlace {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
-}
-
 /// `GET /jobs/ID/args.json` (and `output.json`, `progress.json`): the value's raw JSON
-/// text, streamed a chunk at a time, so a request holds one chunk whatever the value
-/// weighs. While a place among [`CURSORS`] is free it is read through a cursor (the server
-/// turns the value into text once: 12 MB of arguments in about 2 s on a loaded machine);
-/// otherwise each chunk (256 KiB to 1 MiB) is a round-trip of its own, which turns the
-/// whole value into text again (a 12 MB value of many small objects took 1.4 s a chunk
-/// there).
+/// text, streamed a chunk at a time (each chunk a round-trip of its own, so a slow client
+/// holds no connection between chunks), so a request holds one chunk whatever the value
+/// weighs. Each round-trip makes the server turn the whole value into text again: a 12 MB
+/// value of many small objects took 1.4 s a chunk on a loaded machine, and its 47 chunks
+/// did not fit in the 30-s response deadline (`Admin::write_value` reads through a cursor
+/// instead, holding its connection).
 pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Error> {
-    use crate::admin::preview::{JobValue, ValueCursor, ValueReader};
+    use crate::admin::preview::{JobValue, ValueReader};
     let which = match file {
         "args.json" => JobValue::Args,
         "output.json" => JobValue::Output,
@@ -333,21 +307,6 @@ pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Er
             format!("attachment; filename=\"job-{id}-{file}\""),
         ),
     ];
-    if let Some(place) = CursorPlace::take(&st.cursors) {
-        let Some(mut cursor) = ValueCursor::open(st.app.connection()?, id, which)? else {
-            return Err(missing());
-        };
-        let len = cursor.len();
-        let next: super::super::http::NextChunk = Box::new(move || {
-            let _place = &place;
-            cursor.next().map_err(std::io::Error::other)
-        });
-        return Ok(Response {
-            status: 200,
-            headers,
-            body: super::super::http::Body::Stream { len, next },
-        });
-    }
     let mut reader = ValueReader::new(id, which);
     let first = {
         let mut conn = st.app.connection()?;

@@ -53,9 +53,6 @@ pub(crate) struct State {
     pub(crate) base: String,
     /// Requests to any host name are answered (the host program guards access).
     pub(crate) any_host: bool,
-    /// Downloads reading through a cursor now, each holding a connection (see
-    /// `job::download`).
-    pub(crate) cursors: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// How long the overview's figures are shared between requests.
