@@ -342,7 +342,7 @@ pub struct BatchProgress {
     /// The batch.
     pub id: BatchId,
     /// When it was created.
-    #[serde(serialize_with = "crate::admin::info::ser_time")]
+    #[serde(serialize_with = "crate::timefmt::ser_time")]
     pub created_at: SystemTime,
     /// Jobs ever added to it (callbacks not counted).
     pub total: u64,

@@ -247,8 +247,7 @@ impl Error {
     /// True when the server refused a new connection for want of a free slot (SQLSTATE
     /// `53300`, `53400`) or because it accepts none for now (`57P03`).
     pub(crate) fn is_refusal(&self) -> bool {
-        self.sqlstate()
-            .is_some_and(|c| crate::conn::refusal_remedy(c).is_some())
+        self.sqlstate().is_some_and(|c| refusal_remedy(c).is_some())
     }
 
     /// True when a deadline fired.
@@ -402,5 +401,24 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(fmt_duration(Duration::from_secs(3)), "3s");
         assert_eq!(fmt_duration(Duration::from_micros(20)), "20µs");
+    }
+}
+
+/// What to do about a server that refuses new connections for now: out of connection slots
+/// (`53300`: `max_connections`, or a role's or database's `CONNECTION LIMIT`; `53400`), or
+/// not accepting any (`57P03`: starting up, shutting down, in recovery). `None` for any other
+/// SQLSTATE.
+pub(crate) fn refusal_remedy(code: &str) -> Option<&'static str> {
+    match code {
+        "53300" | "53400" => Some(
+            "every connection slot is taken: raise max_connections (or the role's CONNECTION \
+             LIMIT), open fewer connections per process (a smaller pool_size; listen(false) \
+             saves one per worker), or put PgBouncer in front",
+        ),
+        "57P03" => Some(
+            "the server is starting up, shutting down or in recovery and accepts no \
+             connections yet",
+        ),
+        _ => None,
     }
 }

@@ -42,6 +42,7 @@ mod task;
 mod task_error;
 #[cfg(feature = "test-util")]
 pub mod testing;
+mod timefmt;
 mod typed;
 mod types;
 mod unique;

@@ -19,9 +19,9 @@ use serde::Serialize;
 
 use crate::conn::Connection;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
-use crate::job::JobStatus;
 use crate::periodic::PERIODIC_KEEP_MIN;
 use crate::store;
+use crate::types::JobStatus;
 
 /// Rows per delete statement unless [`Retention::batch_size`] says otherwise.
 const DEFAULT_BATCH: u32 = 1000;

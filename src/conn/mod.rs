@@ -13,6 +13,5 @@ pub(crate) mod tls;
 pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
-pub(crate) use client::open::refusal_remedy;
 pub use client::{Connection, Notification};
 pub use transaction::Transaction;

@@ -252,25 +252,6 @@ fn refuses_our_options(e: &Error) -> bool {
             && (text.contains("startup parameter") || e.sqlstate() == Some("08P01")))
 }
 
-/// What to do about a server that refuses new connections for now: out of connection slots
-/// (`53300`: `max_connections`, or a role's or database's `CONNECTION LIMIT`; `53400`), or
-/// not accepting any (`57P03`: starting up, shutting down, in recovery). `None` for any other
-/// SQLSTATE.
-pub(crate) fn refusal_remedy(code: &str) -> Option<&'static str> {
-    match code {
-        "53300" | "53400" => Some(
-            "every connection slot is taken: raise max_connections (or the role's CONNECTION \
-             LIMIT), open fewer connections per process (a smaller pool_size; listen(false) \
-             saves one per worker), or put PgBouncer in front",
-        ),
-        "57P03" => Some(
-            "the server is starting up, shutting down or in recovery and accepts no \
-             connections yet",
-        ),
-        _ => None,
-    }
-}
-
 /// TLS negotiation (if any) and the startup/auth exchange, under `deadline`; then the driver
 /// task that forwards notifications.
 fn handshake<T>(
@@ -310,7 +291,7 @@ where
                     )
                     .set_sqlstate(&code));
                 }
-                if let Some(remedy) = refusal_remedy(&code) {
+                if let Some(remedy) = crate::error::refusal_remedy(&code) {
                     return Err(Error::new(
                         ErrorKind::Connect,
                         format!(
