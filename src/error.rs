@@ -331,6 +331,25 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
     }
 }
 
+/// What to do about a server that refuses new connections for now: out of connection slots
+/// (`53300`: `max_connections`, or a role's or database's `CONNECTION LIMIT`; `53400`), or
+/// not accepting any (`57P03`: starting up, shutting down, in recovery). `None` for any other
+/// SQLSTATE.
+pub(crate) fn refusal_remedy(code: &str) -> Option<&'static str> {
+    match code {
+        "53300" | "53400" => Some(
+            "every connection slot is taken: raise max_connections (or the role's CONNECTION \
+             LIMIT), open fewer connections per process (a smaller pool_size; listen(false) \
+             saves one per worker), or put PgBouncer in front",
+        ),
+        "57P03" => Some(
+            "the server is starting up, shutting down or in recovery and accepts no \
+             connections yet",
+        ),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -401,24 +420,5 @@ mod tests {
         assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
         assert_eq!(fmt_duration(Duration::from_secs(3)), "3s");
         assert_eq!(fmt_duration(Duration::from_micros(20)), "20µs");
-    }
-}
-
-/// What to do about a server that refuses new connections for now: out of connection slots
-/// (`53300`: `max_connections`, or a role's or database's `CONNECTION LIMIT`; `53400`), or
-/// not accepting any (`57P03`: starting up, shutting down, in recovery). `None` for any other
-/// SQLSTATE.
-pub(crate) fn refusal_remedy(code: &str) -> Option<&'static str> {
-    match code {
-        "53300" | "53400" => Some(
-            "every connection slot is taken: raise max_connections (or the role's CONNECTION \
-             LIMIT), open fewer connections per process (a smaller pool_size; listen(false) \
-             saves one per worker), or put PgBouncer in front",
-        ),
-        "57P03" => Some(
-            "the server is starting up, shutting down or in recovery and accepts no \
-             connections yet",
-        ),
-        _ => None,
     }
 }
