@@ -130,6 +130,9 @@ fn behind_proxy(io_timeout: Duration) -> BehindProxy {
         // Long enough that no stuck round-trip or reset makes the worker presumed dead
         // (which would allow a rerun).
         .stalled_after(Duration::from_secs(30))
+        // Every outcome goes to the completer, so that it surely falls behind and the
+        // fetcher records (outcomes riding on claims took that work away under some loads).
+        .outcomes_ride_claims(false)
         .spawn()
         .unwrap();
     BehindProxy {
