@@ -27,6 +27,7 @@ use crate::app::App;
 use crate::client_trait::Executor;
 use crate::error::{Error, ErrorKind, Result};
 use crate::insert::{self, NewJob};
+use crate::store;
 use crate::types::{JobId, JobStatus};
 
 /// The id of a batch: a newtype over the `bigint` key of `postpone_batches`.
@@ -206,7 +207,7 @@ impl BatchBuilder<'_> {
         let what = "deferring a batch";
         // The caller's client: statements name the App's schema (see namespace.rs).
         let ns = self.app.namespace();
-        let rows = client.run_query(what, &ns.qualify(BATCH_INSERT), &[])?;
+        let rows = client.run_query(what, &ns.qualify(store::BATCH_INSERT), &[])?;
         let id = BatchId(
             rows.first()
                 .ok_or_else(|| {
@@ -238,7 +239,7 @@ impl BatchBuilder<'_> {
         let total = raw.len() as i64;
         client.run_query(
             what,
-            &ns.qualify(BATCH_OPEN),
+            &ns.qualify(store::BATCH_OPEN),
             &[
                 &id.0,
                 &members,
@@ -269,7 +270,7 @@ fn add_in<C: Executor + ?Sized>(
     client
         .run_query(
             &what,
-            &app.namespace().qualify(BATCH_JOIN),
+            &app.namespace().qualify(store::BATCH_JOIN),
             &[&batch.0, &raw],
         )
         .map_err(|e| match (e.sqlstate(), e.constraint()) {
@@ -279,45 +280,6 @@ fn add_in<C: Executor + ?Sized>(
         })?;
     Ok(ids)
 }
-
-/// A new batch row; its id.
-const BATCH_INSERT: &str = "INSERT INTO postpone_batches DEFAULT VALUES RETURNING id";
-
-/// Batch `$1` gets its members `$2` (jobs and callbacks), its total `$3` and its callbacks
-/// `$4` (on_complete) and `$5` (on_success).
-const BATCH_OPEN: &str = "
-WITH m AS (UPDATE postpone_jobs SET batch_id = $1 WHERE id = ANY($2::bigint[]))
-UPDATE postpone_batches SET total = $3, on_complete = $4, on_success = $5 WHERE id = $1";
-
-/// Adds jobs `$2`, inserted in this transaction, to batch `$1` (see migration 24).
-const BATCH_JOIN: &str = "SELECT postpone_batch_join($1, $2::bigint[])";
-
-/// The progress of batch `$1`: the batch row, counts of its jobs by state (the callbacks
-/// left out; a job held by a worker but not started waits), and its callbacks' states.
-const BATCH_PROGRESS: &str = "
-SELECT b.id, b.created_at, b.total,
-       c.waiting, c.running, c.succeeded, c.failed, c.cancelled, c.aborted,
-       b.on_complete,
-       CASE WHEN oc.status = 'doing' AND oc.started_at IS NULL THEN 'todo' ELSE oc.status END,
-       oc.status = 'todo' AND oc.scheduled_at = 'infinity',
-       b.on_success,
-       CASE WHEN os.status = 'doing' AND os.started_at IS NULL THEN 'todo' ELSE os.status END,
-       os.status = 'todo' AND os.scheduled_at = 'infinity'
-  FROM postpone_batches b
- CROSS JOIN LATERAL (
-       SELECT count(*) FILTER (WHERE j.status = 'todo'
-                                  OR (j.status = 'doing' AND j.started_at IS NULL)) AS waiting,
-              count(*) FILTER (WHERE j.status = 'doing' AND j.started_at IS NOT NULL) AS running,
-              count(*) FILTER (WHERE j.status = 'succeeded') AS succeeded,
-              count(*) FILTER (WHERE j.status = 'failed') AS failed,
-              count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
-              count(*) FILTER (WHERE j.status = 'aborted') AS aborted
-         FROM postpone_jobs j
-        WHERE j.batch_id = b.id
-          AND j.id IS DISTINCT FROM b.on_complete AND j.id IS DISTINCT FROM b.on_success) c
-  LEFT JOIN postpone_jobs oc ON oc.id = b.on_complete
-  LEFT JOIN postpone_jobs os ON os.id = b.on_success
- WHERE b.id = $1";
 
 /// The progress of a batch; from [`Admin::batch`](crate::Admin::batch). Counts are read in
 /// one statement, so they are consistent with each other.
@@ -417,7 +379,7 @@ impl CallbackState {
 
 /// The progress of batch `id` ([`NotFound`](ErrorKind::NotFound) if there is none).
 pub(crate) fn progress(conn: &mut crate::Connection, id: BatchId) -> Result<BatchProgress> {
-    let rows = conn.query_named("reading a batch", BATCH_PROGRESS, &[&id.0])?;
+    let rows = conn.query_named("reading a batch", store::BATCH_PROGRESS, &[&id.0])?;
     let r = rows.first().ok_or_else(|| {
         Error::new(
             ErrorKind::NotFound,
@@ -457,11 +419,7 @@ pub(crate) fn progress(conn: &mut crate::Connection, id: BatchId) -> Result<Batc
 
 /// The batch of job `id`, if it is in one (a callback is in its batch too).
 pub(crate) fn of_job(conn: &mut crate::Connection, id: JobId) -> Result<Option<BatchId>> {
-    let rows = conn.query_named(
-        "reading the batch of a job",
-        "SELECT batch_id FROM postpone_jobs WHERE id = $1",
-        &[&id.0],
-    )?;
+    let rows = conn.query_named("reading the batch of a job", store::BATCH_OF_JOB, &[&id.0])?;
     Ok(rows
         .first()
         .and_then(|r| r.get::<_, Option<i64>>(0))

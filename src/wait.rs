@@ -211,21 +211,11 @@ pub(crate) fn wait(
     // trigger ran just before the registration but which commits just after the read sends
     // nothing: that rare wait ends at the poll. Rows of waiters whose session ended without
     // removing them are cleared here too.
-    conn.execute(
-        "WITH gone AS (
-             DELETE FROM postpone_waiters w
-              WHERE w.since < now() - interval '1 minute'
-                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend))
-         INSERT INTO postpone_waiters (job_id) VALUES ($1)",
-        &[&id.get()],
-    )
-    .map_err(ctx)?;
+    conn.execute(store::WAITER_INSERT, &[&id.get()])
+        .map_err(ctx)?;
     let res = wait_registered(conn, id, deadline, timeout, poll);
     if !conn.is_broken() {
-        let _ = conn.execute(
-            "DELETE FROM postpone_waiters WHERE job_id = $1 AND backend = pg_backend_pid()",
-            &[&id.get()],
-        );
+        let _ = conn.execute(store::WAITER_DELETE, &[&id.get()]);
     }
     res
 }

@@ -15,9 +15,10 @@ use std::time::SystemTime;
 use postgres::types::ToSql;
 use serde::Serialize;
 
-use super::info::{JobInfo, JOB_COLUMNS};
+use super::info::JobInfo;
 use crate::error::{Error, Result};
 use crate::job::{JobId, JobStatus};
+use crate::store::JOB_COLUMNS;
 
 /// Rows a listing returns unless the filter sets a limit.
 pub(crate) const DEFAULT_LIMIT: u32 = 100;

@@ -29,6 +29,7 @@ use std::str::FromStr;
 
 use super::Admin;
 use crate::error::{Error, ErrorKind, Result};
+use crate::store;
 
 /// Which part of a deployment a database role plays; see [`Admin::grants`] and
 /// docs/roles.md.
@@ -397,33 +398,6 @@ pub(crate) fn script(cat: &Catalogue, role: &str, part: GrantsFor) -> Result<Str
     Ok(out)
 }
 
-/// Every postpone object in the schema of `postpone_migrations` (as the search path finds
-/// it), with what the rules need to know: relations, then functions, then types, by name.
-const CATALOGUE: &str = r"
-WITH ns AS (
-    SELECT c.relnamespace AS oid FROM pg_class c WHERE c.oid = to_regclass('postpone_migrations')
-)
-SELECT 'r' AS what, c.relkind::text AS kind, c.relname::text AS name, '' AS args,
-       EXISTS (SELECT 1 FROM pg_depend d
-                WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                  AND d.refobjsubid > 0 AND d.deptype IN ('a', 'i')) AS flag1,
-       EXISTS (SELECT 1 FROM pg_depend d
-                WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                  AND d.refobjsubid > 0 AND d.deptype = 'i') AS flag2,
-       false AS flag3, false AS flag4
-  FROM pg_class c, ns
- WHERE c.relnamespace = ns.oid AND c.relname LIKE 'postpone\_%'
-UNION ALL
-SELECT 'f', p.prokind::text, p.proname::text, pg_get_function_identity_arguments(p.oid),
-       p.prorettype = 'trigger'::regtype, p.prosecdef, p.provolatile = 'v', false
-  FROM pg_proc p, ns
- WHERE p.pronamespace = ns.oid AND p.proname LIKE 'postpone\_%'
-UNION ALL
-SELECT 't', t.typtype::text, t.typname::text, '', false, false, false, false
-  FROM pg_type t, ns
- WHERE t.typnamespace = ns.oid AND t.typname LIKE 'postpone\_%' AND t.typrelid = 0
-ORDER BY 1, 3, 4";
-
 impl Admin {
     /// The SQL that gives database role `role` what `part` needs on this database's
     /// postpone schema; `postpone grants ROLE --for PART` prints it. Run it as the owner
@@ -454,13 +428,7 @@ impl Admin {
     pub(crate) fn catalogue(&self) -> Result<Catalogue> {
         let mut conn = self.app.connection_unchecked()?;
         let ctx = "reading postpone's objects from the catalogue";
-        let head = conn.query_named(
-            ctx,
-            "SELECT current_database()::text,
-                    (SELECT c.relnamespace::regnamespace::text FROM pg_class c
-                      WHERE c.oid = to_regclass('postpone_migrations'))",
-            &[],
-        )?;
+        let head = conn.query_named(ctx, store::SCHEMA_LOCATION, &[])?;
         let (database, schema): (String, Option<String>) = head
             .first()
             .map(|r| (r.get(0), r.get(1)))
@@ -480,7 +448,7 @@ impl Admin {
         let schema = unquote(&schema);
         let version = crate::schema::installed_version(&mut conn, self.app.namespace())
             .map_err(|e| e.context(ctx))?;
-        let rows = conn.query_named(ctx, CATALOGUE, &[])?;
+        let rows = conn.query_named(ctx, store::SCHEMA_OBJECTS, &[])?;
         let objects = rows
             .iter()
             .map(|r| {

@@ -208,23 +208,7 @@ pub struct DependencyInfo {
     pub status: Option<JobStatus>,
 }
 
-/// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.
-///
-/// A job a worker holds but has not started (schema version 20) shows as waiting: status
-/// `todo`, its attempt not counted.
-pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
-     CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
-          THEN 'todo' ELSE j.status END, j.priority, \
-     j.lock, j.queueing_lock, j.scheduled_at, \
-     CASE WHEN j.status = 'doing' AND j.started_at IS NULL \
-          THEN greatest(j.attempts - 1, 0) ELSE j.attempts END, \
-     j.worker_id, j.abort_requested, \
-     j.created_at, j.started_at, j.finished_at, \
-     CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END, \
-     (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity'), \
-     j.expires_at AS expires_at, j.expired AS expired";
-
-/// Reads the first 17 columns (see [`JOB_COLUMNS`]; the 16th, the last error, and the 17th,
+/// Reads the first 17 columns (see `store::JOB_COLUMNS`; the 16th, the last error, and the 17th,
 /// whether it waits for dependencies, may be absent in statements that select only the
 /// first 15), and the columns named `expires_at` and `expired` where the statement has them.
 pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {

@@ -251,11 +251,7 @@ impl Admin {
                         return Ok(());
                     }
                     Some("cancelled") => {
-                        rows = conn.query_named(
-                            what,
-                            "DELETE FROM postpone_jobs WHERE id = $1 AND status = 'cancelled' RETURNING id",
-                            &[&id.0],
-                        )?;
+                        rows = conn.query_named(what, store::JOB_DELETE_CANCELLED, &[&id.0])?;
                         break;
                     }
                     _ if held && std::time::Instant::now() < until => continue,
@@ -272,14 +268,7 @@ impl Admin {
         if rows.is_empty() {
             // A cancel asked of a job held then started meanwhile is not left to take effect
             // later (after a retry, say): the job was not cancelled.
-            conn.query_named(
-                what,
-                "UPDATE postpone_jobs SET cancel_requested = false
-                  WHERE id = $1 AND cancel_requested AND status <> 'todo'
-                    AND (status <> 'doing' OR started_at IS NOT NULL)
-                 RETURNING id",
-                &[&id.0],
-            )?;
+            conn.query_named(what, store::JOB_CANCEL_REQUEST_CLEAR, &[&id.0])?;
             return Err(wrong_state(
                 &mut conn,
                 id,
@@ -360,10 +349,7 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "counting jobs to prune",
-            "SELECT count(*) FROM postpone_jobs
-              WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
-                AND status = ANY($1::text[])
-                AND finished_at < now() - $2::bigint * interval '1 millisecond'",
+            store::JOBS_PRUNE_COUNT,
             &[&statuses, &ms],
         )?;
         Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))

@@ -18,6 +18,7 @@ use super::{detail_from_row, not_found, Admin, JobDetail};
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
 use crate::job::JobId;
+use crate::store;
 
 /// Attempts whose errors a preview keeps (the last ones).
 const ERRORS_KEPT: i32 = 50;
@@ -84,42 +85,6 @@ impl JobValue {
     }
 }
 
-/// `$1` the id, `$2` the budget in characters, `$3` the errors kept, `$4` the characters
-/// and `$5` the number of tags kept. The first 27 columns are those of
-/// `store::JOB_GET` (with the large values left out); then each value's prefix and size,
-/// the number of errors, whether it takes part in a dependency, its batch, its deadline
-/// (`expires_at`, `expired`) and its number of tags (`tags_total`), the last three read by name.
-const JOB_PREVIEW: &str = "
-SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.queueing_lock,
-       j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at,
-       j.started_at, j.finished_at,
-       CASE WHEN jsonb_typeof(j.errors) = 'array' THEN (
-           SELECT coalesce(jsonb_agg(
-                    CASE WHEN jsonb_typeof(x.e) = 'object'
-                         THEN x.e || jsonb_build_object('error',
-                                       left(coalesce(x.e ->> 'error', ''), 16384))
-                         ELSE to_jsonb(left(x.e::text, 16384)) END ORDER BY x.n), '[]')
-             FROM jsonb_array_elements(j.errors) WITH ORDINALITY AS x(e, n)
-            WHERE x.n > jsonb_array_length(j.errors) - $3::int) END,
-       w.name,
-       (SELECT p.periodic_id FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       (SELECT p.instant FROM postpone_periodic p WHERE p.job_id = j.id LIMIT 1),
-       NULL::jsonb, NULL::jsonb, j.progress_at, j.snoozes, j.max_attempts,
-       ARRAY(SELECT left(t, $4::int) FROM unnest(j.tags[1:$5::int]) AS t WHERE t IS NOT NULL),
-       CASE WHEN octet_length(j.meta::text) <= $2::int THEN j.meta END,
-       j.blocked_by,
-       left(t.a, $2::int), octet_length(t.a),
-       left(t.o, $2::int), octet_length(t.o),
-       left(t.p, $2::int), octet_length(t.p),
-       CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END,
-       j.has_dependents OR j.has_dependencies, j.batch_id,
-       j.expires_at AS expires_at, j.expired AS expired,
-       coalesce(cardinality(j.tags), 0) AS tags_total
-  FROM postpone_jobs j
-  LEFT JOIN postpone_workers w ON w.id = j.worker_id
- CROSS JOIN LATERAL (SELECT j.args::text AS a, j.output::text AS o, j.progress::text AS p) t
- WHERE j.id = $1";
-
 impl Admin {
     /// Job `id` with its arguments, output and progress cut to their first `max_chars`
     /// characters (see [`JobPreview`]): what a screen shows, at a cost that does not grow
@@ -129,7 +94,7 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "reading a job",
-            JOB_PREVIEW,
+            store::JOB_PREVIEW,
             &[
                 &id.0,
                 &max,

@@ -36,6 +36,7 @@ use super::info::{secs, ser_opt_secs, ser_secs, ser_time};
 use super::Admin;
 use crate::error::{Error, Result};
 use crate::limits;
+use crate::store;
 
 /// One queue's key limit; from [`Admin::key_limits`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -90,62 +91,6 @@ impl RateLimit {
 /// Shortest rate-limit period: one millisecond.
 pub const MIN_RATE_PERIOD: Duration = Duration::from_millis(1);
 
-const KEY_LIMIT_SET: &str = "
-WITH old AS (SELECT max_per_key, key_arg FROM postpone_key_limits WHERE queue = $1::text),
-     up AS (INSERT INTO postpone_key_limits (queue, max_per_key, key_arg)
-            VALUES ($1::text, $2::int, $3::text)
-            ON CONFLICT (queue) DO UPDATE
-               SET max_per_key = EXCLUDED.max_per_key, key_arg = EXCLUDED.key_arg, set_at = now()
-            RETURNING 1)
-SELECT (SELECT max_per_key FROM old), (SELECT key_arg FROM old), (SELECT count(*) FROM up),
-       postpone_wake($1::text)::text";
-
-const KEY_LIMIT_CLEAR: &str = "
-WITH d AS (DELETE FROM postpone_key_limits WHERE queue = $1::text RETURNING 1)
-SELECT postpone_wake($1::text)::text FROM d";
-
-const KEY_LIMITS: &str = "
-SELECT l.queue, l.key_arg, l.max_per_key,
-       (SELECT count(*) FROM postpone_jobs d WHERE d.queue = l.queue AND d.status = 'doing'),
-       (SELECT count(*) FROM (SELECT 1 FROM postpone_jobs d
-                               WHERE d.queue = l.queue AND d.status = 'doing'
-                               GROUP BY d.args -> l.key_arg
-                              HAVING count(*) >= l.max_per_key) f),
-       (SELECT count(*) FROM postpone_jobs c
-         WHERE c.queue = l.queue AND c.status = 'todo' AND c.scheduled_at <= now()
-           AND (SELECT count(*) FROM postpone_jobs d
-                 WHERE d.queue = l.queue AND d.status = 'doing'
-                   AND (d.args -> l.key_arg) IS NOT DISTINCT FROM (c.args -> l.key_arg))
-               >= l.max_per_key),
-       l.set_at
-  FROM postpone_key_limits l ORDER BY l.queue";
-
-const RATE_LIMIT_SET: &str = "
-WITH old AS (SELECT max_starts FROM postpone_rate_limits WHERE queue = $1::text),
-     up AS (INSERT INTO postpone_rate_limits (queue, max_starts, period)
-            VALUES ($1::text, $2::int, $3::bigint * interval '1 microsecond')
-            ON CONFLICT (queue) DO UPDATE
-               SET max_starts = EXCLUDED.max_starts, period = EXCLUDED.period, set_at = now()
-            RETURNING 1)
-SELECT (SELECT max_starts FROM old), (SELECT count(*) FROM up), postpone_wake($1::text)::text";
-
-const RATE_LIMIT_CLEAR: &str = "
-WITH d AS (DELETE FROM postpone_rate_limits WHERE queue = $1::text RETURNING 1),
-     s AS (DELETE FROM postpone_rate_starts WHERE queue = $1::text AND EXISTS (SELECT 1 FROM d))
-SELECT postpone_wake($1::text)::text FROM d";
-
-const RATE_LIMITS: &str = "
-SELECT r.queue, r.max_starts, extract(epoch FROM r.period)::float8, w.n::bigint,
-       CASE WHEN w.n >= r.max_starts
-            THEN coalesce(postpone_rate_wait(ARRAY[r.queue]), 0)
-       END,
-       r.set_at
-  FROM postpone_rate_limits r
- CROSS JOIN LATERAL (SELECT coalesce(sum(s.starts), 0) AS n FROM postpone_rate_starts s
-                      WHERE s.queue = r.queue
-                        AND s.until > clock_timestamp() - r.period) w
- ORDER BY r.queue";
-
 fn positive(what: &str, queue: &str, n: i64, hint: &str) -> Result<i32> {
     i32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
         Error::invalid(format!(
@@ -184,7 +129,7 @@ impl Admin {
         )
         .map_err(|e| e.context(what))?;
         let mut conn = self.conn()?;
-        let rows = conn.query_named(what, KEY_LIMIT_SET, &[&queue, &n, &key_arg])?;
+        let rows = conn.query_named(what, store::KEY_LIMIT_SET, &[&queue, &n, &key_arg])?;
         let old = rows.first().and_then(|r| {
             let n: Option<i32> = r.get(0);
             let arg: Option<String> = r.get(1);
@@ -202,7 +147,7 @@ impl Admin {
         limits::check_name("queue", queue).map_err(|e| e.context(what))?;
         let mut conn = self.conn()?;
         let cleared = !conn
-            .query_named(what, KEY_LIMIT_CLEAR, &[&queue])?
+            .query_named(what, store::KEY_LIMIT_CLEAR, &[&queue])?
             .is_empty();
         if cleared {
             log::info!("key limit of queue {queue:?} cleared by the admin API");
@@ -213,7 +158,7 @@ impl Admin {
     /// Every key limit, by queue name, with what it holds back now.
     pub fn key_limits(&self) -> Result<Vec<KeyLimit>> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("reading the key limits", KEY_LIMITS, &[])?;
+        let rows = conn.query_named("reading the key limits", store::KEY_LIMITS, &[])?;
         let n = |r: &tokio_postgres::Row, i: usize| r.get::<_, i64>(i).max(0) as u64;
         Ok(rows
             .iter()
@@ -262,7 +207,7 @@ impl Admin {
         }
         let micros = per.as_micros() as i64;
         let mut conn = self.conn()?;
-        let rows = conn.query_named(what, RATE_LIMIT_SET, &[&queue, &n, &micros])?;
+        let rows = conn.query_named(what, store::RATE_LIMIT_SET, &[&queue, &n, &micros])?;
         let old: Option<i32> = rows.first().and_then(|r| r.get(0));
         log::info!("queue {queue:?} limited to {n} starts per {per:?} by the admin API");
         Ok(old)
@@ -275,7 +220,7 @@ impl Admin {
         limits::check_name("queue", queue).map_err(|e| e.context(what))?;
         let mut conn = self.conn()?;
         let cleared = !conn
-            .query_named(what, RATE_LIMIT_CLEAR, &[&queue])?
+            .query_named(what, store::RATE_LIMIT_CLEAR, &[&queue])?
             .is_empty();
         if cleared {
             log::info!("rate limit of queue {queue:?} cleared by the admin API");
@@ -286,7 +231,7 @@ impl Admin {
     /// Every rate limit, by queue name, with the starts of the current window.
     pub fn rate_limits(&self) -> Result<Vec<RateLimit>> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("reading the rate limits", RATE_LIMITS, &[])?;
+        let rows = conn.query_named("reading the rate limits", store::RATE_LIMITS, &[])?;
         Ok(rows
             .iter()
             .map(|r| RateLimit {

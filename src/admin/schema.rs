@@ -18,6 +18,7 @@ use super::Admin;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
 use crate::namespace::{quote_ident, Namespace};
 use crate::schema::{self, LATEST, MIGRATE_LOCK, MIGRATIONS, MIGRATIONS_TABLE};
+use crate::store;
 
 /// The schema of a database against this library; from [`Admin::schema_state`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -86,37 +87,6 @@ fn unrecorded() -> Error {
     )
 }
 
-/// Describes the postpone objects of schema `$1`: columns, constraints, indexes and
-/// triggers, one text per object, with the schema's name taken out.
-const SCHEMA_SHAPE: &str = r"
-SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-       || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
-       || CASE WHEN a.attidentity <> '' THEN ' identity ' || a.attidentity::text ELSE '' END
-       || coalesce(' default ' || pg_get_expr(d.adbin, d.adrelid), '')
-  FROM pg_class c
-  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-  LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
- WHERE c.relnamespace = $1::text::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'postpone\_%'
-   AND c.relname <> 'postpone_migrations'
-UNION ALL
-SELECT 'constraint ' || c.relname || ' ' || k.conname || ' ' || pg_get_constraintdef(k.oid)
-  FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
- WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%'
-   AND c.relname <> 'postpone_migrations'
-UNION ALL
-SELECT 'index ' || replace(pg_get_indexdef(i.indexrelid), quote_ident($1::text) || '.', '')
-  FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
- WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%'
-   AND c.relname <> 'postpone_migrations'
-UNION ALL
-SELECT 'trigger ' || replace(pg_get_triggerdef(t.oid), quote_ident($1::text) || '.', '')
-  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
- WHERE c.relnamespace = $1::text::regnamespace AND c.relname LIKE 'postpone\_%' AND NOT t.tgisinternal
-UNION ALL
-SELECT 'function ' || p.proname || ' ' || md5(p.prosrc)
-  FROM pg_proc p
- WHERE p.pronamespace = $1::text::regnamespace AND p.proname LIKE 'postpone\_%'";
-
 /// What [`Admin::migrate`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
@@ -132,11 +102,7 @@ impl Admin {
     pub fn schema_state(&self) -> Result<SchemaState> {
         let mut conn = self.app.connection_unchecked()?;
         let row = conn
-            .query(
-                "SELECT to_regclass('postpone_migrations') IS NOT NULL,
-                        to_regclass('postpone_jobs') IS NOT NULL",
-                &[],
-            )
+            .query(store::SCHEMA_TABLES_FOUND, &[])
             .map_err(|e| e.context("checking the schema version"))?;
         let (has_record, has_jobs) = row.first().map_or((false, false), |r| {
             (r.get::<_, bool>(0), r.get::<_, bool>(1))
@@ -271,7 +237,7 @@ impl Admin {
 fn adopt(conn: &mut crate::Connection) -> Result<i32> {
     let shape = |conn: &mut crate::Connection, schema: &str| -> Result<Vec<String>> {
         let mut v: Vec<String> = conn
-            .query(SCHEMA_SHAPE, &[&schema])?
+            .query(store::SCHEMA_SHAPE, &[&schema])?
             .iter()
             .map(|r| r.get::<_, String>(0))
             .collect();
@@ -279,19 +245,11 @@ fn adopt(conn: &mut crate::Connection) -> Result<i32> {
         Ok(v)
     };
     conn.begin()?;
-    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    let home: String = conn
-        .query_one(
-            "SELECT relnamespace::regnamespace::text FROM pg_class
-              WHERE oid = to_regclass('postpone_jobs')",
-            &[],
-        )?
-        .get(0);
+    conn.execute(store::MIGRATE_LOCK_TAKE, &[&MIGRATE_LOCK])?;
+    let home: String = conn.query_one(store::SCHEMA_OF_JOBS, &[])?.get(0);
     let have = shape(conn, &home)?;
     // A fresh install in a scratch schema, rolled back with the transaction.
-    conn.batch_execute(
-        "CREATE SCHEMA postpone_adopt_scratch; SET LOCAL search_path = postpone_adopt_scratch",
-    )?;
+    conn.batch_execute(store::SCHEMA_SCRATCH_CREATE)?;
     for m in MIGRATIONS {
         conn.batch_execute(m.sql)?;
     }
@@ -310,14 +268,10 @@ fn adopt(conn: &mut crate::Connection) -> Result<i32> {
         ));
     }
     conn.begin()?;
-    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    conn.execute(store::MIGRATE_LOCK_TAKE, &[&MIGRATE_LOCK])?;
     conn.batch_execute(MIGRATIONS_TABLE)?;
     for m in MIGRATIONS {
-        conn.execute(
-            "INSERT INTO postpone_migrations (version, name) VALUES ($1, $2)
-             ON CONFLICT (version) DO NOTHING",
-            &[&m.version, &m.name],
-        )?;
+        conn.execute(store::MIGRATION_RECORD_MISSING, &[&m.version, &m.name])?;
     }
     conn.commit()?;
     log::info!("adopted the postpone tables of schema {home} as version {LATEST}");

@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::info::{secs, ser_opt_secs};
 use super::Admin;
 use crate::error::Result;
+use crate::store;
 
 /// How long a due job waits before [`Admin::stats`] reports that no running worker knows its
 /// task ([`QueueCounts::unknown_tasks`]): 15 minutes, longer than a rolling deploy
@@ -60,25 +61,6 @@ impl std::fmt::Display for UnknownTask {
         f.write_str(" (start a worker that registers it)")
     }
 }
-
-/// Due jobs (`$1` ms past their scheduled time at least) per queue and task, where some live
-/// worker serves the queue and none that does claims the task (lease: `postpone_lease_end`).
-const UNKNOWN_TASKS_SQL: &str = "
-SELECT j.queue, j.task, count(*),
-       date_part('epoch', now()) - date_part('epoch', min(j.scheduled_at))
-  FROM postpone_jobs j
- WHERE j.status = 'todo'
-   AND j.scheduled_at <= now() - $1::bigint * interval '1 millisecond'
- GROUP BY j.queue, j.task
-HAVING EXISTS (SELECT 1 FROM postpone_workers w
-                WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
-                  AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, 0, 0) >= now())
-   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE (w.queues IS NULL OR j.queue = ANY(w.queues))
-                      AND (w.tasks IS NULL OR j.task = ANY(w.tasks))
-                      AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, 0, 0)
-                          >= now())
- ORDER BY j.queue, j.task";
 
 /// How [`Admin::stats`] groups jobs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -206,45 +188,6 @@ impl QueueCounts {
     }
 }
 
-/// The statement: `{group}` is the grouping column, `$1` the window in milliseconds (NULL:
-/// no window), `$2` the most groups returned, the first by name (NULL: all).
-const STATS_SQL: &str = "
-SELECT {group},
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at <= now()),
-       count(*) FILTER (WHERE status = 'todo' AND scheduled_at > now() AND NOT deps),
-       count(*) FILTER (WHERE status = 'doing'),
-       count(*) FILTER (WHERE status = 'succeeded' AND w),
-       count(*) FILTER (WHERE status = 'failed' AND w),
-       count(*) FILTER (WHERE status = 'cancelled' AND w),
-       count(*) FILTER (WHERE status = 'aborted' AND w),
-       count(*) FILTER (WHERE status NOT IN
-                        ('todo', 'doing', 'succeeded', 'failed', 'cancelled', 'aborted')),
-       date_part('epoch', now()) - date_part('epoch',
-           min(scheduled_at) FILTER (WHERE status = 'todo' AND scheduled_at <= now())),
-       percentile_cont(ARRAY[0.5, 0.95, 0.99]::float8[]) WITHIN GROUP (ORDER BY run)
-           FILTER (WHERE status IN ('succeeded', 'failed', 'aborted') AND w AND run IS NOT NULL),
-       count(*) FILTER (WHERE held),
-       count(*) FILTER (WHERE deps),
-       count(*) FILTER (WHERE status = 'cancelled' AND w AND expired)
-  FROM (SELECT j.queue, j.task, j.expired,
-               -- A job a worker holds but has not started is waiting (schema version 20).
-               CASE WHEN j.status = 'doing' AND j.started_at IS NULL
-                    THEN 'todo' ELSE j.status END AS status,
-               j.scheduled_at,
-               (j.status = 'todo' AND j.scheduled_at = 'infinity' AND j.has_dependencies) AS deps,
-               (j.status = 'todo' AND j.scheduled_at <= now() AND j.lock IS NOT NULL
-                AND EXISTS (SELECT 1 FROM postpone_jobs e
-                             WHERE e.lock = j.lock AND e.status IN ('todo', 'doing')
-                               AND (e.status = 'doing' OR e.id < j.id))) AS held,
-               ($1::bigint IS NULL OR j.finished_at >= now() - $1::bigint * interval '1 millisecond') AS w,
-               CASE WHEN isfinite(j.started_at) AND isfinite(j.finished_at)
-                    THEN date_part('epoch', j.finished_at) - date_part('epoch', j.started_at)
-               END AS run
-          FROM postpone_jobs j) s
- GROUP BY {group}
- ORDER BY {group}
- LIMIT $2::bigint";
-
 impl Admin {
     /// Jobs per queue and status, queues in name order, counted over every kept job.
     pub fn counts(&self) -> Result<Vec<QueueCounts>> {
@@ -273,7 +216,7 @@ impl Admin {
             StatsBy::Task => "task",
         };
         let ms: Option<i64> = window.map(crate::limits::age_millis);
-        let sql = STATS_SQL.replace("{group}", group);
+        let sql = store::JOB_STATS.replace("{group}", group);
         let mut conn = self.conn()?;
         let rows = conn.query_named("computing job statistics", &sql, &[&ms, &limit])?;
         drop(conn);
@@ -393,7 +336,7 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "finding due jobs no worker knows the task of",
-            UNKNOWN_TASKS_SQL,
+            store::JOB_UNKNOWN_TASKS,
             &[&crate::limits::age_millis(after)],
         )?;
         Ok(rows

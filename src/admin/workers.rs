@@ -20,9 +20,11 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::info::{job_from_row, secs, ser_opt_secs, ser_secs, ser_time, JobInfo, JOB_COLUMNS};
+use super::info::{job_from_row, secs, ser_opt_secs, ser_secs, ser_time, JobInfo};
 use super::Admin;
 use crate::error::Result;
+use crate::store;
+use crate::store::{JOB_COLUMNS, STALLED_CONDITION};
 
 /// A registered worker; from [`Admin::workers`].
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -92,14 +94,6 @@ enum StalledFix {
     Fail,
 }
 
-/// Running jobs of workers whose lease has ended (lengthened to at least `$1` ms), or whose
-/// worker row is gone.
-const STALLED_CONDITION: &str = "j.status = 'doing'
-   AND NOT EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE w.id = j.worker_id
-                      AND postpone_lease_end(w.last_heartbeat, w.stalled_after_ms,
-                                             $1::bigint, $1::bigint) >= now())";
-
 fn millis(d: Duration) -> i64 {
     crate::limits::age_millis(d)
 }
@@ -136,33 +130,7 @@ impl Admin {
         let mut conn = self.conn()?;
         let rows = conn.query_named(
             "listing workers",
-            "SELECT w.id, w.name, w.host, w.pid,
-                    -- NULL is every queue; written by hand, the array may hold NULLs (or
-                    -- have two dimensions), which no worker serves.
-                    CASE WHEN w.queues IS NOT NULL
-                         THEN ARRAY(SELECT q FROM unnest(w.queues) AS q WHERE q IS NOT NULL)
-                    END,
-                    w.concurrency, w.started_at,
-                    w.last_heartbeat,
-                    date_part('epoch', now()) - date_part('epoch', w.last_heartbeat),
-                    coalesce(r.n, 0),
-                    w.heartbeat_interval_ms, w.stalled_after_ms,
-                    CASE WHEN w.tasks IS NOT NULL
-                         THEN ARRAY(SELECT t FROM unnest(w.tasks) AS t WHERE t IS NOT NULL
-                                     ORDER BY t)
-                    END,
-                    postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, $1::bigint,
-                                       $1::bigint) < now(),
-                    coalesce(r.started, 0)
-               FROM postpone_workers w
-               -- One pass over the running jobs (postpone_jobs_doing_idx holds them by
-               -- queue, then worker), rather than one per worker.
-               LEFT JOIN (SELECT j.worker_id, count(*) AS n,
-                                 count(*) FILTER (WHERE j.started_at IS NOT NULL) AS started
-                            FROM postpone_jobs j
-                           WHERE j.status = 'doing' GROUP BY j.worker_id) r
-                      ON r.worker_id = w.id
-              ORDER BY w.id",
+            store::WORKER_LIST,
             &[&millis(stale_after)],
         )?;
         Ok(rows
@@ -289,15 +257,9 @@ SELECT count(*), 0::bigint FROM s"
         let mut conn = self.conn()?;
         let ms = millis(stale_after);
         let sql = if dry_run {
-            "SELECT count(*) FROM postpone_workers
-              WHERE postpone_lease_end(last_heartbeat, stalled_after_ms, $1::bigint,
-                                       $1::bigint) < now()"
+            store::WORKER_STALE_COUNT
         } else {
-            "WITH d AS (DELETE FROM postpone_workers
-                         WHERE postpone_lease_end(last_heartbeat, stalled_after_ms, $1::bigint,
-                                                  $1::bigint) < now()
-                        RETURNING id)
-             SELECT count(*) FROM d"
+            store::WORKER_STALE_DELETE
         };
         let rows = conn.query_named("forgetting dead workers", sql, &[&ms])?;
         let n = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);

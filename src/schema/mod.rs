@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::conn::Connection;
 use crate::error::{Error, ErrorKind, Result};
 use crate::namespace::Namespace;
+use crate::store;
 
 /// A migration: its version, a short name, and its SQL.
 pub(crate) struct Migration {
@@ -202,16 +203,11 @@ pub(crate) fn migrate(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>>
 
 fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
     conn.begin()?;
-    conn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    conn.execute(store::MIGRATE_LOCK_TAKE, &[&MIGRATE_LOCK])?;
     if let (Some(name), Some(create)) = (ns.name(), ns.create_sql()) {
         // Only when missing: CREATE SCHEMA IF NOT EXISTS needs the right to create schemas
         // even when it exists, and a worker's role may have none.
-        let exists: bool = conn
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
-                &[&name],
-            )?
-            .get(0);
+        let exists: bool = conn.query_one(store::SCHEMA_EXISTS, &[&name])?.get(0);
         if !exists {
             conn.batch_execute(&create)?;
         }
@@ -219,9 +215,7 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
     // Created only when missing: `CREATE TABLE IF NOT EXISTS` needs the right to create in
     // the schema even when the table exists, and a worker's role has none (so its
     // `migrate` of a current schema would fail instead of finding nothing to do).
-    let recorded: bool = conn
-        .query_one("SELECT to_regclass('postpone_migrations') IS NOT NULL", &[])?
-        .get(0);
+    let recorded: bool = conn.query_one(store::MIGRATIONS_TABLE_FOUND, &[])?.get(0);
     if !recorded {
         conn.batch_execute(MIGRATIONS_TABLE)?;
     } else if let Some(name) = ns.name() {
@@ -229,14 +223,7 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
         // installed without `.schema` (the schema was first in the search_path): pinning
         // them would move the notifications of the Apps that use it so, as they are.
         let unpinned: Option<String> = conn
-            .query_one(
-                "SELECT min(p.proname::text) FROM pg_proc p
-                  WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = $1)
-                    AND p.prokind = 'f' AND p.proname LIKE 'postpone\\_%'
-                    AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c
-                                     WHERE c LIKE 'search_path=%')",
-                &[&name],
-            )?
+            .query_one(store::SCHEMA_UNPINNED_FUNCTION, &[&name])?
             .get(0);
         if let Some(f) = unpinned {
             return Err(Error::new(
@@ -252,7 +239,7 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
         }
     }
     let applied: Vec<i32> = conn
-        .query("SELECT version FROM postpone_migrations", &[])?
+        .query(store::MIGRATIONS_APPLIED, &[])?
         .iter()
         .map(|r| r.get(0))
         .collect();
@@ -267,10 +254,7 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
                 m.version, m.name
             ))
         })?;
-        conn.execute(
-            "INSERT INTO postpone_migrations (version, name) VALUES ($1, $2)",
-            &[&m.version, &m.name],
-        )?;
+        conn.execute(store::MIGRATION_RECORD, &[&m.version, &m.name])?;
         log::info!("applied migration {} ({})", m.version, m.name);
         done.push(m.version);
     }
@@ -285,7 +269,7 @@ fn migrate_inner(conn: &mut Connection, ns: &Namespace) -> Result<Vec<i32>> {
 /// The schema version installed in namespace `ns`, or `None` when postpone is not installed
 /// there (a named schema that does not exist included).
 pub(crate) fn installed_version(conn: &mut Connection, ns: &Namespace) -> Result<Option<i32>> {
-    let sql = ns.qualify("SELECT max(version) FROM postpone_migrations");
+    let sql = ns.qualify(store::MIGRATIONS_LATEST);
     match conn.query_one(&*sql, &[]) {
         Ok(row) => Ok(row.get::<_, Option<i32>>(0)),
         Err(e) if matches!(e.sqlstate(), Some("42P01") | Some("3F000")) => Ok(None),

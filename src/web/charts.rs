@@ -14,6 +14,7 @@ use maud::{html, Markup};
 use super::html::{age, Shown};
 use crate::conn::Connection;
 use crate::error::Result;
+use crate::store;
 
 /// The span of the history shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,29 +86,6 @@ pub(crate) struct History {
     waits: Vec<BTreeMap<usize, u64>>,
 }
 
-/// Sums of the rollup per bar, queue and outcome; `$1` the span, `$2` the bars, `$3` the
-/// width of a bar in seconds, `$4` a queue or NULL.
-const COUNTS: &str = "
-SELECT floor(extract(epoch FROM date_trunc($1::text, now()) - s.at) / $3::bigint)::int,
-       s.queue, s.outcome, sum(s.jobs)::bigint
-  FROM postpone_stats s
- WHERE s.span = $1::text
-   AND s.at > date_trunc($1::text, now()) - $2::int * $3::bigint * interval '1 second'
-   AND s.at <= now()
-   AND ($4::text IS NULL OR s.queue = $4::text)
- GROUP BY 1, 2, 3";
-
-/// The summed wait histograms per bar: the 24 buckets' sums.
-const WAITS: &str = "
-SELECT floor(extract(epoch FROM date_trunc($1::text, now()) - s.at) / $3::bigint)::int,
-       sum(s.w0)::bigint, sum(s.w1)::bigint, sum(s.w2)::bigint, sum(s.w3)::bigint, sum(s.w4)::bigint, sum(s.w5)::bigint, sum(s.w6)::bigint, sum(s.w7)::bigint, sum(s.w8)::bigint, sum(s.w9)::bigint, sum(s.w10)::bigint, sum(s.w11)::bigint, sum(s.w12)::bigint, sum(s.w13)::bigint, sum(s.w14)::bigint, sum(s.w15)::bigint, sum(s.w16)::bigint, sum(s.w17)::bigint, sum(s.w18)::bigint, sum(s.w19)::bigint, sum(s.w20)::bigint, sum(s.w21)::bigint, sum(s.w22)::bigint, sum(s.w23)::bigint
-  FROM postpone_stats s
- WHERE s.span = $1::text
-   AND s.at > date_trunc($1::text, now()) - $2::int * $3::bigint * interval '1 second'
-   AND s.at <= now()
-   AND ($4::text IS NULL OR s.queue = $4::text)
- GROUP BY 1";
-
 /// Buckets of the wait histograms (`w0` to `w23` in `postpone_stats`).
 const BUCKETS: usize = 24;
 
@@ -121,7 +99,11 @@ pub(crate) fn history(conn: &mut Connection, range: Range, queue: Option<&str>) 
         counts: BTreeMap::new(),
         waits: vec![BTreeMap::new(); bars],
     };
-    for r in conn.query_named("reading the history of finished jobs", COUNTS, &params)? {
+    for r in conn.query_named(
+        "reading the history of finished jobs",
+        store::STATS_HISTORY_COUNTS,
+        &params,
+    )? {
         let Some(ago) = usize::try_from(r.get::<_, i32>(0))
             .ok()
             .filter(|a| *a < bars)
@@ -134,7 +116,11 @@ pub(crate) fn history(conn: &mut Connection, range: Range, queue: Option<&str>) 
             .or_insert_with(|| vec![0; bars]);
         per[ago] += r.get::<_, i64>(3).max(0) as u64;
     }
-    for r in conn.query_named("reading the history of waits", WAITS, &params)? {
+    for r in conn.query_named(
+        "reading the history of waits",
+        store::STATS_HISTORY_WAITS,
+        &params,
+    )? {
         let Some(ago) = usize::try_from(r.get::<_, i32>(0))
             .ok()
             .filter(|a| *a < bars)

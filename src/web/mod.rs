@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use crate::app::App;
 use crate::error::{Error, ErrorKind, Result};
+use crate::store;
 
 use http::{Request, Response, Server, ServerOptions};
 
@@ -339,7 +340,7 @@ fn role_without_writes(app: &App) -> Option<String> {
     let row = conn
         .query_named(
             "checking the dashboard's privileges",
-            "SELECT has_table_privilege('postpone_jobs', 'UPDATE'), current_user::text",
+            store::DASHBOARD_CAN_WRITE,
             &[],
         )
         .ok()?;

@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use crate::admin::filter::{JobFilter, Query};
 use crate::conn::Connection;
 use crate::error::Result;
+use crate::store;
 
 /// The one place the dashboard tells a running job from a held one: a job is *running*
 /// when it is `doing` and started (`started_at` set); a `doing` job not started yet is
@@ -150,21 +151,8 @@ pub(crate) struct PeriodicRow {
     pub(crate) last_status: Option<String>,
 }
 
-const PERIODIC: &str = "
-SELECT p.task, p.periodic_id, p.instant, p.n,
-       (SELECT q.instant FROM postpone_periodic q
-         WHERE q.task = p.task AND q.periodic_id = p.periodic_id AND q.instant < p.instant
-         ORDER BY q.instant DESC LIMIT 1),
-       p.job_id, j.status
-  FROM (SELECT DISTINCT ON (task, periodic_id) task, periodic_id, instant, job_id,
-               count(*) OVER (PARTITION BY task, periodic_id) AS n
-          FROM postpone_periodic
-         ORDER BY task, periodic_id, instant DESC) p
-  LEFT JOIN postpone_jobs j ON j.id = p.job_id
- ORDER BY p.task, p.periodic_id";
-
 pub(crate) fn periodic(conn: &mut Connection) -> Result<Vec<PeriodicRow>> {
-    let rows = conn.query_named("listing periodic schedules", PERIODIC, &[])?;
+    let rows = conn.query_named("listing periodic schedules", store::PERIODIC_INSTANTS, &[])?;
     Ok(rows
         .iter()
         .map(|r| PeriodicRow {

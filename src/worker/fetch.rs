@@ -399,7 +399,7 @@ fn claim(
                 // A job row locked by someone else (an admin command, a transaction of
                 // the user's) holds the recording up: not the claim, which gives up after
                 // 100 ms and goes again alone, leaving that wait to the completer.
-                "BEGIN; SET LOCAL lock_timeout = '100ms'",
+                store::CLAIM_WITH_FINISH_BEGIN,
                 (store::JOB_FINISH_BATCH, finish),
                 (store::JOB_CLAIM, &claim_params),
             )?;

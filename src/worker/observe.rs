@@ -51,27 +51,13 @@ mod gauges {
     use std::sync::Mutex;
 
     use crate::conn::Connection;
-
-    /// Waiting jobs per queue: `todo` rows (the partial claim indexes cover them) and jobs
-    /// workers hold unstarted (the index of running jobs holds those).
-    const QUEUE_GAUGES: &str = "
-SELECT queue,
-       count(*) FILTER (WHERE scheduled_at <= now()),
-       count(*) FILTER (WHERE scheduled_at > now()
-                          AND NOT (scheduled_at = 'infinity' AND has_dependencies)),
-       EXTRACT(EPOCH FROM now() - min(scheduled_at) FILTER (WHERE scheduled_at <= now()))::float8,
-       count(*) FILTER (WHERE scheduled_at = 'infinity' AND has_dependencies)
-  FROM (SELECT queue, scheduled_at, has_dependencies FROM postpone_jobs WHERE status = 'todo'
-        UNION ALL
-        SELECT queue, scheduled_at, has_dependencies FROM postpone_jobs
-         WHERE status = 'doing' AND started_at IS NULL) w
- GROUP BY queue";
+    use crate::store;
 
     /// Queues given a value before: a queue that empties is set to zero, not left stale.
     static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
 
     pub(super) fn refresh(conn: &mut Connection) {
-        let rows = match conn.query_cached("reading queue gauges", QUEUE_GAUGES, &[]) {
+        let rows = match conn.query_cached("reading queue gauges", store::QUEUE_GAUGES, &[]) {
             Ok(rows) => rows,
             Err(e) => {
                 log::debug!("metrics: {e}");

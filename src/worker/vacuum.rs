@@ -29,6 +29,7 @@ use super::link::Link;
 use super::Shared;
 use crate::conn::Connection;
 use crate::error::Result;
+use crate::store;
 
 /// When a worker vacuums the jobs table; see [`WorkerBuilder::vacuum`](super::WorkerBuilder::vacuum).
 ///
@@ -130,19 +131,14 @@ struct Counters {
     since_analyze: Option<i64>,
 }
 
-const COUNTERS: &str = "
-SELECT s.n_dead_tup, s.n_live_tup,
-       CASE WHEN s.last_analyze IS NULL AND s.last_autoanalyze IS NULL THEN NULL
-            ELSE s.n_mod_since_analyze END
-  FROM pg_stat_user_tables s
- WHERE s.relid = 'postpone_jobs'::regclass";
-
 fn counters(conn: &mut Connection) -> Result<Option<Counters>> {
-    Ok(conn.query_opt(COUNTERS, &[])?.map(|r| Counters {
-        dead: r.get(0),
-        live: r.get(1),
-        since_analyze: r.get(2),
-    }))
+    Ok(conn
+        .query_opt(store::VACUUM_COUNTERS, &[])?
+        .map(|r| Counters {
+            dead: r.get(0),
+            live: r.get(1),
+            since_analyze: r.get(2),
+        }))
 }
 
 impl Vacuum {
@@ -255,18 +251,12 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>) {
 }
 
 fn vacuum_once(shared: &Shared, conn: &mut Connection, v: &Vacuum) -> Result<()> {
-    let owner: bool = conn
-        .query_one(
-            "SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c
-              WHERE c.oid = 'postpone_jobs'::regclass",
-            &[],
-        )?
-        .get(0);
+    let owner: bool = conn.query_one(store::JOBS_TABLE_OWNED, &[])?.get(0);
     if !owner {
         log::info!(
             "worker {}: not vacuuming postpone_jobs: role {} does not own it (let autovacuum keep it, or give the worker `Vacuum::off()`)",
             shared.name,
-            conn.query_one("SELECT current_user::text", &[])?
+            conn.query_one(store::CURRENT_ROLE, &[])?
                 .get::<_, String>(0)
         );
         shared
