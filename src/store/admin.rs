@@ -2,7 +2,7 @@
 //! its statistics, and retention.
 
 /// One job with its errors, its worker's name and the periodic instant it was deferred for;
-/// then whether it takes part in a dependency (schema version 23) and its batch (version 24).
+/// then whether it takes part in a dependency and its batch.
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
     job_columns!(),
@@ -19,7 +19,7 @@ pub(crate) const JOB_GET: &str = concat!(
  WHERE j.id = $1"
 );
 
-/// The dependencies of job `$1` (schema version 23), at most 1,000, by id: their ids,
+/// The dependencies of job `$1`, at most 1,000, by id: their ids,
 /// whether any outcome will do, and their status (the row's, else the outcome recorded when
 /// it finished); then at most 1,000 ids of its dependents; then whether it waits for its
 /// dependencies now.
@@ -146,7 +146,7 @@ SELECT {group},
        count(*) FILTER (WHERE deps),
        count(*) FILTER (WHERE status = 'cancelled' AND w AND expired)
   FROM (SELECT j.queue, j.task, j.expired,
-               -- A job a worker holds but has not started is waiting (schema version 20).
+               -- A job a worker holds but has not started is waiting.
                CASE WHEN j.status = 'doing' AND j.started_at IS NULL
                     THEN 'todo' ELSE j.status END AS status,
                j.scheduled_at,
@@ -202,7 +202,7 @@ SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.que
 
 /// The columns of a job as [`job_from_row`] reads them, for `SELECT ... FROM postpone_jobs j`.
 ///
-/// A job a worker holds but has not started (schema version 20) shows as waiting: status
+/// A job a worker holds but has not started shows as waiting: status
 /// `todo`, its attempt not counted.
 pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
      CASE WHEN j.status = 'doing' AND j.started_at IS NULL \

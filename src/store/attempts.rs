@@ -3,40 +3,36 @@
 //! `postpone_requeue`), expiry, and the release of claims whose reply was lost; then the
 //! claim and finish of `testing`, which runs jobs in the test's own thread.
 
-/// Claims up to `$2` due jobs for worker `$1` through `postpone_claim_jobs` (schema version 12;
-/// `postpone_claim` of version 3 and later, which returns the same less the attempt limit):
-/// highest priority first, then the earliest due, then the oldest; skipping rows other
-/// claimers hold, and never a job whose lock has a running job or an older pending one. `$3`
-/// the worker's queues and `$4` its task names (each NULL: no filter). Nothing is claimed if
-/// the worker's row is gone (it was presumed dead): it must register again first. The
-/// function fixes the plan (an ordered walk of the due-jobs index; see migration 3),
-/// whatever the table's statistics say.
+/// Claims due jobs for a worker through `postpone_claim_jobs`.
 ///
-/// Each job's own attempt limit (schema version 5) comes with it, or NULL (none), and its
-/// deadline as seconds from the claim's `now()` (schema version 25; NULL: none). The claim
-/// never takes a job past its deadline.
+/// Parameters: `$1` the worker's id, `$2` the most jobs to take, `$3` its queues and `$4` its
+/// task names (each NULL: no filter), `$5` how many of them it can start at once (its free
+/// threads).
 ///
-/// `$5` is how many of the jobs the worker can start at once (its free threads). The jobs
-/// are *held* (schema version 20): counted as attempts, `started_at` NULL, shown as waiting
-/// by every view until the worker writes their start ([`JOB_START`], or with their outcome);
-/// the last column says so. In a queue with a limit the claim takes at most `$5` jobs and
-/// starts them (`held` false).
+/// Order: highest priority first, then the earliest due, then the oldest; rows other
+/// claimers hold locked are skipped, and a job whose `lock` has a running job or an older
+/// pending one is never taken, nor one past its deadline. The function fixes the plan (an
+/// ordered walk of the due-jobs index) whatever the table's statistics say.
 ///
-/// Every row also carries the database's `now()` and, when the claim took fewer jobs than
-/// asked, when the earliest job of the worker's queues not due yet will be due
-/// (`postpone_next_due`, schema version 9), both in µs since the epoch: the same `now()` as
-/// the claim's, so a job is either claimable or counted there, never neither. When a rate
-/// limit of one of those queues holds its due jobs back (schema version 8), the time its
-/// next start is allowed counts as a due time too (`postpone_rate_wait`, over the
-/// rate-limited queues that have due jobs; at least 1 ms ahead, since the start may have
-/// become allowed between the claim's look and this one), so that the worker comes back then
-/// rather than at its next poll. A claim that takes nothing returns one row
-/// with only those (NULL id). See `worker/due.rs`. Those two are computed once per claim
-/// (`n` is materialized): as a plain subquery, the planner pulled them into the join and
-/// called `postpone_next_due` once per job returned. The due time is capped at 9e18 µs
-/// (about the year 287,000): PostgreSQL stores times up to the year 294,276, past what a
-/// bigint holds in µs, and a job moved there by hand would otherwise make every claim that
-/// takes fewer jobs than it asks for fail.
+/// Result, one row per job: id, queue, task, args, attempts (this one counted), priority,
+/// lock, abort requested, scheduled time, time it waited, its own attempt limit (NULL:
+/// none), then `db_now` and `next_due` (below), `held`, and its deadline as seconds from the
+/// claim's `now()` (NULL: none). The jobs are *held*: their attempt is counted, `started_at`
+/// stays NULL and every view shows them waiting until the worker writes their start
+/// ([`JOB_START`], or with their outcome). In a queue with a concurrency limit the claim
+/// takes at most `$5` jobs and starts them (`held` false).
+///
+/// `db_now` is the database's `now()` in µs since the epoch; `next_due`, when the claim took
+/// fewer than `$2` jobs, is when the earliest job of the worker's queues not due yet will be
+/// due (`postpone_next_due`), or when a rate limit holding back due jobs of those queues
+/// next allows a start (at least 1 ms ahead), capped at 9e18 µs (times up to the year
+/// 294,276 overflow a bigint of µs). Both use the claim's `now()`, so a job is either
+/// claimable or counted in `next_due`, never neither. A claim that takes nothing returns one
+/// row with only those two (NULL id). `n` is materialized so they are computed once per
+/// claim, not once per job. See `worker/due.rs`.
+///
+/// Guard: nothing is claimed when the worker's row is gone (it was presumed dead): it must
+/// register again, under a new id, first.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
     SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[], $5::int)
@@ -65,43 +61,42 @@ SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_re
        c.expires_in
   FROM n LEFT JOIN c ON true";
 
-/// Writes the start of held jobs that started (schema version 20, `postpone_start`): arrays
-/// `$1` ids, `$2` and `$3` each attempt's fence, `$4` how long ago it started (µs). A row
+/// Writes the start of held jobs that started, through `postpone_start`: arrays `$1` ids,
+/// `$2` and `$3` each attempt's fence (worker id, attempt number), `$4` how long ago it
+/// started (µs). A row
 /// another session holds locked is skipped: its start is written with its outcome. Returns
 /// the ids written.
 pub(crate) const JOB_START: &str = "
 SELECT id FROM postpone_start($1::bigint[], $2::bigint[], $3::int[], $4::bigint[]) AS s(id)";
 
-/// Records the final outcomes of many attempts at once through `postpone_finish` (schema
-/// version 12; the statement itself is there, planned once per session). Arrays: `$1` job
-/// ids, `$2` and `$3` the fence of each attempt (the worker identity that claimed it and the
-/// attempt number the claim gave it), `$4` outcome (`succeeded`, `failed`, `cancelled`,
-/// `aborted`, `delete`), `$5` error text (appended to the job's errors), `$6` output (stored
-/// with `succeeded` only, see `Job::set_output`). Returns the ids whose outcome was
-/// recorded; a missing id was no longer that attempt's (it was requeued after its worker was
-/// presumed dead, and maybe claimed again). Outcomes that put a job back in the queue go
+/// Records the final outcomes of many attempts at once through `postpone_finish`.
+///
+/// Parameters, aligned arrays: `$1` job ids, `$2` and `$3` the fence of each attempt (the
+/// worker id that claimed it and the attempt number the claim gave it), `$4` the outcome
+/// (`succeeded`, `failed`, `cancelled`, `aborted`, `expired`, `delete`), `$5` error text
+/// (appended to the job's errors), `$6` output (kept with `succeeded` only, see
+/// `Job::set_output`), `$7` for a job whose start was not written yet, how long ago it
+/// started in µs (NULL: it never started, and its attempt is given back).
+///
+/// Result: the ids whose outcome was recorded. A missing id was no longer that attempt's
+/// (it was requeued after its worker was presumed dead, and maybe claimed again).
+///
+/// Guard: a row is touched only while it is `doing` under that fence. The table is the
+/// truth about aborts: a job whose abort was recorded while it ran ends `aborted` whatever
+/// its task returned, with a note in its errors, and is never deleted then. Final statuses
+/// are in no unique index and the caller makes error texts safe (no NUL, bounded length),
+/// so one outcome cannot fail the others. Outcomes that put a job back in the queue go
 /// through [`JOB_REQUEUE`] instead.
 ///
-/// The plan drives from the outcomes and reaches each row by primary key, whatever the
-/// statistics say: the guards are written with `IS NOT DISTINCT FROM`, which no index can
-/// serve, so that the planner cannot scan the partial index on `doing` rows instead (it
-/// estimates it at one row, then loops over every outcome for every row it finds: O(n²)).
-/// Measured per batch of 1,000 before schema 12: with `=` guards, 4.4 s after 20,000 jobs
-/// (dead index entries) and 334 ms with a million finished rows; with an `id = ANY($1)`
-/// filter, 256 ms; as written, 12-16 ms in both cases.
-///
-/// Nothing here can collide with a unique index (final statuses are in none), and the error
-/// texts are made safe by the caller (no NUL, bounded length).
-///
-/// The table is the truth about aborts: a job whose abort was recorded while it ran ends
-/// `aborted` whatever its task returned, even if the worker never saw the request (its links
-/// were down), with a note in its errors; it is never deleted then.
+/// Plan: the function drives from the outcomes and reaches each row by its primary key
+/// (its guards use `IS NOT DISTINCT FROM`, which no index serves, so the planner cannot
+/// loop over the partial index of `doing` rows once per outcome).
 pub(crate) const JOB_FINISH_BATCH: &str = "
 SELECT id FROM postpone_finish($1::bigint[], $2::bigint[], $3::int[], $4::text[], $5::text[],
                                $6::jsonb[], $7::bigint[]) AS f(id)";
 
-/// Puts jobs back in the queue through `postpone_requeue` (schema version 2), the one
-/// definition every path back to `todo` uses: arrays `$1` ids, `$2` workers and `$3` attempts
+/// Puts jobs back in the queue through `postpone_requeue`, the one definition every path back
+/// to `todo` uses: arrays `$1` ids, `$2` workers and `$3` attempts
 /// (the fences; empty: no guard), `$4` delays in microseconds, `$5` error texts, `$6` whether
 /// each attempt is given back. Returns (id, outcome) for each job changed: `todo`, `aborted`
 /// (its abort was requested), `superseded` (another job of its queueing lock waits).
@@ -110,7 +105,7 @@ SELECT job_id, outcome
   FROM postpone_requeue($1::bigint[], $2::bigint[], $3::int[], $4::bigint[], $5::text[],
                         $6::boolean[])";
 
-/// Snoozes attempts through `postpone_snooze` (schema version 5): back to `todo` through
+/// Snoozes attempts through `postpone_snooze`: back to `todo` through
 /// `postpone_requeue`, due after `$4` microseconds, the attempt given back, one more snooze
 /// counted. Arrays `$1` ids, `$2` workers and `$3` attempts (the fences). Returns what
 /// [`JOB_REQUEUE`] returns.
@@ -159,7 +154,7 @@ SELECT coalesce(array_agg(r.job_id), '{}'::bigint[])
                         ARRAY(SELECT true FROM lost ORDER BY id)) r";
 
 /// Ends up to `$1` waiting jobs past their deadline, earliest first from deadline `$2` on
-/// (NULL: the earliest), as `cancelled`, `expired` (schema version 25, `postpone_expire`),
+/// (NULL: the earliest), as `cancelled`, `expired` (`postpone_expire`),
 /// skipping rows others hold locked. Returns how many it ended (`$1`: there may be more) and
 /// the latest deadline among them (the next call's `$2` while a backlog lasts).
 pub(crate) const JOB_EXPIRE: &str =
@@ -176,7 +171,7 @@ SELECT id, task, args, queue, priority, lock, queueing_lock, scheduled_at, statu
   FROM postpone_jobs WHERE id > $1 ORDER BY id";
 
 /// Claims the next waiting job with an id above `$1`, due now unless `$2`, highest priority
-/// first then oldest; never one past its deadline (schema version 25), as a worker's claim.
+/// first then oldest; never one past its deadline, as a worker's claim.
 #[cfg(feature = "test-util")]
 pub(crate) const TESTING_CLAIM: &str = "
 UPDATE postpone_jobs

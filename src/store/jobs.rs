@@ -2,9 +2,10 @@
 //! constraints a defer can hit, and batches.
 
 /// Inserts one job. `$7` an absolute time, else `$8` microseconds from the server's now; `$9`
-/// its own attempt limit, `$10` its tags and `$11` its metadata (schema version 5), or NULLs;
-/// its deadline (schema version 25): `$12` a time, else `$13` microseconds from now, or
-/// neither.
+/// its own attempt limit, `$10` its tags and `$11` its metadata, or NULLs; its deadline:
+/// `$12` a time, else `$13` microseconds from now, or neither (none). `$1`..`$6` queue, task,
+/// args, priority, lock, queueing lock. Returns the new id; a second waiting job of the same
+/// queueing lock fails on [`QUEUEING_LOCK_INDEX`].
 pub(crate) const JOB_INSERT: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
                            max_attempts, tags, meta, expires_at)
@@ -15,8 +16,8 @@ VALUES ($1, $2, $3, $4, $5, $6,
 RETURNING id";
 
 /// [`JOB_INSERT`] for a job due now, inserted outside any transaction of the caller's: the
-/// insert trigger sends no notification (schema version 11: `postpone.quiet_insert` is set
-/// for this transaction only), and [`WAKE_QUEUE`] follows in a transaction of its own.
+/// insert trigger sends no notification (`postpone.quiet_insert` is set for this transaction
+/// only), and [`WAKE_QUEUE`] follows in a transaction of its own.
 pub(crate) const JOB_INSERT_QUIET: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
                            max_attempts, tags, meta, expires_at)
@@ -49,12 +50,11 @@ SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
  ORDER BY u.n
 RETURNING id";
 
-/// Inserts jobs with dependencies through `postpone_defer_jobs` (schema version 23), in one
+/// Inserts jobs with dependencies through `postpone_defer_jobs`, in one
 /// statement: the columns of [`JOB_INSERT_BATCH`], then the dependencies as three aligned
 /// arrays: `$12` the position (1-based) of the job that waits, `$13` the id of the job it
 /// waits for, `$14` whether any outcome of that job will do (`after_finished`) or it must
-/// succeed (`after`); `$15` and `$16` the deadlines as in [`JOB_INSERT_BATCH`] (schema
-/// version 25). Ids come back in input order. A dependency that does not exist fails the
+/// succeed (`after`); `$15` and `$16` the deadlines as in [`JOB_INSERT_BATCH`]. Ids come back in input order. A dependency that does not exist fails the
 /// statement with [`DEPENDENCY_CONSTRAINT`].
 pub(crate) const JOB_INSERT_AFTER: &str = "
 SELECT id FROM postpone_defer_jobs(
@@ -73,7 +73,7 @@ pub(crate) const DEPENDENCY_CONSTRAINT: &str = "postpone_deps_dependency";
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
-/// Inserts a unique job (schema version 6): the parameters of [`JOB_INSERT`], then `$14` the
+/// Inserts a unique job: the parameters of [`JOB_INSERT`], then `$14` the
 /// scope of its key (`w`, `r` or `s`), `$15` whether the queue is part of the key, `$16` the
 /// period in microseconds (NULL: none). A waiting-only key (`w`) goes in `queueing_lock`,
 /// the others in `unique_key`. A conflict inserts nothing: returns (NULL, key), else (id, key).
@@ -124,7 +124,8 @@ pub(crate) const BATCH_OPEN: &str = "
 WITH m AS (UPDATE postpone_jobs SET batch_id = $1 WHERE id = ANY($2::bigint[]))
 UPDATE postpone_batches SET total = $3, on_complete = $4, on_success = $5 WHERE id = $1";
 
-/// Adds jobs `$2`, inserted in this transaction, to batch `$1` (see migration 24).
+/// Adds jobs `$2`, inserted in this transaction, to batch `$1` (`postpone_batch_join`:
+/// counts them in its total and lets its callbacks wait for them).
 pub(crate) const BATCH_JOIN: &str = "SELECT postpone_batch_join($1, $2::bigint[])";
 
 /// The progress of batch `$1`: the batch row, counts of its jobs by state (the callbacks

@@ -47,7 +47,7 @@ DELETE FROM postpone_periodic
         LIMIT $2
           FOR UPDATE SKIP LOCKED)";
 
-/// The fingerprint of the stored schedules of tasks `$1` (schema version 24): their number
+/// The fingerprint of the stored schedules of tasks `$1`: their number
 /// and highest revision. Every insert, update and delete of such a row changes it (an update
 /// takes a new revision; a delete lowers the count; an insert raises the revision).
 pub(crate) const SCHEDULE_FINGERPRINT: &str = "

@@ -8,7 +8,7 @@ SELECT count(*) FROM postpone_jobs
  WHERE status = 'doing' AND started_at IS NULL
    AND ($1::text IS NULL OR queue = $1::text)";
 
-/// Pauses queue `$1` (NULL: every queue), schema version 5. Returns the pause time, or no
+/// Pauses queue `$1` (NULL: every queue) through `postpone_pause`. Returns the pause time, or no
 /// row when it was already paused (the first pause keeps its time).
 pub(crate) const QUEUE_PAUSE: &str = "SELECT paused_at FROM postpone_pause($1::text)";
 
@@ -39,7 +39,7 @@ SELECT EXISTS (SELECT 1 FROM postpone_workers WHERE $1::text = ANY(queues))
 pub(crate) const QUEUE_PAUSED: &str = "
 SELECT queue, paused_at FROM postpone_paused_queues ORDER BY queue NULLS FIRST";
 
-/// Sets the concurrency limit of queue `$1` to `$2` running jobs (schema version 7), and
+/// Sets the concurrency limit of queue `$1` to `$2` running jobs, and
 /// wakes the queue's workers (a raised limit frees slots). Returns the previous limit (NULL:
 /// none).
 pub(crate) const QUEUE_LIMIT_SET: &str = "

@@ -10,7 +10,7 @@ UPDATE postpone_jobs SET progress = $2::jsonb, progress_at = now()
 pub(crate) const JOB_PERIODIC_INSTANT: &str =
     "SELECT instant FROM postpone_periodic WHERE job_id = $1 LIMIT 1";
 
-/// The dependencies of job `$1` (schema version 23), by id: id, status (the row's, else the
+/// The dependencies of job `$1`, by id: id, status (the row's, else the
 /// outcome recorded when it finished; NULL or 'deleted' when it was deleted before), output.
 pub(crate) const JOB_DEPENDENCIES: &str = "
 SELECT d.dep_id, coalesce(j.status, d.outcome), j.output

@@ -3,7 +3,7 @@
 //! API shows and fixes; the vacuum a worker runs on the jobs table.
 
 /// Registers a worker; returns its id. `$6` and `$7` its heartbeat interval and
-/// `stalled_after` in milliseconds (its lease: schema version 22), `$8` the task names it
+/// `stalled_after` in milliseconds (its lease), `$8` the task names it
 /// claims (NULL: every task).
 pub(crate) const WORKER_INSERT: &str = "
 INSERT INTO postpone_workers (name, host, pid, queues, concurrency, heartbeat_interval_ms,
@@ -28,11 +28,12 @@ UNION ALL
 SELECT NULL, NULL, p.queue FROM postpone_paused_queues p";
 
 /// Removes workers whose own lease has ended (their last heartbeat plus their own
-/// `stalled_after`; `$1` milliseconds, the caller's, only for workers older than schema 22,
-/// see `postpone_lease_end`), never `$2` (the caller), and requeues their running jobs, plus
-/// any running job whose worker row has been gone for `$1` milliseconds, through
-/// `postpone_rescue` (schema version 22): one job can never fail the rescue of the others.
-/// Returns (workers removed, ids of the jobs touched, their outcomes).
+/// `stalled_after`; `$1` milliseconds, the caller's, stands in for a worker row that
+/// recorded no lease, see `postpone_lease_end`), never `$2` (the caller), and requeues their
+/// running jobs, plus any running job whose worker row has been gone for `$1` milliseconds,
+/// through `postpone_rescue`. Returns (workers removed, ids of the jobs touched, their
+/// outcomes). Guard: only rows still `doing` under a worker deleted in the same statement
+/// are touched, and one job can never fail the rescue of the others.
 pub(crate) const WORKER_RESCUE: &str = "SELECT dead, ids, outcomes FROM postpone_rescue($1, $2)";
 
 /// At shutdown: puts every job still `doing` under worker `$1` back in the queue (the
