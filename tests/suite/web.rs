@@ -870,6 +870,111 @@ fn stored_schedules_are_paused_and_resumed_from_the_periodic_page_with_the_same_
     ro.shutdown();
 }
 
+/// A schedule is stored and deleted from the periodic page, behind the same guards as every
+/// change; bad inputs come back as the admin API's errors, and nothing is stored by them.
+#[test]
+fn stored_schedules_are_created_and_deleted_from_the_periodic_page() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    let admin = app.admin();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let page = get(addr, "/periodic").body;
+    assert!(page.contains("action=\"/periodic/create\""), "{page}");
+    let token = csrf_of(&page);
+    let create = |fields: &str, csrf: &str| {
+        request(
+            addr,
+            "POST",
+            "/periodic/create",
+            &form,
+            &format!("{fields}&csrf={csrf}"),
+        )
+    };
+    let fields = "task=report&id=paris&cron=0+9+*+*+MON-FRI&time_zone=Europe%2FParis\
+                  &queue=reports&args=%7B%22office%22%3A+%22paris%22%7D";
+
+    // The guards: a wrong token or another origin changes nothing.
+    assert_eq!(create(fields, "wrong").status, 403);
+    let cross = [form[0], ("Origin", "http://evil.example")];
+    let r = request(
+        addr,
+        "POST",
+        "/periodic/create",
+        &cross,
+        &format!("{fields}&csrf={token}"),
+    );
+    assert_eq!(r.status, 403);
+    assert!(admin.schedules().unwrap().is_empty());
+
+    let r = create(fields, &token);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/periodic?done=created"));
+    let s = admin.schedule("report", "paris").unwrap();
+    assert_eq!(s.cron, "0 9 * * MON-FRI");
+    assert_eq!(s.time_zone.as_deref(), Some("Europe/Paris"));
+    assert_eq!(s.queue.as_deref(), Some("reports"));
+    assert_eq!(s.args.get(), r#"{"office": "paris"}"#);
+    let page = get(addr, "/periodic?done=created").body;
+    assert!(page.contains("Schedule stored"), "{page}");
+    assert!(page.contains("<code>0 9 * * MON-FRI</code>"), "{page}");
+    assert!(page.contains(">Delete</button>"), "{page}");
+
+    // Storing it again, a bad expression, a bad zone, arguments that are not JSON, no
+    // expression: clear errors, and the stored schedule is unchanged.
+    let r = create(fields, &token);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("exists already"), "{}", r.body);
+    for (bad, says) in [
+        ("task=report&id=x&cron=61+*+*+*+*", "cron"),
+        (
+            "task=report&id=x&cron=%40daily&time_zone=Mars%2FOlympus",
+            "Mars/Olympus",
+        ),
+        ("task=report&id=x&cron=%40daily&args=%7Bnope", "not JSON"),
+        ("task=report&id=x&cron=", "no schedule"),
+        ("id=x&cron=%40daily", "no task"),
+    ] {
+        let r = create(bad, &token);
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+        assert!(r.body.contains(says), "{bad}: {}", r.body);
+    }
+    assert_eq!(admin.schedules().unwrap().len(), 1);
+
+    let delete = format!("task=report&id=paris&csrf={token}");
+    let r = request(addr, "POST", "/periodic/delete", &form, &delete);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(r.header("location"), Some("/periodic?done=deleted"));
+    assert!(admin.schedules().unwrap().is_empty());
+    let page = get(addr, "/periodic?done=deleted").body;
+    assert!(page.contains("Schedule deleted"), "{page}");
+    let r = request(addr, "POST", "/periodic/delete", &form, &delete);
+    assert_eq!(r.status, 404, "{}", r.body);
+    dash.shutdown();
+
+    // Read-only: no form, and a post is refused.
+    let ro = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .read_only(true)
+        .spawn()
+        .unwrap();
+    let page = get(ro.addr(), "/periodic").body;
+    assert!(!page.contains("/periodic/create"), "{page}");
+    let r = request(
+        ro.addr(),
+        "POST",
+        "/periodic/create",
+        &form,
+        &format!("{fields}&csrf={token}"),
+    );
+    assert_eq!(r.status, 403);
+    assert!(admin.schedules().unwrap().is_empty());
+    ro.shutdown();
+}
+
 #[test]
 fn queues_are_paused_and_resumed_from_the_overview_with_the_same_guards() {
     init_logging();

@@ -1,8 +1,9 @@
 //! The periodic page: each schedule (stored in the database, given to the dashboard by the
 //! program, or only seen in the record of deferred instants) with its last and next
-//! instants; a stored schedule with its pause or resume button (not in read-only mode),
-//! which posts to `/periodic/pause` or `/periodic/resume` behind the same checks as every
-//! other change (auth, origin, CSRF token).
+//! instants; a stored schedule with its pause or resume and delete buttons, and a form that
+//! stores a new schedule (none of them in read-only mode). They post to `/periodic/pause`,
+//! `/periodic/resume`, `/periodic/delete` and `/periodic/create` behind the same checks as
+//! every other change (auth, origin, CSRF token), and call the admin API.
 
 use super::*;
 
@@ -120,21 +121,62 @@ pub(super) fn periodic(st: &State, done: Option<&str>) -> Result<Response, Error
         Some("resumed") => Some(
             "Schedule resumed: its next instants are deferred (the paused ones are not caught up).",
         ),
+        Some("created") => Some(
+            "Schedule stored: every worker that registers its task defers its instants from \
+             now on, within a poll interval.",
+        ),
+        Some("deleted") => Some(
+            "Schedule deleted: workers stop deferring it within a poll interval (a schedule \
+             with the same task and id in a worker's code applies again there).",
+        ),
         _ => None,
     };
-    let action = |l: &Line<'_>, paused: bool| -> Markup {
-        let (path, label, id) = if paused {
-            ("/periodic/resume", "Resume", "resume")
-        } else {
-            ("/periodic/pause", "Pause", "pause")
-        };
+    let button = |l: &Line<'_>, path: &str, label: &str, class: &str| -> Markup {
         html! {
             form.inline method="post" action=(st.link(path)) {
                 input type="hidden" name="csrf" value=(st.csrf);
                 input type="hidden" name="task" value=(l.task);
                 input type="hidden" name="id" value=(l.id);
-                button name="go" value="1" class=(id) { (label) }
+                button name="go" value="1" class=(class) { (label) }
             }
+        }
+    };
+    let action = |l: &Line<'_>, paused: bool| -> Markup {
+        html! {
+            @if paused {
+                (button(l, "/periodic/resume", "Resume", "resume"))
+            } @else {
+                (button(l, "/periodic/pause", "Pause", "pause"))
+            }
+            " "
+            (button(l, "/periodic/delete", "Delete", "delete"))
+        }
+    };
+    let create = html! {
+        h2 { "Store a schedule" }
+        p.dim {
+            "Every worker that registers the task follows it within a poll interval, from \
+             now on; the instants before now are not deferred. A schedule with the task and \
+             id of one in a worker's code replaces it while it is stored."
+        }
+        form #create-schedule method="post" action=(st.link("/periodic/create")) {
+            input type="hidden" name="csrf" value=(st.csrf);
+            label { "Task " input type="text" name="task" required maxlength="255"; } " "
+            label { "Periodic id " input type="text" name="id" maxlength="255"; } " "
+            label {
+                "Schedule " input type="text" name="cron" required maxlength="255"
+                    placeholder="0 9 * * MON-FRI";
+            } " "
+            label {
+                "Time zone " input type="text" name="time_zone" maxlength="255"
+                    placeholder="UTC";
+            } " "
+            label { "Queue " input type="text" name="queue" maxlength="255"; } " "
+            label {
+                "Arguments (JSON) " input type="text" name="args" maxlength="65536"
+                    placeholder="null";
+            } " "
+            button name="go" value="1" class="create" { "Store" }
         }
     };
     let body = html! {
@@ -208,13 +250,17 @@ pub(super) fn periodic(st: &State, done: Option<&str>) -> Result<Response, Error
             } }
         }
         }
+        @if !st.read_only { (create) }
         (cost.footer())
     };
     Ok(st.page(200, "Periodic", "Periodic", Some(30), body))
 }
 
-/// `POST /periodic/pause` and `/periodic/resume`: the stored schedule named by the form's
-/// `task` and `id` fields, through the admin API.
+/// `POST /periodic/pause`, `/periodic/resume` and `/periodic/delete`: the stored schedule
+/// named by the form's `task` and `id` fields; `POST /periodic/create`: a new stored
+/// schedule from the form's `task`, `id`, `cron`, `time_zone`, `queue` and `args` (JSON)
+/// fields, refused if one with that task and id is stored already. Through the admin API,
+/// which checks every input.
 pub(super) fn act_periodic(st: &State, req: &Request, action: &str) -> Result<Response, Error> {
     if let Some(r) = refusal(st, req) {
         return Ok(r);
@@ -231,6 +277,37 @@ pub(super) fn act_periodic(st: &State, req: &Request, action: &str) -> Result<Re
     let res = match action {
         "pause" => st.admin.pause_schedule(task, id).map(|_| "paused"),
         "resume" => st.admin.resume_schedule(task, id).map(|_| "resumed"),
+        "delete" => st.admin.delete_schedule(task, id).map(|_| "deleted"),
+        "create" => {
+            let filled = |k: &str| field(k).map(str::trim).filter(|v| !v.is_empty());
+            let Some(cron) = filled("cron") else {
+                return Ok(Response::text(
+                    400,
+                    "the form gives no schedule (cron expression)\n",
+                ));
+            };
+            let mut new = crate::admin::NewSchedule::new(task, cron).id(id);
+            if let Some(z) = filled("time_zone") {
+                new = new.time_zone(z);
+            }
+            if let Some(q) = filled("queue") {
+                new = new.queue(q);
+            }
+            if let Some(a) = filled("args") {
+                let value: serde_json::Value = serde_json::from_str(a).map_err(|e| {
+                    Error::new(
+                        ErrorKind::InvalidInput,
+                        format!(
+                            "storing a schedule: its arguments are not JSON ({e}); give a JSON \
+                             value such as {{\"office\": \"paris\"}}, or leave the field empty \
+                             for null"
+                        ),
+                    )
+                })?;
+                new = new.args(&value);
+            }
+            st.admin.create_schedule(&new).map(|_| "created")
+        }
         _ => return Ok(Response::text(404, "no such action\n")),
     };
     match res {
