@@ -2569,6 +2569,30 @@ fn batch_shows_a_batchs_progress_and_job_names_its_batch() {
         )),
         "{job}"
     );
+    // `jobs --batch` lists the batch's jobs and its callback, nothing else; the bulk
+    // commands take the same selection.
+    let other = ok(u, &["defer", "t", "{}"]);
+    assert!(!other.is_empty());
+    let v = json(u, &["jobs", "--batch", &id]);
+    let mut listed: Vec<i64> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut expected: Vec<i64> = batch.jobs.iter().map(|j| j.get()).collect();
+    expected.push(oc.get());
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "{v}");
+    // The waiting job and the waiting callback; the succeeded one and the job outside are
+    // not selected.
+    let text = ok(
+        u,
+        &["cancel", "--batch", &id, "--status", "todo", "--dry-run"],
+    );
+    assert!(text.starts_with("dry run: 2 job(s) match;"), "{text}");
+    fails(Some(u), &["jobs", "--batch", "x"], "invalid batch id");
     fails_with(
         Some(u),
         &["batch", "99999"],

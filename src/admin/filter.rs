@@ -65,6 +65,7 @@ pub struct JobFilter {
     pub(crate) finished_before: Option<SystemTime>,
     pub(crate) error_contains: Option<String>,
     pub(crate) tags: Vec<String>,
+    pub(crate) batch: Option<crate::BatchId>,
     pub(crate) args_contain: Option<serde_json::Value>,
     pub(crate) sort: JobSort,
     pub(crate) descending: Option<bool>,
@@ -237,6 +238,13 @@ impl JobFilter {
         self
     }
 
+    /// Only the jobs of this batch ([`App::batch`](crate::App::batch)), its callbacks
+    /// included.
+    pub fn batch(mut self, batch: crate::BatchId) -> JobFilter {
+        self.batch = Some(batch);
+        self
+    }
+
     /// Only jobs whose arguments contain `value`, as PostgreSQL's `jsonb @>` reads it: an
     /// object matches when it holds these keys with these values (recursively), an array
     /// when it holds these elements. `json!({"user": 42})` matches `{"user": 42, "x": 1}`.
@@ -282,6 +290,7 @@ impl JobFilter {
             && self.finished_before.is_none()
             && self.error_contains.is_none()
             && self.tags.is_empty()
+            && self.batch.is_none()
             && self.args_contain.is_none()
     }
 
@@ -349,6 +358,9 @@ impl JobFilter {
         }
         if !self.tags.is_empty() {
             c.push(format!("j.tags @> {}::text[]", q.bind(self.tags.clone())));
+        }
+        if let Some(b) = self.batch {
+            c.push(format!("j.batch_id = {}::bigint", q.bind(b.0)));
         }
         if let Some(v) = &self.args_contain {
             c.push(format!("j.args @> {}::jsonb", q.bind(v.clone())));

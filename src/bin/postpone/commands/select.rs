@@ -44,6 +44,9 @@ pub struct Select {
     /// Only jobs deferred with this tag (repeat to require several).
     #[arg(long, value_name = "TAG")]
     pub tag: Vec<String>,
+    /// Only the jobs of this batch, its callbacks included.
+    #[arg(long, value_parser = parse::batch_id, value_name = "BATCH")]
+    pub batch: Option<postpone::BatchId>,
     /// Only jobs whose arguments contain this JSON (jsonb `@>`: `{"user": 42}` matches every
     /// job whose arguments hold the key user with the value 42). Not indexed.
     #[arg(long, value_parser = parse_json, value_name = "JSON")]
@@ -93,6 +96,9 @@ impl Select {
         }
         for t in &self.tag {
             f = f.tag(t);
+        }
+        if let Some(b) = self.batch {
+            f = f.batch(b);
         }
         if let Some(v) = &self.args {
             f = f.args_contain(v.clone());
