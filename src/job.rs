@@ -373,6 +373,13 @@ impl Job {
         crate::batch::of_job(&mut conn, self.id)
     }
 
+    /// The workflow this job belongs to ([`App::workflow`](crate::App::workflow)), or
+    /// `None`. Read from the database at each call (one query).
+    pub fn workflow_id(&self) -> Result<Option<crate::WorkflowId>> {
+        let mut conn = self.app.connection()?;
+        crate::workflow::of_job(&mut conn, self.id)
+    }
+
     /// Adds `jobs` to this job's batch ([`App::add_to_batch`](crate::App::add_to_batch)):
     /// its callbacks wait for them too. Always accepted while this job of the batch runs,
     /// since the callbacks wait for it. [`InvalidState`](crate::ErrorKind::InvalidState) if

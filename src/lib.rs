@@ -50,6 +50,7 @@ mod wait;
 #[cfg(feature = "web")]
 mod web;
 mod worker;
+mod workflow;
 
 pub use postgres;
 pub use tokio_postgres;
@@ -93,6 +94,10 @@ pub use web::{
 pub use worker::{
     DeleteJobs, JobEvent, JobEventKind, JobHook, ShutdownReport, Vacuum, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,
+};
+pub use workflow::{
+    Step, StepBuilder, Workflow, WorkflowBuilder, WorkflowCancel, WorkflowId, WorkflowInfo,
+    WorkflowJob, WorkflowRetry, WorkflowSummary, WORKFLOW_JOBS_LISTED,
 };
 
 /// The code of the guides under `docs/` is compiled by `cargo test --doc`, as the README's is.

@@ -148,6 +148,9 @@ pub(crate) enum Class {
     Dependencies,
     /// `postpone_batches`: batches, created by the producers that defer them.
     Batches,
+    /// `postpone_workflow*`: workflows and their members, created by the producers that
+    /// insert them.
+    Workflows,
     /// `postpone_waiters`: the jobs `App::wait` waits for, read by the statement trigger of
     /// every UPDATE of `postpone_jobs` (a defer with dependencies makes one).
     Waiters,
@@ -184,6 +187,7 @@ impl Object {
                 }
                 n if n.starts_with("postpone_deps") => Class::Dependencies,
                 "postpone_batches" => Class::Batches,
+                n if n.starts_with("postpone_workflow") => Class::Workflows,
                 "postpone_waiters" => Class::Waiters,
                 _ => Class::State,
             }),
@@ -267,7 +271,7 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
         (_, Index | IdentitySequence | TriggerFunction) => "",
 
         (GrantsFor::Worker, Record | Settings | View) => "SELECT",
-        (GrantsFor::Worker, Jobs | State | Dependencies | Batches | Waiters) => {
+        (GrantsFor::Worker, Jobs | State | Dependencies | Batches | Workflows | Waiters) => {
             "SELECT, INSERT, UPDATE, DELETE"
         }
         (GrantsFor::Worker, Sequence) => "USAGE",
@@ -285,6 +289,8 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
         }
         (GrantsFor::Producer, Dependencies) => "INSERT",
         (GrantsFor::Producer, Batches) => "SELECT, INSERT, UPDATE",
+        // A workflow's insert adds its row (reading back the id) and one row per member.
+        (GrantsFor::Producer, Workflows) => "SELECT, INSERT",
         (GrantsFor::Producer, Waiters) => "SELECT",
         (GrantsFor::Producer, Settings | State | View | Sequence) => "",
         (GrantsFor::Producer, Function { defers: true, .. }) => "EXECUTE",
@@ -292,7 +298,8 @@ pub(crate) fn privileges(part: GrantsFor, class: Class) -> &'static str {
 
         (
             GrantsFor::Reader,
-            Record | Jobs | Settings | State | Dependencies | Batches | Waiters | View,
+            Record | Jobs | Settings | State | Dependencies | Batches | Workflows | Waiters
+            | View,
         ) => {
             "SELECT"
         }

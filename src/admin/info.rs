@@ -68,6 +68,8 @@ pub struct JobInfo {
     pub expires_at: Option<SystemTime>,
     /// True for a job that ended `cancelled` because it had not started by its deadline.
     pub expired: bool,
+    /// The workflow it belongs to ([`App::workflow`](crate::App::workflow)), if any.
+    pub workflow_id: Option<crate::WorkflowId>,
 }
 
 impl JobInfo {
@@ -99,6 +101,7 @@ impl PartialEq for JobInfo {
             && self.waiting_for_dependencies == other.waiting_for_dependencies
             && self.expires_at == other.expires_at
             && self.expired == other.expired
+            && self.workflow_id == other.workflow_id
     }
 }
 
@@ -251,6 +254,11 @@ pub(crate) fn job_from_row(r: &Row) -> Result<JobInfo> {
             .ok()
             .flatten(),
         expired: r.try_get::<_, bool>("expired").unwrap_or(false),
+        workflow_id: r
+            .try_get::<_, Option<i64>>("workflow_id")
+            .ok()
+            .flatten()
+            .map(crate::WorkflowId),
     })
 }
 

@@ -107,6 +107,11 @@ pub enum AbortOutcome {
 }
 
 impl Admin {
+    /// The App this admin API acts through.
+    pub(crate) fn app(&self) -> &App {
+        &self.app
+    }
+
     fn conn(&self) -> Result<crate::app::PooledConnection> {
         self.app.connection()
     }
@@ -131,8 +136,8 @@ impl Admin {
             .collect::<Result<Vec<_>>>()?;
         let next_cursor = if rows.len() > limit {
             let last = &rows[limit - 1];
-            // After the 19 columns of JOB_COLUMNS.
-            let key: String = last.get(19);
+            // After the 20 columns of JOB_COLUMNS.
+            let key: String = last.get(20);
             Some(filter.cursor(&key, JobId(last.get(0))))
         } else {
             None

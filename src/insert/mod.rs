@@ -35,7 +35,9 @@ mod write;
 
 use crate::namespace::Namespace;
 use write::*;
-pub(crate) use write::{defer_error, insert_batch, insert_batch_in, insert_batch_unique};
+pub(crate) use write::{
+    check_batch, defer_error, insert_batch, insert_batch_in, insert_batch_unique,
+};
 
 /// The queue of jobs deferred without one (a static, so that it can be lent as a parameter).
 pub(crate) static DEFAULT_QUEUE: &str = "default";

@@ -247,6 +247,11 @@ pub(crate) fn insert_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<Vec<Jo
     Ok(rows.iter().map(|r| JobId(r.get(0))).collect())
 }
 
+/// Checks `jobs` as [`insert_batch_in`] would, without a round-trip.
+pub(crate) fn check_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<()> {
+    BatchColumns::new(jobs, app.defaults()).map(drop)
+}
+
 /// Inserts `jobs` in one statement with the caller's client; ids in input order.
 pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
     app: &dyn Inserter,

@@ -150,10 +150,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "schedules",
         sql: include_str!("0026_schedules.sql"),
     },
+    Migration {
+        version: 28,
+        name: "workflows",
+        sql: include_str!("0028_workflows.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 26;
+pub(crate) const LATEST: i32 = 28;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -2,7 +2,8 @@
 //! its statistics, and retention.
 
 /// One job with its errors, its worker's name and the periodic instant it was deferred for;
-/// then whether it takes part in a dependency and its batch.
+/// then whether it takes part in a dependency and its batch; its deadline and its workflow
+/// (`expires_at`, `expired`, `workflow_id`), read by name.
 pub(crate) const JOB_GET: &str = concat!(
     "SELECT ",
     job_columns!(),
@@ -13,7 +14,8 @@ pub(crate) const JOB_GET: &str = concat!(
        -- Written by hand, the array may hold NULLs (or have two dimensions).
        ARRAY(SELECT t FROM unnest(j.tags) AS t WHERE t IS NOT NULL), j.meta,
        j.blocked_by, j.has_dependents OR j.has_dependencies, j.batch_id,
-       j.expires_at AS expires_at, j.expired AS expired
+       j.expires_at AS expires_at, j.expired AS expired,
+       (SELECT f.workflow_id FROM postpone_workflow_jobs f WHERE f.job_id = j.id) AS workflow_id
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  WHERE j.id = $1"
@@ -168,7 +170,8 @@ SELECT {group},
 /// and `$5` the number of tags kept. The first 27 columns are those of
 /// `store::JOB_GET` (with the large values left out); then each value's prefix and size,
 /// the number of errors, whether it takes part in a dependency, its batch, its deadline
-/// (`expires_at`, `expired`) and its number of tags (`tags_total`), the last three read by name.
+/// (`expires_at`, `expired`), its number of tags (`tags_total`) and its workflow
+/// (`workflow_id`), the last four read by name.
 pub(crate) const JOB_PREVIEW: &str = "
 SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.queueing_lock,
        j.scheduled_at, j.attempts, j.worker_id, j.abort_requested, j.created_at,
@@ -194,7 +197,8 @@ SELECT j.id, j.queue, j.task, 'null'::jsonb, j.status, j.priority, j.lock, j.que
        CASE WHEN jsonb_typeof(j.errors) = 'array' THEN jsonb_array_length(j.errors) ELSE 0 END,
        j.has_dependents OR j.has_dependencies, j.batch_id,
        j.expires_at AS expires_at, j.expired AS expired,
-       coalesce(cardinality(j.tags), 0) AS tags_total
+       coalesce(cardinality(j.tags), 0) AS tags_total,
+       (SELECT f.workflow_id FROM postpone_workflow_jobs f WHERE f.job_id = j.id) AS workflow_id
   FROM postpone_jobs j
   LEFT JOIN postpone_workers w ON w.id = j.worker_id
  CROSS JOIN LATERAL (SELECT j.args::text AS a, j.output::text AS o, j.progress::text AS p) t
@@ -214,7 +218,8 @@ pub(crate) const JOB_COLUMNS: &str = "j.id, j.queue, j.task, j.args, \
      j.created_at, j.started_at, j.finished_at, \
      CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors -> -1 ->> 'error' END, \
      (j.has_dependencies AND j.status = 'todo' AND j.scheduled_at = 'infinity'), \
-     j.expires_at AS expires_at, j.expired AS expired";
+     j.expires_at AS expires_at, j.expired AS expired, \
+     (SELECT wf.workflow_id FROM postpone_workflow_jobs wf WHERE wf.job_id = j.id) AS workflow_id";
 
 /// Deletes job `$1` if it is `cancelled` (a held job its worker cancelled, for a cancel that
 /// deletes). Returns its id, or no row.

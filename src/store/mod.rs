@@ -12,6 +12,7 @@
 //! | `results.rs` | progress, output, dependencies' outcomes, waiters |
 //! | `admin.rs` | one job's reads and controls, statistics, retention |
 //! | `schema.rs` | migrations' bookkeeping, adoption, catalogue reads |
+//! | `workflows.rs` | workflows: their rows and members, inspect, cancel, retry |
 //! | `dashboard.rs` | the dashboard's fixed reads |
 //!
 //! Statements are `&'static str`, prepared once per connection where the caller caches them.
@@ -64,6 +65,7 @@ mod queues;
 mod results;
 mod schema;
 mod workers;
+mod workflows;
 
 pub(crate) use admin::*;
 pub(crate) use attempts::*;
@@ -75,3 +77,4 @@ pub(crate) use queues::*;
 pub(crate) use results::*;
 pub(crate) use schema::*;
 pub(crate) use workers::*;
+pub(crate) use workflows::*;

@@ -45,11 +45,13 @@ mod deploy;
 mod bad_inputs;
 mod fuzz_props;
 
-// Coordination and results: batches, dependencies, deadlines (jobs that expire), waiting.
+// Coordination and results: batches, dependencies, workflows, deadlines (jobs that expire),
+// waiting.
 mod batches;
 mod dependencies;
 mod expiry;
 mod wait;
+mod workflows;
 
 // Tasks as users write them, and their tests.
 mod task_errors;
