@@ -1010,6 +1010,107 @@ fn defer_after_and_the_views_of_a_waiting_dependent() {
     );
 }
 
+/// `postpone workflow ID` lists a workflow's jobs with their states and dependencies;
+/// `workflow cancel` ends its waiting jobs, `workflow retry` puts them back, in order.
+#[test]
+fn workflow_shows_cancels_and_retries_a_whole_workflow() {
+    let (_db, url) = migrated();
+    let url = url.as_str();
+    let app = App::connect(url).unwrap();
+    let mut wf = app.workflow("nightly");
+    let a = wf
+        .step(postpone::NewJob::new("fetch", &1).unwrap())
+        .name("fetch")
+        .add();
+    let b = wf
+        .step(postpone::NewJob::new("parse", &2).unwrap())
+        .after([&a])
+        .add();
+    wf.step(postpone::NewJob::new("report", &3).unwrap())
+        .after_finished([&a, &b])
+        .add();
+    let run = wf.insert().unwrap();
+    let id = run.id.to_string();
+    let [ja, jb, jc] = [run.jobs[0], run.jobs[1], run.jobs[2]];
+
+    let shown = ok(url, &["workflow", &id]);
+    assert!(
+        shown.contains(&format!("workflow:      {id} \"nightly\"")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("finished:      0 of 3 (3 pending)"),
+        "{shown}"
+    );
+    let rows = table(&shown[shown.find("ID ").unwrap()..]);
+    assert_eq!(rows[0][..5], ["ID", "STEP", "TASK", "QUEUE", "STATE"]);
+    assert_eq!(
+        rows[1][..5],
+        [
+            ja.to_string(),
+            "fetch".into(),
+            "fetch".into(),
+            "default".into(),
+            "waiting".into()
+        ]
+    );
+    assert!(rows[2].contains(&"parse".to_owned()), "{rows:?}");
+    assert!(rows[2].contains(&ja.to_string()), "{rows:?}");
+    assert!(rows[3].contains(&format!("{ja},{jb}")), "{rows:?}");
+    assert!(ok(url, &["job", &jb.to_string()]).contains(&format!("postpone workflow {id}")));
+    let j = json(url, &["workflow", &id]);
+    assert_eq!(j["total"], 3);
+    assert_eq!(j["jobs"][1]["after"][0], ja.get());
+    assert_eq!(j["jobs"][2]["after_finished"][1], jb.get());
+    assert_eq!(j["jobs"][1]["waiting_for_dependencies"], true);
+    assert_eq!(json(url, &["jobs"])["jobs"][0]["workflow_id"], run.id.get());
+
+    assert_eq!(
+        ok(url, &["workflow", "cancel", &id]),
+        format!("workflow {id}: 3 waiting jobs cancelled, 0 running jobs asked to abort\n")
+    );
+    for job in [ja, jb, jc] {
+        assert_eq!(status_of(url, job), "cancelled");
+    }
+    assert_eq!(json(url, &["workflow", &id])["cancelled"], 3);
+    assert_eq!(
+        ok(url, &["workflow", "retry", &id]),
+        format!("workflow {id}: 3 jobs back to waiting ({ja},{jb},{jc})\n")
+    );
+    let rows = table(&ok(url, &["workflow", &id]));
+    let states: Vec<&str> = rows
+        .iter()
+        .skip_while(|r| r.first().map(String::as_str) != Some("ID"))
+        .skip(1)
+        .map(|r| r[4].as_str())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "waiting",
+            "waiting for dependencies",
+            "waiting for dependencies"
+        ],
+        "{rows:?}"
+    );
+    assert_eq!(
+        json(url, &["workflow", "retry", &id])["retried"],
+        serde_json::json!([])
+    );
+    fails_with(
+        Some(url),
+        &["workflow", "999"],
+        3,
+        "workflow 999 does not exist",
+    );
+    fails_with(
+        Some(url),
+        &["workflow", "cancel", "x"],
+        2,
+        "invalid workflow id",
+    );
+}
+
 /// `postpone defer --expires-in`: the deadline in `jobs` (a column only when a listed job
 /// has one), `job` and `--json`; a job past it ends expired, and `stats` counts it.
 #[test]

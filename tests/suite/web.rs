@@ -1801,6 +1801,124 @@ fn a_waiting_dependent_shows_its_dependencies_not_a_time() {
 }
 
 #[test]
+fn a_workflow_page_lists_its_jobs_with_states_and_dependencies_and_cancels_and_retries_it() {
+    init_logging();
+    let db = TestDb::new();
+    let app = app(&db);
+    let mut wf = app.workflow("<b>nightly</b>");
+    let a = wf.step(NewJob::new("a", &1).unwrap()).name("fetch").add();
+    let b = wf.step(NewJob::new("b", &2).unwrap()).after([&a]).add();
+    let c = wf.step(NewJob::new("c", &3).unwrap()).after([&a]).add();
+    wf.step(NewJob::new("d", &4).unwrap()).after([&b, &c]).add();
+    let run = wf.insert().unwrap();
+    let [ja, jb, jc, jd] = [run.jobs[0], run.jobs[1], run.jobs[2], run.jobs[3]];
+    db.client()
+        .batch_execute(&format!(
+            "UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = {ja};
+             UPDATE postpone_jobs SET status = 'succeeded', finished_at = now() WHERE id = {ja};
+             UPDATE postpone_jobs SET status = 'doing', started_at = now() WHERE id = {jb};
+             UPDATE postpone_jobs SET status = 'failed', finished_at = now() WHERE id = {jb};"
+        ))
+        .unwrap();
+    let dash = dashboard(&app);
+    let addr = dash.addr();
+    let path = format!("/workflows/{}", run.id);
+    let page = get(addr, &path);
+    assert_eq!(page.status, 200, "{}", page.body);
+    // The name is text, not markup.
+    assert!(
+        page.body.contains("&lt;b&gt;nightly&lt;/b&gt;"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("3 of 4 finished (1 failed, 1 cancelled, 0 aborted)"),
+        "{}",
+        page.body
+    );
+    let row = |id: JobId| -> String {
+        let at = page
+            .body
+            .find(&format!("id=\"workflow-job-{id}\""))
+            .unwrap_or_else(|| panic!("job {id} listed: {}", page.body));
+        let rest = &page.body[at..];
+        rest[..rest.find("</tr>").unwrap()].to_owned()
+    };
+    assert!(
+        row(ja).contains(">fetch<") && row(ja).contains("succeeded"),
+        "{}",
+        row(ja)
+    );
+    assert!(row(jb).contains("failed"), "{}", row(jb));
+    assert!(row(jc).contains("waiting"), "{}", row(jc));
+    // c waits for a (which succeeded): it is released, not waiting for dependencies.
+    assert!(!row(jc).contains("waiting for dependencies"), "{}", row(jc));
+    assert!(
+        row(jc).contains(&format!("/jobs/{ja}\">{ja}</a>")),
+        "{}",
+        row(jc)
+    );
+    // d was cancelled when b failed, and lists both of its dependencies.
+    assert!(row(jd).contains("cancelled"), "{}", row(jd));
+    for dep in [jb, jc] {
+        assert!(
+            row(jd).contains(&format!("/jobs/{dep}\">{dep}</a>")),
+            "{}",
+            row(jd)
+        );
+    }
+    // A member's page links to its workflow.
+    let job = get(addr, &format!("/jobs/{jb}"));
+    assert!(
+        job.body
+            .contains(&format!("/workflows/{}\">workflow {}</a>", run.id, run.id)),
+        "{}",
+        job.body
+    );
+
+    // Retry, then cancel, through the buttons.
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let token = csrf_of(&page.body);
+    assert!(page.body.contains("id=\"workflow-retry\""), "{}", page.body);
+    let r = request(addr, "POST", &format!("{path}/retry"), &form, "csrf=wrong");
+    assert_eq!(r.status, 403);
+    let r = request(
+        addr,
+        "POST",
+        &format!("{path}/retry"),
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(
+        (status_of(&app, jb), status_of(&app, jd)),
+        ("todo".into(), "todo".into())
+    );
+    let page = get(addr, &format!("{path}?done=retried"));
+    assert!(page.body.contains("Retried"), "{}", page.body);
+    assert!(
+        page.body.contains("waiting for dependencies"),
+        "{}",
+        page.body
+    );
+    let r = request(
+        addr,
+        "POST",
+        &format!("{path}/cancel"),
+        &form,
+        &format!("csrf={token}"),
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    for j in [jb, jc, jd] {
+        assert_eq!(status_of(&app, j), "cancelled");
+    }
+    assert_eq!(get(addr, "/workflows/999999").status, 404);
+    assert_eq!(get(addr, "/workflows/x").status, 400);
+    assert_eq!(get(addr, &format!("{path}/cancel")).status, 405);
+}
+
+#[test]
 fn a_batch_page_shows_its_progress_and_its_jobs_link_to_it() {
     init_logging();
     let db = TestDb::new();

@@ -33,6 +33,7 @@ use commands::prune::PruneArgs;
 use commands::stalled::StalledArgs;
 use commands::stats::StatsArgs;
 use commands::workers::WorkersArgs;
+use commands::workflow::WorkflowArgs;
 use context::{CliError, Context};
 
 /// Administer postpone job queues in PostgreSQL.
@@ -103,6 +104,11 @@ enum Command {
         #[arg(value_parser = parse::batch_id)]
         id: postpone::BatchId,
     },
+    /// Show one workflow (its jobs, their states and dependencies), or cancel or retry it.
+    #[command(override_usage = "postpone workflow <ID>\n       \
+                                postpone workflow cancel <ID>\n       \
+                                postpone workflow retry <ID>")]
+    Workflow(WorkflowArgs),
     /// Put failed, cancelled or aborted jobs back in their queue (one id, or a selection).
     Retry(Target),
     /// Cancel waiting (todo) jobs (one id, or a selection).
@@ -224,6 +230,7 @@ where
         Command::Jobs(a) => commands::jobs::run(&ctx, &app, &a, out)?,
         Command::Job { id, full } => commands::job::run(&ctx, &app, id, full, out)?,
         Command::Batch { id } => commands::batch::run(&ctx, &app, id, out)?,
+        Command::Workflow(a) => commands::workflow::run(&ctx, &app, &a, out)?,
         Command::Retry(t) => commands::bulk::run(&ctx, &app, Op::Retry, &t, out)?,
         Command::Cancel(a) => {
             let op = Op::Cancel { delete: a.delete };

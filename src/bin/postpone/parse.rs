@@ -90,6 +90,12 @@ pub fn batch_id(text: &str) -> Result<postpone::BatchId, String> {
     text.parse::<postpone::BatchId>().map_err(|e| e.to_string())
 }
 
+/// A workflow id.
+pub fn workflow_id(text: &str) -> Result<postpone::WorkflowId, String> {
+    text.parse::<postpone::WorkflowId>()
+        .map_err(|e| e.to_string())
+}
+
 /// A job status name.
 pub fn status(text: &str) -> Result<JobStatus, String> {
     text.parse::<JobStatus>().map_err(|e| e.to_string())

@@ -139,6 +139,11 @@ pub(super) fn job(
                     @if b.on_success.as_ref().is_some_and(|c| c.id == j.id) { br; span.dim { "this job is its on_success callback" } }
                 } }
             }
+            @if let Some(w) = j.workflow_id {
+                tr { th { "Workflow" } td #workflow {
+                    a href=(st.link(&format!("/workflows/{w}"))) { "workflow " (w) }
+                } }
+            }
             @if let Some(by) = d.blocked_by {
                 tr { th { "Waits for" } td {
                     a href=(st.link(&format!("/jobs/{by}"))) id="blocked-by" { "job " (by) }

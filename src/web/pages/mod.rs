@@ -24,6 +24,7 @@ mod jobs;
 mod overview;
 mod periodic;
 mod workers;
+mod workflow;
 
 use auth::*;
 use batch::*;
@@ -32,6 +33,7 @@ use jobs::*;
 use overview::*;
 use periodic::*;
 use workers::*;
+use workflow::*;
 
 /// Jobs per page of the jobs list.
 const PAGE: i64 = 50;
@@ -238,6 +240,12 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
         ("POST", ["jobs", id, action]) => act(st, req, parse_id(id)?, action),
         ("POST", ["queues", action]) => act_queue(st, req, action),
         ("GET" | "HEAD", ["batches", id]) => batch(st, parse_batch_id(id)?),
+        ("GET" | "HEAD", ["workflows", id]) => {
+            workflow(st, parse_workflow_id(id)?, None, req.param("done"))
+        }
+        ("POST", ["workflows", id, action]) => {
+            act_workflow(st, req, parse_workflow_id(id)?, action)
+        }
         ("GET" | "HEAD", ["workers"]) => workers(st, req.param("done")),
         ("POST", ["workers", action]) => act_workers(st, req, action),
         ("GET" | "HEAD", ["periodic"]) => periodic(st, req.param("done")),
@@ -251,7 +259,10 @@ fn route(st: &State, req: &Request) -> Result<Response, Error> {
             let v = st.admin.check_schema()?;
             Ok(Response::text(200, format!("ok: schema version {v}\n")))
         }
-        (_, ["jobs", _, _] | ["queues", _] | ["workers", _] | ["periodic", _]) => {
+        (
+            _,
+            ["jobs", _, _] | ["queues", _] | ["workers", _] | ["periodic", _] | ["workflows", _, _],
+        ) => {
             Ok(Response::text(405, "use POST\n").header("Allow", "POST"))
         }
         ("GET" | "HEAD" | "POST", _) => Ok(st.page(

@@ -263,6 +263,12 @@ pub fn run(
             format!("{b} (`postpone batch {b}` shows its progress)"),
         ));
     }
+    if let Some(w) = j.workflow_id {
+        extra.push((
+            "workflow",
+            format!("{w} (`postpone workflow {w}` shows its jobs)"),
+        ));
+    }
     if !d.dependents.is_empty() {
         let list = d
             .dependents

@@ -22,3 +22,4 @@ mod select;
 pub mod stalled;
 pub mod stats;
 pub mod workers;
+pub mod workflow;
