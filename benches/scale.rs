@@ -5,6 +5,7 @@
 //! cargo bench --bench scale                                  # both, defaults below
 //! cargo bench --bench scale -- --only processes --processes 1,2,4,8 --concurrency 4
 //! cargo bench --bench scale -- --only backlog --backlog 1000000 --n-work 20000
+//! cargo bench --bench scale -- --only fleet --processes 10,30,90
 //! ```
 //!
 //! On a fresh database (`postpone_scale_<pid>`, created and dropped here) on the server of
@@ -23,15 +24,29 @@
 //!   jobs inserted there too), their times drawn from a seeded generator; for those, also
 //!   the time until the workers' sweep has ended every expired job
 //!   (`backlog_expired_*_swept`, jobs/s of the sweep).
+//! - `fleet`: on a cluster of its own (initdb on a spare port, PostgreSQL's default
+//!   `max_connections` 100, fsync on), for each count P, P idle worker processes of 2
+//!   threads each (`pool_size(1)`, `pool_idle_timeout` 3 s so that idle comes soon); each
+//!   retries its `spawn` for up to 30 s when the server refuses it, as a supervisor would.
+//!   Reported: processes whose worker started, the fleet's server connections once idle and
+//!   at most during a drain, all client connections of the server, errors per process
+//!   (refused spawns and the worker's database errors), `--wakes` single jobs deferred one at
+//!   a time to the idle fleet (claim time minus defer time on the server's clock: p50, p99),
+//!   and a drain of `--n-work` no-op jobs deferred to the running fleet (jobs/s from the
+//!   first insert to the last job done).
 //!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs. The
 //! backlog cases run in turn, once per repeat, after one unrecorded drain that warms the
 //! server up, so that a machine whose speed drifts moves every case alike.
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/cluster.rs"]
+#[allow(dead_code)]
+mod cluster;
 #[path = "common/mod.rs"]
 mod common;
 use common::{median, BenchDb};
@@ -45,6 +60,7 @@ struct Args {
     locks: usize,
     repeats: usize,
     prefetch: Option<usize>,
+    wakes: usize,
     only: Vec<String>,
 }
 
@@ -57,6 +73,7 @@ fn parse_args() -> Args {
         locks: 10_000,
         repeats: 1,
         prefetch: None,
+        wakes: 30,
         only: Vec::new(),
     };
     let argv: Vec<String> = std::env::args().collect();
@@ -69,6 +86,7 @@ fn parse_args() -> Args {
             "--backlog" => a.backlog = val().parse().expect("--backlog N"),
             "--locks" => a.locks = val().parse().expect("--locks N"),
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
+            "--wakes" => a.wakes = val().parse().expect("--wakes N"),
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--processes" => {
                 a.processes = val()
@@ -397,13 +415,271 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
     }
 }
 
+/// For `cluster.rs`, which waits through `super::wait_until`.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The application_name of the fleet's worker processes, to count their connections.
+const FLEET_NAME: &str = "postpone-fleet";
+
+/// A fleet's worker process: 2 threads, a pool of 1; retries its spawn for up to 30 s while
+/// the server refuses it; says `FLEET_READY` and, once its stdin closes, shuts down and says
+/// what went wrong (`FLEET_DONE`).
+fn fleet_child(url: &str) {
+    let app = App::builder(url)
+        .pool_size(1)
+        .pool_idle_timeout(Duration::from_secs(3))
+        .lazy(true)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut refused = 0u64;
+    let handle = loop {
+        match Worker::builder(&app, noop_tasks()).concurrency(2).spawn() {
+            Ok(h) => break Some(h),
+            Err(e) => {
+                refused += 1;
+                if refused == 1 {
+                    eprintln!("fleet worker {}: {e}", std::process::id());
+                }
+                if t0.elapsed() > Duration::from_secs(30) {
+                    break None;
+                }
+                let jitter = u64::from(std::process::id() % 7) * 40;
+                std::thread::sleep(Duration::from_millis(300 + jitter));
+            }
+        }
+    };
+    println!("FLEET_READY started={}", handle.is_some());
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {}
+    let (db_errors, clean) = match handle {
+        Some(h) => {
+            let errors = h.stats().db_errors;
+            let report = h.shutdown(Duration::from_secs(10));
+            (errors, report.is_clean())
+        }
+        None => (0, false),
+    };
+    println!("FLEET_DONE refused={refused} db_errors={db_errors} clean={clean}");
+}
+
+/// (the fleet's connections, every client connection) on the server now.
+fn server_connections(c: &mut postgres::Client) -> (i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT count(*) FILTER (WHERE application_name = $1), count(*)
+               FROM pg_stat_activity WHERE backend_type = 'client backend'",
+            &[&FLEET_NAME],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn bench_fleet(a: &Args) {
+    if let Some(why) = cluster::skip_reason() {
+        println!("fleet: skipped: {why}");
+        return;
+    }
+    // PostgreSQL's defaults where they matter here (the test clusters' helper turns fsync
+    // off and keeps few connections).
+    let cl = cluster::Cluster::primary_with(
+        "fleet",
+        "max_connections = 100\nfsync = on\nsynchronous_commit = on\nfull_page_writes = on\n\
+         shared_buffers = 128MB\n",
+        "",
+    );
+    cl.client("postgres")
+        .batch_execute("CREATE DATABASE fleet")
+        .unwrap();
+    // The bench's own connection is opened before any fleet and kept (never closed as
+    // idle): a full server must not refuse the bench itself.
+    let owner = App::builder(cl.url("fleet"))
+        .pool_size(1)
+        .pool_idle_timeout(Duration::from_secs(86_400))
+        .build()
+        .unwrap();
+    owner.migrate().unwrap();
+    let mut observer = cl.client("fleet");
+    let url = format!("{}?application_name={FLEET_NAME}", cl.url("fleet"));
+    let mut rows = Vec::new();
+    for &p in &a.processes {
+        sql(&owner, "TRUNCATE postpone_jobs, postpone_workers");
+        let t_spawn = Instant::now();
+        let (tx, lines) = crossbeam_channel::unbounded::<String>();
+        let mut children: Vec<Child> = (0..p)
+            .map(|_| {
+                let mut ch = Command::new(std::env::current_exe().unwrap())
+                    .env("POSTPONE_FLEET_CHILD", &url)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn a worker process");
+                let out = ch.stdout.take().unwrap();
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(out).lines().map_while(Result::ok) {
+                        let _ = tx.send(line);
+                    }
+                });
+                ch
+            })
+            .collect();
+        let mut started = 0;
+        for _ in 0..p {
+            match lines.recv_timeout(Duration::from_secs(90)) {
+                Ok(l) if l.contains("started=true") => started += 1,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let ready_s = t_spawn.elapsed().as_secs_f64();
+        // Idle: past the children's pool_idle_timeout (3 s) and a poll or two.
+        std::thread::sleep(Duration::from_secs(6));
+        let mut idle = (0, 0);
+        for _ in 0..10 {
+            let c = server_connections(&mut observer);
+            idle = (idle.0.max(c.0), idle.1.max(c.1));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // Wake latency: one job at a time to the idle fleet.
+        let mut wakes = Vec::new();
+        for i in 0..a.wakes {
+            std::thread::sleep(Duration::from_millis(150 + (i as u64 * 37) % 250));
+            let id = owner.defer("noop", &()).unwrap().get();
+            let t = Instant::now();
+            let ms: Option<f64> = loop {
+                let r = observer
+                    .query_one(
+                        "SELECT extract(epoch FROM started_at - created_at)::float8 * 1000
+                           FROM postpone_jobs WHERE id = $1 AND started_at IS NOT NULL",
+                        &[&id],
+                    )
+                    .ok();
+                if let Some(r) = r {
+                    break r.get(0);
+                }
+                if t.elapsed() > Duration::from_secs(30) {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            wakes.push(ms.unwrap_or(f64::NAN));
+        }
+        wakes.sort_by(|x, y| x.total_cmp(y));
+        // A drain of n_work jobs deferred to the running fleet.
+        let t = Instant::now();
+        defer_n(&owner, a.n_work, 0);
+        let mut busy_max = (0, 0);
+        let mut samples = 0;
+        while busy(&owner) {
+            if samples % 5 == 0 {
+                let c = server_connections(&mut observer);
+                busy_max = (busy_max.0.max(c.0), busy_max.1.max(c.1));
+            }
+            samples += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(t.elapsed() < Duration::from_secs(900), "the drain is stuck");
+        }
+        let drain_s = t.elapsed().as_secs_f64();
+        assert_eq!(
+            succeeded(&owner),
+            (a.n_work + a.wakes) as i64,
+            "jobs left or lost"
+        );
+        let (mut refused, mut db_errors, mut unclean) = (0u64, 0u64, 0);
+        for ch in &mut children {
+            drop(ch.stdin.take());
+        }
+        let mut done = 0;
+        while done < p {
+            let Ok(l) = lines.recv_timeout(Duration::from_secs(60)) else {
+                break;
+            };
+            let Some(rest) = l.strip_prefix("FLEET_DONE ") else {
+                continue;
+            };
+            done += 1;
+            for kv in rest.split(' ') {
+                match kv.split_once('=') {
+                    Some(("refused", v)) => refused += v.parse::<u64>().unwrap(),
+                    Some(("db_errors", v)) => db_errors += v.parse::<u64>().unwrap(),
+                    Some(("clean", "false")) => unclean += 1,
+                    _ => {}
+                }
+            }
+        }
+        for mut ch in children {
+            let _ = ch.wait();
+        }
+        let errors = (refused + db_errors) as f64 / p as f64;
+        let rate = a.n_work as f64 / drain_s;
+        println!(
+            "{{\"what\": \"fleet_{p}\", \"started\": {started}, \"ready_s\": {ready_s:.1}, \
+             \"idle_fleet_conns\": {}, \"idle_server_conns\": {}, \"drain_fleet_conns\": {}, \
+             \"drain_server_conns\": {}, \"refused_spawns\": {refused}, \"db_errors\": {db_errors}, \
+             \"errors_per_process\": {errors:.2}, \"unclean\": {unclean}, \"drain_jobs_per_s\": {rate:.1}, \
+             \"wake_p50_ms\": {:.1}, \"wake_p99_ms\": {:.1}}}",
+            idle.0,
+            idle.1,
+            busy_max.0,
+            busy_max.1,
+            percentile(&wakes, 0.5),
+            percentile(&wakes, 0.99),
+        );
+        rows.push(format!(
+            "| {p} | {started} | {} ({}) | {} ({}) | {errors:.2} | {rate:.0} | {:.0} |",
+            idle.0,
+            idle.1,
+            busy_max.0,
+            busy_max.1,
+            percentile(&wakes, 0.99),
+        ));
+    }
+    println!("FLEET (max_connections 100; connections: the fleet's (the server's clients)):");
+    println!("| processes | started | idle | during a drain | errors/process | drain jobs/s | wake p99 ms |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for r in rows {
+        println!("{r}");
+    }
+}
+
 fn main() {
     if let Ok(url) = std::env::var("POSTPONE_SCALE_CHILD") {
         child(&url);
         return;
     }
+    if let Ok(url) = std::env::var("POSTPONE_FLEET_CHILD") {
+        fleet_child(&url);
+        return;
+    }
     let a = parse_args();
     let want = |what: &str| a.only.is_empty() || a.only.iter().any(|o| o == what);
+    if want("fleet") {
+        bench_fleet(&a);
+        if a.only.iter().all(|o| o == "fleet") {
+            return;
+        }
+    }
     let db = BenchDb::create("postpone_scale");
     let app = App::builder(db.url()).pool_size(4).build().unwrap();
     app.migrate().unwrap();
@@ -411,7 +687,7 @@ fn main() {
     if want("processes") {
         bench_processes(&db, &app, &a, &mut r);
     }
-    if want("backlog") || a.only.iter().any(|o| o != "processes") {
+    if want("backlog") || a.only.iter().any(|o| o != "processes" && o != "fleet") {
         bench_backlog(&app, &a, &mut r);
     }
     drop(app);
