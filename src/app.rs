@@ -240,7 +240,9 @@ impl AppBuilder {
     /// idle process holds no pooled connection (a fleet of idle worker processes then costs
     /// the server only their workers' own connections). Checked four times a second; a
     /// caller after a quiet spell pays for one new connection. The completer of a worker of
-    /// this App closes its connection after as long without outcomes to record.
+    /// this App closes its connection after as long without outcomes to record, and its
+    /// fetcher after as long without a job to claim (its heartbeat's connection then claims
+    /// for it), so an idle worker process holds one connection.
     /// `Duration::MAX` keeps idle connections open for good. Defaults to 30 s.
     pub fn pool_idle_timeout(mut self, timeout: Duration) -> AppBuilder {
         self.pool_idle_timeout = timeout;

@@ -1,7 +1,8 @@
 //! A fleet of worker processes on one server: what a worker costs the server in
 //! connections, what it does when the server refuses new ones (a role's `CONNECTION LIMIT`,
 //! the same SQLSTATE 53300 as `max_connections`), and a worker that needs no LISTEN
-//! connection. Every role is made for its test and dropped after it (support/role.rs).
+//! connection, and thirty worker processes on a server of PostgreSQL's default 100
+//! connections. Every role is made for its test and dropped after it (support/role.rs).
 
 mod support;
 
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use postpone::{App, ErrorKind, GrantsFor, Job, TaskError, Tasks, Vacuum, Worker};
 use serde_json::json;
+use support::cluster;
 use support::*;
 
 /// Every log line of this test binary at info level and above, for the tests that check
@@ -217,13 +219,27 @@ fn url_named(db: &TestDb, name: &str) -> String {
     format!("{url}{sep}application_name={name}")
 }
 
+/// Succeeded jobs in `db`.
+fn succeeded(db: &TestDb) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
 #[test]
-fn an_idle_worker_process_holds_three_connections_or_two_without_listen() {
+fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
     captured();
     let db = TestDb::new();
     let owner = App::builder(db.url()).pool_size(2).build().unwrap();
     owner.migrate().unwrap();
-    for (listen, threads) in [(true, 3), (false, 2)] {
+    for listen in [true, false] {
+        db.client()
+            .batch_execute("DELETE FROM postpone_jobs")
+            .unwrap();
         let name = format!("fleet-idle-{listen}");
         let app = App::builder(url_named(&db, &name))
             .pool_size(4)
@@ -242,6 +258,7 @@ fn an_idle_worker_process_holds_three_connections_or_two_without_listen() {
             .concurrency(4)
             .listen(listen)
             .poll_interval(Duration::from_millis(200))
+            .vacuum(Vacuum::off())
             .spawn()
             .unwrap();
         for _ in 0..8 {
@@ -250,37 +267,55 @@ fn an_idle_worker_process_holds_three_connections_or_two_without_listen() {
         assert!(wait_until(Duration::from_secs(30), || ran
             .load(Ordering::SeqCst)
             == 8));
-        let busy = connections_named(&db, &name);
-        // Idle: the pool and the completer close their connections after pool_idle_timeout;
-        // fetch and beat keep theirs, and listen unless listen(false).
+        let after_tasks = connections_named(&db, &name);
+        // Idle: the pool and the completer close their connections after pool_idle_timeout,
+        // and the fetcher, whose claims found nothing that long, closes its own: the beat
+        // thread's connection (which LISTENs too) is left.
         let settled = wait_until(Duration::from_secs(20), || {
-            connections_named(&db, &name) == threads
+            connections_named(&db, &name) == 1
         });
         let idle = connections_named(&db, &name);
-        eprintln!("listen({listen}): {busy} connection(s) just after the work, {idle} idle");
         assert!(
             settled,
-            "listen({listen}): {idle} connection(s) idle, expected {threads}"
+            "listen({listen}): {idle} connection(s) idle, expected 1"
         );
-        // A call after the quiet spell opens a connection again.
+        // A drain of tasks that use no pooled connection: fetch, complete and beat.
+        let jobs: Vec<postpone::NewJob> = (0..3000)
+            .map(|_| postpone::NewJob::new("count", &json!({})).unwrap())
+            .collect();
+        owner.defer_batch(&jobs).unwrap();
+        let mut busy = 0;
+        let drained = wait_until(Duration::from_secs(60), || {
+            busy = busy.max(connections_named(&db, &name));
+            ran.load(Ordering::SeqCst) >= 8 + 3000
+        });
+        assert!(
+            drained,
+            "listen({listen}): ran {}",
+            ran.load(Ordering::SeqCst)
+        );
+        eprintln!(
+            "listen({listen}): {after_tasks} connection(s) just after tasks used the pool, \
+             {idle} idle, at most {busy} during a drain of 3000 jobs"
+        );
+        assert!(
+            busy <= 3,
+            "listen({listen}): {busy} connections during the drain"
+        );
+        // Idle again, then a job deferred to the sleeping fetcher runs (claimed by the beat
+        // on its connection when notified, or at its poll without LISTEN).
+        assert!(wait_until(Duration::from_secs(20), || {
+            connections_named(&db, &name) == 1
+        }));
         app.defer("count", &json!({})).unwrap();
         assert!(wait_until(Duration::from_secs(20), || ran
             .load(Ordering::SeqCst)
-            == 9));
-        // Its outcome is recorded on a connection the completer opens again.
-        let mut c = db.client();
-        let schema_jobs = 8 + 8 + 1 + if listen { 0 } else { 17 };
+            == 8 + 3000 + 1));
+        // Its outcome is recorded on a connection the completer opens again (8 jobs that
+        // deferred, the 8 they deferred, the drain and this one).
         assert!(
-            wait_until(Duration::from_secs(20), || {
-                let n: i64 = c
-                    .query_one(
-                        "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
-                        &[],
-                    )
-                    .unwrap()
-                    .get(0);
-                n == schema_jobs
-            }),
+            wait_until(Duration::from_secs(20), || succeeded(&db)
+                == 8 + 8 + 3000 + 1),
             "listen({listen}): not every outcome was recorded"
         );
         let report = worker.shutdown(Duration::from_secs(5));
@@ -335,4 +370,174 @@ fn a_worker_without_listen_wakes_on_a_deferred_job_within_its_poll_interval() {
     assert!(longest < poll + Duration::from_secs(4), "{waits:?}");
     let report = worker.shutdown(Duration::from_secs(5));
     assert!(report.is_clean(), "{report}");
+}
+
+const FLEET_URL: &str = "POSTPONE_FLEET_CHILD_URL";
+
+/// A worker process of the fleet test: 2 threads, task `count`, a pool of 1, until its stdin
+/// closes; then it shuts down and prints what went wrong.
+#[test]
+#[ignore = "child process of the fleet test"]
+fn child_fleet_worker() {
+    let Ok(url) = std::env::var(FLEET_URL) else {
+        return;
+    };
+    let app = App::builder(url).pool_size(1).lazy(true).build().unwrap();
+    let (tasks, ran) = counting_tasks();
+    let handle = Worker::builder(&app, tasks)
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(500))
+        .spawn()
+        .unwrap();
+    println!("CHILD_READY");
+    let mut line = String::new();
+    while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {}
+    let stats = handle.stats();
+    let report = handle.shutdown(Duration::from_secs(10));
+    println!(
+        "CHILD_DONE db_errors={} clean={} ran={}",
+        stats.db_errors,
+        report.is_clean(),
+        ran.load(Ordering::SeqCst)
+    );
+}
+
+#[test]
+fn thirty_worker_processes_fit_in_a_server_of_100_connections_with_a_producer_and_the_cli() {
+    captured();
+    if let Some(reason) = cluster::skip_reason() {
+        skip(&reason);
+        return;
+    }
+    let cl = Cluster::primary_with("fleet30", "max_connections = 100\n", "");
+    let mut admin = cl.client("postgres");
+    admin.batch_execute("CREATE DATABASE fleet").unwrap();
+    // Workers, the producer and the CLI run as a role without superuser: the server's
+    // reserved slots stay for the superuser (this test's own look at pg_stat_activity).
+    admin.batch_execute("CREATE ROLE fleet_role LOGIN").unwrap();
+    let owner = App::builder(cl.url("fleet")).pool_size(1).build().unwrap();
+    owner.migrate().unwrap();
+    for part in [GrantsFor::Worker, GrantsFor::Producer] {
+        let sql = owner.admin().grants("fleet_role", part).unwrap();
+        owner.connection().unwrap().batch_execute(&sql).unwrap();
+    }
+    let role_url = format!("postgres://fleet_role@127.0.0.1:{}/fleet", cl.port());
+    let named = |name: &str| format!("{role_url}?application_name={name}");
+    let mut observer = cl.client("fleet");
+    let mut fleet_connections = || -> i64 {
+        observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fleet-worker'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+
+    let t0 = Instant::now();
+    let mut children: Vec<ChildProc> = (0..30)
+        .map(|_| {
+            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+            cmd.args([
+                "child_fleet_worker",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(FLEET_URL, named("fleet-worker"));
+            ChildProc::spawn(cmd)
+        })
+        .collect();
+    for c in &children {
+        c.wait_line("CHILD_READY", Duration::from_secs(60));
+    }
+    let started = t0.elapsed();
+    let mut most = fleet_connections();
+
+    // A producer defers one job every few milliseconds and a batch of 100 now and then,
+    // while the CLI defers a job every 250 ms: all of it must be served throughout.
+    let producer = App::builder(named("fleet-producer"))
+        .pool_size(1)
+        .build()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(8);
+    let producing = std::thread::spawn(move || {
+        let (mut deferred, mut failed) = (0usize, Vec::new());
+        let batch: Vec<postpone::NewJob> = (0..100)
+            .map(|_| postpone::NewJob::new("count", &json!({})).unwrap())
+            .collect();
+        let mut i = 0;
+        while Instant::now() < until {
+            i += 1;
+            let res = if i % 40 == 0 {
+                producer.defer_batch(&batch).map(|ids| ids.len())
+            } else {
+                producer.defer("count", &json!({})).map(|_| 1)
+            };
+            match res {
+                Ok(n) => deferred += n,
+                Err(e) => failed.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (deferred, failed)
+    });
+    let mut by_cli = 0;
+    while Instant::now() < until {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_postpone"))
+            .args([
+                "--database-url",
+                &named("fleet-cli"),
+                "defer",
+                "count",
+                "{}",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "postpone defer failed while the fleet ran: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        by_cli += 1;
+        most = most.max(fleet_connections());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (deferred, failed) = producing.join().unwrap();
+    assert!(failed.is_empty(), "defers failed: {failed:#?}");
+    let all = (deferred + by_cli) as i64;
+    let mut c = cl.client("fleet");
+    let done = wait_until(Duration::from_secs(60), || {
+        most = most.max(fleet_connections());
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        n == all
+    });
+    assert!(done, "not every one of {all} jobs succeeded");
+
+    for ch in &mut children {
+        ch.close_stdin();
+    }
+    let mut ran = 0;
+    for ch in children {
+        let line = ch.stop("CHILD_DONE", Duration::from_secs(30));
+        assert!(line.contains("db_errors=0 "), "a worker met errors: {line}");
+        assert!(line.contains("clean=true"), "{line}");
+        ran += line
+            .rsplit("ran=")
+            .next()
+            .and_then(|n| n.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+    }
+    assert_eq!(ran, all, "every job ran once");
+    eprintln!(
+        "30 worker processes started in {started:?}; {deferred} jobs deferred by the producer, \
+         {by_cli} by the CLI; the fleet held at most {most} connections"
+    );
 }

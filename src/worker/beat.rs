@@ -1,4 +1,15 @@
-//! The beat thread: the worker's pulse, and its care for other workers.
+//! The beat thread: the worker's pulse, its ears, and its care for other workers.
+//!
+//! Its connection is the one a worker keeps open for as long as it lives. Unless
+//! `listen_via` gives the listener a connection elsewhere, it LISTENs on it too: between
+//! duties it waits for notifications (at most a tick, so no duty ever waits behind the
+//! wait; the shutdown and [`Shared::wake_beat`](super::Shared::wake_beat) cut it short) and
+//! acts on them as the listener would (`listen.rs`); after its duties (or after
+//! `listen_ping_interval` without any) it sends LISTEN again, a round-trip that proves the
+//! link and leaves the connection shown as the listener in `pg_stat_activity`. While the fetcher sleeps (`dormant.rs`), it
+//! claims in its stead, on this connection: at every `poll_interval`, when the next
+//! scheduled job is due, and at once on news of a job. Each claim is one short statement,
+//! as the sweep's are, so a heartbeat never waits long behind one.
 //!
 //! Every tick (a quarter second) it raises the abort flag of jobs past their task timeout;
 //! every half second it polls abort requests for its running jobs (the backstop for a missed
@@ -54,16 +65,43 @@ pub(crate) const EXPIRE_BATCH: i32 = 5000;
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
+/// `news` is the fetcher's wake channel; `listening`, when this thread LISTENs itself, gets
+/// one message after each successful LISTEN (the first tells `spawn` the worker hears
+/// notifications).
 pub(crate) fn run(
     shared: &Shared,
     conn: Connection,
     stop: &Receiver<()>,
     hard: &Receiver<()>,
     outcomes: &Sender<Outcome>,
+    news: &Sender<()>,
+    listening: Option<&Sender<()>>,
 ) {
-    let mut link = Link::new(shared, "the heartbeat");
-    link.adopt(conn, ());
+    let listens = listening.is_some();
+    let channel = shared.app.namespace().channel().to_owned();
+    // The link's state: a connection that LISTENs and has not yet said so.
+    let mut link = {
+        let channel = channel.clone();
+        Link::with_setup(shared, "the heartbeat", move |c: &mut Connection| {
+            if listens {
+                c.listen(&channel)?;
+            }
+            Ok(listens)
+        })
+    };
+    let mut conn = conn;
+    match if listens {
+        conn.listen(&channel)
+    } else {
+        Ok(())
+    } {
+        Ok(()) => link.adopt(conn, listens),
+        // The link opens another.
+        Err(e) => shared.log_db_error("listening for jobs", &e, 1),
+    }
     let mut retry_at = Instant::now();
+    // While the fetcher sleeps, the beat claims for it, first at once (`dormant.rs`).
+    let mut next_claim = Instant::now();
     let mut next_beat = Instant::now() + shared.opts.heartbeat_interval;
     // Look for stalled workers soon after start, then at every heartbeat.
     let mut next_rescue = Instant::now() + Duration::from_millis(500);
@@ -88,10 +126,50 @@ pub(crate) fn run(
                 return;
             }
         } else {
-            select! {
-                recv(stop) -> _ => continue,
-                recv(shared.beat_wake.1) -> _ => {},
-                default(if expire_more.is_some() { Duration::ZERO } else { TICK }) => {},
+            let wait = if expire_more.is_some() {
+                Duration::ZERO
+            } else {
+                claim_wait(shared, next_claim)
+            };
+            if listens && Instant::now() >= retry_at {
+                match link.get() {
+                    Ok((c, fresh)) => {
+                        if std::mem::take(fresh) {
+                            // Listening (again): notifications may have been missed.
+                            if let Some(l) = listening {
+                                let _ = l.try_send(());
+                            }
+                            shared.news(news);
+                        }
+                        let heard = hear(shared, c, wait, news);
+                        if heard.is_err() {
+                            if shared.stopping() {
+                                continue;
+                            }
+                            // A LISTEN link that failed once is not trusted again.
+                            if let Err(wait) = link.judge(heard) {
+                                retry_at = Instant::now() + wait;
+                            }
+                            link.drop_connection();
+                            continue;
+                        }
+                        while shared.beat_wake.1.try_recv().is_ok() {}
+                    }
+                    Err(failed) => {
+                        retry_at = Instant::now() + failed;
+                        select! {
+                            recv(stop) -> _ => continue,
+                            recv(shared.beat_wake.1) -> _ => {},
+                            default(wait.min(failed)) => {},
+                        }
+                    }
+                }
+            } else {
+                select! {
+                    recv(stop) -> _ => continue,
+                    recv(shared.beat_wake.1) -> _ => {},
+                    default(wait) => {},
+                }
             }
         }
         raise_timeouts(shared);
@@ -110,11 +188,25 @@ pub(crate) fn run(
             || (now >= next_abort_poll && shared.ledger.any_held());
         let due_schedules = now >= next_schedules && !stopping;
         let due_expire = (expire_more.is_some() || now >= next_expire) && !stopping;
-        if !(due_beat || due_rescue || due_abort || due_expire || due_schedules) {
+        let due_claim = !stopping && claim_due(shared, next_claim, now);
+        // Silence proves nothing on a half-open link: a LISTEN link unused that long gets a
+        // round-trip (the expiry sweep uses it every second anyway).
+        let due_ping = listens
+            && link
+                .idle_for()
+                .is_some_and(|d| d >= shared.opts.listen_ping_interval);
+        if !(due_beat
+            || due_rescue
+            || due_abort
+            || due_expire
+            || due_schedules
+            || due_claim
+            || due_ping)
+        {
             continue;
         }
         let c = match link.get() {
-            Ok((c, ())) => c,
+            Ok((c, _)) => c,
             Err(wait) => {
                 retry_at = Instant::now() + wait;
                 continue;
@@ -125,6 +217,11 @@ pub(crate) fn run(
                 heartbeat(shared, c)?;
                 next_beat = Instant::now() + shared.opts.heartbeat_interval;
             }
+            if due_claim {
+                claim_for_sleeper(shared, c)?;
+                next_claim = Instant::now() + shared.opts.poll_interval;
+            }
+
             if due_abort {
                 poll_controls(shared, c)?;
                 next_abort_poll = Instant::now() + ABORT_POLL;
@@ -147,6 +244,12 @@ pub(crate) fn run(
                 super::periodic::check_stored(shared, c)?;
                 next_schedules = Instant::now() + shared.opts.poll_interval;
             }
+            if listens {
+                // LISTEN again (nothing changes on the server): a round-trip that proves the
+                // link (`due_ping`), and pg_stat_activity shows this connection, between
+                // duties, as the worker's listener.
+                c.listen(&channel)?;
+            }
             Ok(())
         })();
         if result.is_err() && hard_deadline_passed(hard) {
@@ -157,6 +260,69 @@ pub(crate) fn run(
             retry_at = Instant::now() + wait;
         }
     }
+}
+
+/// Waits up to `wait` for notifications on the beat's LISTEN connection (the shutdown and
+/// [`Shared::wake_beat`] interrupt it) and acts on those that came.
+fn hear(shared: &Shared, c: &mut Connection, wait: Duration, news: &Sender<()>) -> Result<()> {
+    let interrupt = shared.listen_wake.clone();
+    let got = c.wait_notification_or(wait, async move { interrupt.notified().await })?;
+    if let Some(n) = got {
+        super::listen::handle(shared, &n, news);
+        // Whatever else arrived, without waiting.
+        while let Some(n) = c.wait_notification(Duration::ZERO)? {
+            super::listen::handle(shared, &n, news);
+        }
+    }
+    Ok(())
+}
+
+/// How long the beat may wait before its next claim for a sleeping fetcher (at most a
+/// tick): at `next_claim` (the poll), at the next scheduled job, at once on news.
+fn claim_wait(shared: &Shared, next_claim: Instant) -> Duration {
+    if shared.stopping() || !shared.dormancy.is_dormant() {
+        return TICK;
+    }
+    if shared.dormancy.asked() {
+        return Duration::ZERO;
+    }
+    let at = match shared.due.deadline() {
+        Some((due, _)) => due.min(next_claim),
+        None => next_claim,
+    };
+    at.saturating_duration_since(Instant::now()).min(TICK)
+}
+
+/// Whether the beat claims now for a sleeping fetcher.
+fn claim_due(shared: &Shared, next_claim: Instant, now: Instant) -> bool {
+    shared.dormancy.is_dormant()
+        && (shared.dormancy.asked()
+            || now >= next_claim
+            || shared.due.deadline().is_some_and(|(at, _)| at <= now))
+}
+
+/// A claim for the sleeping fetcher (`dormant.rs`): wakes it when the claim brought all it
+/// asked for. A claim that failed is asked for again.
+fn claim_for_sleeper(shared: &Shared, c: &mut Connection) -> Result<()> {
+    let asked = shared.dormancy.take_asked();
+    if !shared.dormancy.begin_claim() {
+        // The fetcher woke meanwhile: the claim is its own again.
+        return Ok(());
+    }
+    if !asked {
+        // A wait that ends on a scheduled job (or the poll): as the fetcher's idle wait.
+        let due = shared
+            .due
+            .deadline()
+            .filter(|(at, _)| *at <= Instant::now());
+        shared.due.woke(due.map(|(_, job)| job));
+    }
+    let res = super::fetch::claim_for_sleeper(shared, c);
+    shared.dormancy.end_claim(matches!(res, Ok(true)));
+    if res.is_err() && asked {
+        shared.dormancy.ask();
+    }
+    res.map(|_| ())
 }
 
 fn hard_deadline_passed(hard: &Receiver<()>) -> bool {

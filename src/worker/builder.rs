@@ -3,9 +3,10 @@
 //! Owns [`WorkerBuilder`] (a consuming builder; the periodic and retention setters live in
 //! `periodic.rs`, the riding one in `ride.rs`), the options it collects (`WorkerOptions`), and what the worker says about
 //! itself in `postpone_workers` (`Identity`). `spawn` checks the options, opens the first
-//! connection, checks the schema, registers the worker row, then starts the threads in a
-//! fixed order (beat, executors, completer, fetcher, listener, periodic) and waits, bounded,
-//! for the listener's first LISTEN.
+//! connection (the beat thread's, which LISTENs on it too unless `listen_via` gives the
+//! listener a thread and a connection of its own), checks the schema, registers the worker
+//! row, then starts the threads in a fixed order (beat, executors, completer, fetcher,
+//! listener, periodic) and waits, bounded, for the first LISTEN.
 //!
 //! Fails with `Config` on invalid options or task registry, before anything starts; with the
 //! error of the connection, schema check or registration when the database says no; and
@@ -180,8 +181,9 @@ impl WorkerBuilder {
     /// LISTEN through `app`'s connection settings rather than the worker's App: for a worker
     /// whose App goes through a transaction-pooling PgBouncer (`pooler_mode=transaction`),
     /// give an App that connects directly to the server (or through a session-mode pool), and
-    /// new jobs and abort requests wake the worker at once instead of at the next poll.
-    /// Defaults to the worker's App.
+    /// new jobs and abort requests wake the worker at once instead of at the next poll. The
+    /// listener then has a thread and a connection of its own (without it, the heartbeat's
+    /// connection LISTENs). Defaults to the worker's App.
     pub fn listen_via(mut self, app: &App) -> Self {
         self.opts.listen_opts = Some(app.inner.opts.clone());
         self
@@ -435,6 +437,7 @@ impl WorkerBuilder {
             refusals: Default::default(),
             starts_due: crossbeam_channel::bounded(1),
             schedules: periodic::Watch::default(),
+            dormancy: Default::default(),
         });
 
         let mut threads = Vec::new();
@@ -461,18 +464,25 @@ impl WorkerBuilder {
             Ok(())
         };
 
+        let beat_listens = shared.opts.listen && shared.opts.listen_opts.is_none();
         let result = (|| {
             {
-                let (s, stop, hard, out) = (
+                let (s, stop, hard, out, news) = (
                     shared.clone(),
                     stop_rx.clone(),
                     hard_rx.clone(),
                     outcome_tx.clone(),
+                    wake_tx.clone(),
                 );
+                // The beat LISTENs on its own connection, unless listen_via gives the
+                // listener a connection elsewhere.
+                let ready = beat_listens.then(|| listening_tx.clone());
                 spawn(
                     Role::Beat,
                     "postpone-beat".into(),
-                    Box::new(move || beat::run(&s, conn, &stop, &hard, &out)),
+                    Box::new(move || {
+                        beat::run(&s, conn, &stop, &hard, &out, &news, ready.as_ref())
+                    }),
                 )?;
             }
             for i in 0..shared.opts.concurrency {
@@ -513,7 +523,7 @@ impl WorkerBuilder {
                     }),
                 )?;
             }
-            if shared.opts.listen {
+            if shared.opts.listen && !beat_listens {
                 let (s, stop, wake, ready) = (
                     shared.clone(),
                     stop_rx.clone(),

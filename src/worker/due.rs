@@ -119,7 +119,7 @@ impl Due {
 
     /// When the idle wait should end for the next due job (`None`: no job known), and that
     /// job's due time.
-    fn deadline(&self) -> Option<(Instant, i64)> {
+    pub(crate) fn deadline(&self) -> Option<(Instant, i64)> {
         let s = self.state();
         let next = s.next?;
         let at = match s.anchor {
@@ -133,7 +133,7 @@ impl Due {
         Some((s.hold_until.map_or(at, |h| at.max(h)), next))
     }
 
-    fn woke(&self, due: Option<i64>) {
+    pub(crate) fn woke(&self, due: Option<i64>) {
         self.state().woke_for = due;
     }
 }

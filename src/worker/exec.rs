@@ -211,7 +211,7 @@ fn run_one(
                     return None;
                 }
                 if shared.ledger.needs_control_read() {
-                    let _ = shared.beat_wake.0.try_send(());
+                    shared.wake_beat();
                 }
                 shared.ledger.wait_change(START_RECHECK);
             }

@@ -5,7 +5,9 @@
 //! executor to find no claimed job left to start, whichever comes first), *idle* (the queue gave
 //! fewer jobs than asked: wait for a notification, the next due job (see `due.rs`), the
 //! poll interval, or stop), *backing off* (the last round-trip failed: wait, reconnect,
-//! claim again). A claim asks for every
+//! claim again), *asleep* (nothing to claim and no job held for the App's
+//! `pool_idle_timeout`: the connection is closed and the beat thread claims instead, see
+//! `dormant.rs`). A claim asks for every
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
 
 use crossbeam_channel::{select, Receiver};
@@ -38,6 +40,8 @@ pub(crate) fn run(
     // The mean size of a claimed job's arguments, in bytes (an Ewma of "nanoseconds").
     let args_bytes = Ewma::new(Duration::from_nanos(100));
     let mut helper = Helper::new(outcomes);
+    let idle_close = shared.app.inner.pool.idle_timeout();
+    let mut empty_since: Option<Instant> = None;
     loop {
         if shared.stopping() {
             return;
@@ -86,6 +90,20 @@ pub(crate) fn run(
                     continue;
                 }
             }
+            // While the server refuses connections, a fetcher that waits for its outcomes to
+            // be recorded gives its connection up: the completer may need that slot (a fleet
+            // of such fetchers holding every slot while their completers are refused would
+            // never end).
+            if shared.ledger.held_and_finished().1 > 0
+                && shared.refusals.under_way()
+                && link.idle_for().is_some()
+            {
+                log::debug!(
+                    "worker {}: claiming jobs: connection given up while the server refuses connections and outcomes wait",
+                    shared.name
+                );
+                link.close();
+            }
             // Said before the count is read again: an executor that finishes the last
             // claimed job after that read sees it and wakes us on `room`.
             shared.wants_room.store(true, Ordering::SeqCst);
@@ -132,21 +150,13 @@ pub(crate) fn run(
         }
         // Said before the jobs are handed out, so that their outcomes find it said.
         shared.ride.set_idle(n < free);
-        if n > 0 {
-            shared.ledger.hold(claimed.iter().map(Claimed::hold));
-            shared.stats.claimed.fetch_add(n as u64, Ordering::Relaxed);
-            if log::log_enabled!(log::Level::Debug) {
-                for job in &claimed {
-                    log::debug!(
-                        "worker {}: claimed job {} ({}, attempt {})",
-                        shared.name,
-                        job.id,
-                        job.task,
-                        job.attempts
-                    );
-                }
-            }
-            shared.board.push(claimed);
+        hand_out(shared, claimed);
+        // Nothing claimed and nothing held since `empty_since`: past the App's
+        // pool_idle_timeout, the connection is closed and the beat claims (`dormant.rs`).
+        if n > 0 || shared.ledger.held_and_finished().0 > 0 {
+            empty_since = None;
+        } else if empty_since.is_none() {
+            empty_since = Some(Instant::now());
         }
         if n < free {
             // The queue had less than we could take. While the completer is behind (the
@@ -164,11 +174,66 @@ pub(crate) fn run(
                     }
                 }
             }
+            if empty_since.is_some_and(|t| t.elapsed() >= idle_close) && wake.is_empty() {
+                log::debug!(
+                    "worker {}: claiming jobs: nothing to claim for {}; connection closed, the heartbeat's claims in its stead",
+                    shared.name,
+                    crate::error::fmt_duration(idle_close)
+                );
+                link.close();
+                if shared.dormancy.sleep(stop, wake) {
+                    return;
+                }
+                empty_since = None;
+                continue;
+            }
             if super::due::idle_wait(shared, stop, wake) {
                 return;
             }
         }
     }
+}
+
+/// Hands claimed jobs to the executors, the ledger holding them first.
+fn hand_out(shared: &Shared, claimed: Vec<Claimed>) {
+    if claimed.is_empty() {
+        return;
+    }
+    shared.ledger.hold(claimed.iter().map(Claimed::hold));
+    shared
+        .stats
+        .claimed
+        .fetch_add(claimed.len() as u64, Ordering::Relaxed);
+    if log::log_enabled!(log::Level::Debug) {
+        for job in &claimed {
+            log::debug!(
+                "worker {}: claimed job {} ({}, attempt {})",
+                shared.name,
+                job.id,
+                job.task,
+                job.attempts
+            );
+        }
+    }
+    shared.board.push(claimed);
+}
+
+/// A claim of the beat thread's while the fetcher sleeps (`dormant.rs`), on the beat's
+/// connection: for the free threads only, every job started. Returns whether the fetcher
+/// should wake: the claim brought all it asked for, or no thread was free.
+pub(crate) fn claim_for_sleeper(shared: &Shared, conn: &mut Connection) -> Result<bool> {
+    let free = free_threads(shared);
+    if free == 0 {
+        return Ok(true);
+    }
+    let task_names: Option<Vec<String>> = shared
+        .opts
+        .only_registered
+        .then(|| shared.tasks.keys().cloned().collect());
+    let claimed = claim(shared, conn, free, free, &task_names, None)?;
+    let n = claimed.len();
+    hand_out(shared, claimed);
+    Ok(n >= free)
 }
 
 /// Threads with nothing to run: neither a running job nor one waiting on the board for them.

@@ -1,4 +1,7 @@
-//! The listener: a dedicated connection that LISTENs for new jobs and abort requests.
+//! The listener: a dedicated connection that LISTENs for new jobs and abort requests, for a
+//! worker given [`listen_via`](super::WorkerBuilder::listen_via) (the App's connections go
+//! through a pooler that keeps no session). Otherwise the beat thread LISTENs on its own
+//! connection (`beat.rs`) and hands what it hears to [`handle`] here.
 //!
 //! It wakes the fetcher on `job:<queue>` (for a queue this worker serves), moves the
 //! fetcher's idle wait earlier on `at:<time>:<queue>` (a job due later, see `due.rs`), and
@@ -42,7 +45,7 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
             // Listening (again): notifications may have been missed meanwhile.
             fresh = false;
             let _ = listening.try_send(());
-            let _ = wake.try_send(());
+            shared.news(wake);
         }
         let interrupt = shared.listen_wake.clone();
         let got = c.wait_notification_or(shared.opts.listen_ping_interval, async move {
@@ -80,13 +83,13 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
 }
 
 /// A notification is only a hint (any role that can connect can send one): `job:<queue>`
-/// makes the fetcher look now, `pause:<queue>` makes the beat thread read the controls now,
+/// makes the fetcher look now (or the beat, for a sleeping fetcher), `pause:<queue>` makes the beat thread read the controls now,
 /// `abort:<id>` makes the beat thread read the job's abort flag
 /// in the table now, and holds the job's start until it has.
-fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
+pub(crate) fn handle(shared: &Shared, n: &Notification, wake: &Sender<()>) {
     if let Some(queue) = n.payload.strip_prefix("job:") {
         if ours(shared, queue) {
-            let _ = wake.try_send(());
+            shared.news(wake);
         }
     } else if let Some((at, queue)) = n.payload.strip_prefix("at:").and_then(super::due::parse) {
         if ours(shared, queue) {

@@ -6,15 +6,19 @@
 //! - `postpone-fetch` claims due jobs in batches (as many as there are free slots) and hands
 //!   them to the executors through a board that wakes one sleeping executor at a time;
 //!   when it has nothing to claim (or no room) while outcomes wait behind the completer's
-//!   batch, it records a batch of them itself;
+//!   batch, it records a batch of them itself; when its claims have found nothing for the
+//!   App's `pool_idle_timeout`, it closes its connection and sleeps, and the beat thread
+//!   claims in its stead until there is work again (`dormant.rs`);
 //! - `postpone-exec-N` (`concurrency` of them) run tasks under `catch_unwind`; they never
 //!   touch the database themselves;
 //! - `postpone-complete` records outcomes in batches, retrying on a fresh connection until
 //!   they are stored;
-//! - `postpone-listen` LISTENs for new jobs and abort requests, and pings its link;
 //! - `postpone-beat` refreshes the heartbeat, rescues the jobs of stalled workers, gives
 //!   back jobs of claims whose reply was lost, polls abort requests, and raises task
-//!   timeouts; it keeps beating through a shutdown's graceful wait;
+//!   timeouts; it keeps beating through a shutdown's graceful wait; it LISTENs for new jobs
+//!   and abort requests on the same connection, so an idle worker holds that one alone;
+//! - `postpone-listen`, only with `listen_via`, LISTENs on a connection of its own where
+//!   that App says;
 //! - `postpone-periodic` defers each scheduled instant (of the code's schedules and of those
 //!   stored for the worker's tasks) once across all workers, and prunes finished jobs; it
 //!   holds a connection only while it has a schedule to follow or a retention;
@@ -31,6 +35,7 @@ mod beat;
 mod board;
 mod builder;
 mod complete;
+mod dormant;
 mod due;
 mod exec;
 mod fetch;
@@ -286,6 +291,8 @@ pub(crate) struct Shared {
     /// What the beat thread last saw of the stored schedules, and the wake-up it sends the
     /// periodic thread when that changes (`periodic.rs`).
     pub(crate) schedules: periodic::Watch,
+    /// Whether the fetcher sleeps and the beat claims in its stead (`dormant.rs`).
+    pub(crate) dormancy: dormant::Dormancy,
 }
 
 impl Shared {
@@ -302,6 +309,24 @@ impl Shared {
 
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Wakes the beat thread: on its channel, and out of its wait for notifications when it
+    /// listens itself.
+    pub(crate) fn wake_beat(&self) {
+        let _ = self.beat_wake.0.try_send(());
+        self.listen_wake.notify_one();
+    }
+
+    /// News of a job (a notification, or a listener that may have missed some): wakes the
+    /// fetcher, and has the beat claim at once while the fetcher sleeps (`dormant.rs`). The
+    /// fetcher's channel is told first, so that a fetcher falling asleep meanwhile sees it.
+    pub(crate) fn news(&self, wake: &Sender<()>) {
+        let _ = wake.try_send(());
+        if self.dormancy.is_dormant() {
+            self.dormancy.ask();
+            self.wake_beat();
+        }
     }
 
     /// Opens a connection in the worker's group, bounded by `connect_timeout`.

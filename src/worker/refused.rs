@@ -46,6 +46,15 @@ impl Refusals {
 
     /// A connection succeeded at `now`: ends the episode under way, if any, and returns
     /// how many attempts it refused and how long it lasted.
+    /// True while an episode of refusals is under way (no connection of the worker has
+    /// succeeded since the last refusal).
+    pub(crate) fn under_way(&self) -> bool {
+        self.episode
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
     pub(crate) fn accepted(&self, now: Instant) -> Option<(u64, Duration)> {
         let mut ep = self.episode.lock().unwrap_or_else(|e| e.into_inner());
         ep.take()

@@ -95,6 +95,12 @@ impl ChildProc {
         }
     }
 
+    /// Closes its stdin (the agreed signal to shut down) without waiting: to stop many at
+    /// once, then [`stop`](Self::stop) each.
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
     /// Closes its stdin (the agreed signal to shut down), waits for its `marker` line and
     /// its exit (killing it after 10 s more); returns the line.
     pub fn stop(mut self, marker: &str, timeout: Duration) -> String {
