@@ -520,8 +520,14 @@ fn defer_in_a_callers_session_names_the_schema() {
         .unwrap();
     a.add_to_batch_in(&mut tx, batch.id, &[NewJob::new("ok", &8).unwrap()])
         .unwrap();
+    let mut wf = a.workflow("in a schema");
+    let root = wf.step(NewJob::new("ok", &9).unwrap()).add();
+    wf.step(NewJob::new("ok", &10).unwrap())
+        .after([&root])
+        .add();
+    let run = wf.insert_in(&mut tx).unwrap();
     tx.commit().unwrap();
-    assert_eq!(jobs_in(&mut c, Some(A), ""), 8);
+    assert_eq!(jobs_in(&mut c, Some(A), ""), 10);
     let batches = |c: &mut Client, table: &str| -> i64 {
         c.query_one(&format!("SELECT count(*) FROM {table}"), &[])
             .unwrap()
@@ -530,6 +536,12 @@ fn defer_in_a_callers_session_names_the_schema() {
     assert_eq!(batches(&mut c, "tenant_a.postpone_batches"), 1);
     assert_eq!(batches(&mut c, "public.postpone_batches"), 0);
     assert_eq!(a.admin().batch(batch.id).unwrap().total, 2);
+    assert_eq!(batches(&mut c, "tenant_a.postpone_workflow_jobs"), 2);
+    assert_eq!(batches(&mut c, "public.postpone_workflows"), 0);
+    assert_eq!(
+        a.admin().workflow(run.id).unwrap().jobs[1].after,
+        vec![run.jobs[0]]
+    );
     assert_eq!(jobs_in(&mut c, None, ""), 0);
 }
 
