@@ -202,6 +202,9 @@ impl Error {
         let kind = if code == "42P01" && db.message().contains("postpone_") {
             msg.push_str(" (schema not installed: run `postpone migrate`)");
             ErrorKind::SchemaMissing
+        } else if code == "54000" && db.constraint() == Some(crate::store::MAX_ARGS_CONSTRAINT) {
+            // Arguments over the installation's limit (the insert trigger of schema 27).
+            ErrorKind::InvalidInput
         } else {
             ErrorKind::Database
         };

@@ -66,6 +66,7 @@ pub use admin::{
 pub use admin::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use admin::{NewSchedule, ScheduleInfo};
 pub use admin::{PausedQueue, Pauses};
+pub use admin::{DEFAULT_MAX_ARGS_BYTES, MAX_ARGS_BYTES_CEILING};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use batch::{Batch, BatchBuilder, BatchId, BatchProgress, CallbackState};
 pub use client_trait::Executor;

@@ -2702,3 +2702,30 @@ fn batch_shows_a_batchs_progress_and_job_names_its_batch() {
     );
     fails(Some(u), &["batch", "x"], "invalid batch id");
 }
+
+#[test]
+fn defer_refuses_arguments_over_the_installations_limit() {
+    let (db, url) = migrated();
+    db.client()
+        .batch_execute("UPDATE postpone_settings SET max_args_bytes = 1000")
+        .unwrap();
+    let at_limit = format!("\"{}\"", "x".repeat(998));
+    let over = format!("\"{}\"", "x".repeat(999));
+    ok(&url, &["defer", "t", &at_limit]);
+    fails(
+        Some(&url),
+        &["defer", "t", &over],
+        "1001 bytes of JSON, more than the 1000 allowed",
+    );
+    fails(
+        Some(&url),
+        &["defer", "t", &over],
+        "UPDATE postpone_settings SET max_args_bytes",
+    );
+    let n: i64 = db
+        .client()
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}

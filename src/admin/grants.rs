@@ -133,7 +133,9 @@ pub(crate) struct Object {
 /// How the rules see an object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Class {
-    /// `postpone_migrations`: read by every part (the schema check), written by `migrate`.
+    /// `postpone_migrations` and `postpone_settings`: read by every part (the schema check;
+    /// the insert trigger reads the arguments' limit), written by `migrate` (and the
+    /// migrator's role: `Admin::set_max_args_bytes`).
     Record,
     /// `postpone_jobs`.
     Jobs,
@@ -177,7 +179,7 @@ impl Object {
             Kind::Relation {
                 relkind: 'r' | 'p', ..
             } => Some(match self.name.as_str() {
-                "postpone_migrations" => Class::Record,
+                "postpone_migrations" | "postpone_settings" => Class::Record,
                 "postpone_jobs" => Class::Jobs,
                 n if n.starts_with("postpone_paused_")
                     || n.ends_with("_limits")

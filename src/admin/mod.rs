@@ -36,6 +36,7 @@ pub(crate) mod queues;
 pub(crate) mod rates;
 pub(crate) mod schedules;
 pub(crate) mod schema;
+pub(crate) mod settings;
 pub(crate) mod stats;
 pub(crate) mod workers;
 
@@ -60,6 +61,7 @@ pub use queues::{PausedQueue, Pauses};
 pub use rates::{KeyLimit, RateLimit, MIN_RATE_PERIOD};
 pub use schedules::{NewSchedule, ScheduleInfo};
 pub use schema::{MigrateReport, SchemaState};
+pub use settings::{DEFAULT_MAX_ARGS_BYTES, MAX_ARGS_BYTES_CEILING};
 pub use stats::{QueueCounts, StatsBy, UnknownTask, DEFAULT_UNKNOWN_TASK_AFTER};
 pub use workers::{StalledReport, WorkerInfo};
 

@@ -151,6 +151,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("0026_schedules.sql"),
     },
     Migration {
+        version: 27,
+        name: "bounded_args",
+        sql: include_str!("0027_bounded_args.sql"),
+    },
+    Migration {
         version: 28,
         name: "workflows",
         sql: include_str!("0028_workflows.sql"),

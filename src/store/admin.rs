@@ -241,3 +241,19 @@ pub(crate) const JOBS_PRUNE_COUNT: &str = "SELECT count(*) FROM postpone_jobs
               WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
                 AND status = ANY($1::text[])
                 AND finished_at < now() - $2::bigint * interval '1 millisecond'";
+
+/// The limit on a job's arguments in bytes of JSON text (schema version 27); no row when
+/// its row was deleted by hand (the default applies).
+pub(crate) const SETTINGS_MAX_ARGS_BYTES: &str = "
+SELECT max_args_bytes FROM postpone_settings";
+
+/// Sets the limit on a job's arguments to `$1` bytes (schema version 27), creating the row
+/// if it was deleted; returns the previous limit (NULL: none was stored). The table's check
+/// refuses a limit outside 1 to 1 GiB less a byte.
+pub(crate) const SETTINGS_SET_MAX_ARGS_BYTES: &str = "
+WITH old AS (SELECT max_args_bytes FROM postpone_settings),
+     up AS (INSERT INTO postpone_settings (one, max_args_bytes) VALUES (true, $1::bigint)
+            ON CONFLICT (one) DO UPDATE SET max_args_bytes = EXCLUDED.max_args_bytes,
+                                            updated_at = now()
+            RETURNING 1)
+SELECT (SELECT max_args_bytes FROM old), (SELECT count(*) FROM up)";

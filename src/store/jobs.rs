@@ -73,6 +73,11 @@ pub(crate) const DEPENDENCY_CONSTRAINT: &str = "postpone_deps_dependency";
 /// Name of the unique index behind `AlreadyEnqueued`.
 pub(crate) const QUEUEING_LOCK_INDEX: &str = "postpone_jobs_queueing_lock_idx";
 
+/// The constraint the insert trigger names when a job's arguments are over the
+/// installation's limit (`postpone_settings.max_args_bytes`, schema version 27): SQLSTATE
+/// 54000, which `Error::from_db` reports as `InvalidInput`.
+pub(crate) const MAX_ARGS_CONSTRAINT: &str = "postpone_max_args_bytes";
+
 /// Inserts a unique job: the parameters of [`JOB_INSERT`], then `$14` the
 /// scope of its key (`w`, `r` or `s`), `$15` whether the queue is part of the key, `$16` the
 /// period in microseconds (NULL: none). A waiting-only key (`w`) goes in `queueing_lock`,

@@ -41,7 +41,8 @@ mod share;
 mod claimed;
 mod deploy;
 
-// Clear errors on bad input (promise 6), and every parser fed generated input.
+// Clear errors on bad input (promise 6), and every parser fed generated input; bounded inputs.
+mod args_limit;
 mod bad_inputs;
 mod fuzz_props;
 

@@ -144,6 +144,12 @@ DECLARE
     v_s timestamptz;
     v_i bigint;
     v_have integer;
+    -- The claim's byte budget, set by the seven-argument postpone_claim_jobs (NULL: none),
+    -- and whether a first job larger than it may be taken alone.
+    v_bytes bigint := nullif(current_setting('postpone.bytes', true), '')::bigint;
+    v_alone boolean := current_setting('postpone.alone', true) IS NOT DISTINCT FROM 'on';
+    v_used bigint;
+    v_cut boolean := false;
 BEGIN
     -- What is configured, in one statement.
     SELECT EXISTS (SELECT 1 FROM postpone_queue_limits)
@@ -451,12 +457,37 @@ BEGIN
                 v_free_tids := v_tids[1:v_want];
             END IF;
 
+            -- The byte budget: the jobs, in claim order, whose arguments (as JSON text, as
+            -- the worker receives them) fit in what is left of it; a first job larger than
+            -- the whole budget alone when the worker holds nothing else. The rows left out
+            -- stay waiting, unchanged (their row locks end with the claim's transaction).
+            IF v_bytes IS NOT NULL AND cardinality(v_free_tids) > 0 THEN
+                SELECT coalesce(array_agg(t.tid ORDER BY t.ord)
+                                    FILTER (WHERE t.run <= v_bytes OR (t.ord = 1 AND v_alone)),
+                                '{}'),
+                       coalesce(max(t.run)
+                                    FILTER (WHERE t.run <= v_bytes OR (t.ord = 1 AND v_alone)),
+                                0),
+                       coalesce(bool_or(t.run > v_bytes AND NOT (t.ord = 1 AND v_alone)), false)
+                  INTO v_free_tids, v_used, v_cut
+                  FROM (SELECT u.tid, u.ord,
+                               sum(octet_length(c.args::text)) OVER (ORDER BY u.ord) AS run
+                          FROM unnest(v_free_tids) WITH ORDINALITY AS u(tid, ord)
+                          JOIN postpone_jobs c ON c.ctid = u.tid) t;
+                v_free := v_free[1:cardinality(v_free_tids)];
+                v_bytes := v_bytes - v_used;
+                v_alone := v_alone AND cardinality(v_free_tids) = 0;
+                IF v_cut THEN
+                    PERFORM set_config('postpone.cut', 'on', true);
+                END IF;
+            END IF;
+
             IF cardinality(v_free) > 0 THEN
                 RETURN QUERY SELECT * FROM postpone_take_at(p_worker, v_free_tids);
                 GET DIAGNOSTICS v_n = ROW_COUNT;
                 v_want := v_want - v_n;
             END IF;
-            EXIT WHEN v_parked = 0 OR v_want <= 0 OR v_rounds >= 20;
+            EXIT WHEN v_parked = 0 OR v_want <= 0 OR v_rounds >= 20 OR v_cut;
             -- A round that found only held-back jobs is followed by a wider one (the run of
             -- them at the head may be long); one that reached free jobs has passed that run,
             -- and the next walks (and locks) only as many jobs as are still wanted.
@@ -498,6 +529,24 @@ BEGIN
                c.expires_in
           FROM postpone_claim_jobs(p_worker, v_limit, p_queues, p_tasks) c;
     PERFORM set_config('postpone.hold', 'off', true);
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.postpone_claim_jobs(p_worker bigint, p_limit integer, p_queues text[], p_tasks text[], p_start integer, p_bytes bigint, p_alone boolean)
+ RETURNS TABLE(id bigint, queue text, task text, args jsonb, attempts integer, priority integer, lock text, abort_requested boolean, scheduled_at timestamp with time zone, queue_wait double precision, max_attempts integer, held boolean, expires_in double precision)
+ LANGUAGE plpgsql
+ SET jit TO 'off'
+AS $function$
+#variable_conflict use_column
+BEGIN
+    PERFORM set_config('postpone.bytes',
+                      CASE WHEN p_bytes IS NULL THEN '' ELSE greatest(p_bytes, 0)::text END, true);
+    PERFORM set_config('postpone.alone', CASE WHEN p_alone THEN 'on' ELSE 'off' END, true);
+    PERFORM set_config('postpone.cut', 'off', true);
+    RETURN QUERY
+        SELECT * FROM postpone_claim_jobs(p_worker, p_limit, p_queues, p_tasks, p_start);
+    PERFORM set_config('postpone.bytes', '', true);
+    PERFORM set_config('postpone.alone', 'off', true);
 END
 $function$;
 
@@ -1396,7 +1445,24 @@ DECLARE
     q text;
     v_now boolean;
     v_at timestamptz;
+    v_max bigint;
+    v_size bigint;
+    v_task text;
 BEGIN
+    -- A missing row (deleted by hand) means the default.
+    SELECT coalesce((SELECT s.max_args_bytes FROM postpone_settings s), 16777216) INTO v_max;
+    SELECT n.size, n.task INTO v_size, v_task
+      FROM (SELECT octet_length(j.args::text)::bigint AS size, j.task
+              FROM postpone_new_jobs j) n
+     WHERE n.size > v_max
+     LIMIT 1;
+    IF v_size IS NOT NULL THEN
+        RAISE EXCEPTION 'the arguments of a job of task % are % bytes of JSON, more than the % allowed',
+                        left(v_task, 255), v_size, v_max
+            USING ERRCODE = 'program_limit_exceeded',
+                  CONSTRAINT = 'postpone_max_args_bytes',
+                  HINT = 'store large data elsewhere and pass a reference to it, or raise the limit: UPDATE postpone_settings SET max_args_bytes = N (Admin::set_max_args_bytes)';
+    END IF;
     IF current_setting('postpone.quiet_insert', true) = 'on' THEN
         RETURN NULL;
     END IF;

@@ -173,6 +173,15 @@ CREATE TABLE postpone_schedules (
     CONSTRAINT postpone_schedules_task CHECK ((task <> ''::text))
 );
 
+CREATE TABLE postpone_settings (
+    one boolean DEFAULT true NOT NULL,
+    max_args_bytes bigint DEFAULT 16777216 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT postpone_settings_pkey PRIMARY KEY (one),
+    CONSTRAINT postpone_settings_max_args_bytes CHECK (((max_args_bytes >= 1) AND (max_args_bytes <= 1073741823))),
+    CONSTRAINT postpone_settings_one CHECK (one)
+);
+
 CREATE TABLE postpone_stats (
     span text NOT NULL,
     at timestamp with time zone NOT NULL,
