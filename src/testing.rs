@@ -62,6 +62,7 @@ use crate::retry::jitter_rand;
 use crate::store;
 use crate::task::{TaskAction, Tasks};
 use crate::types::{serialize_args, JobId, JobStatus, RawJson};
+use crate::worker::{write_outcomes, Fence, Outcome, OutcomeKind};
 
 /// Most jobs one [`Mark::run`] runs: a task that defers itself forever is stopped there.
 pub const MAX_RUNS: usize = 10_000;
@@ -364,47 +365,30 @@ impl Mark {
             None
         };
         let error = error.map(|e| crate::limits::safe_text(&e));
+        // Recorded by the worker's own writer (`postpone_finish`, `postpone_requeue`,
+        // `postpone_snooze`), fenced on the attempt: an abort or a cancel requested meanwhile
+        // wins over what the task returned, and dependents follow.
+        let kind = match status {
+            _ if snoozed => OutcomeKind::Snooze,
+            JobStatus::Todo => OutcomeKind::Retry,
+            JobStatus::Succeeded => OutcomeKind::Succeeded,
+            JobStatus::Cancelled => OutcomeKind::Cancelled,
+            _ => OutcomeKind::Failed,
+        };
+        let outcome = Outcome::outside_worker(
+            job.id,
+            attempt as i32,
+            kind,
+            delay,
+            error.clone(),
+            output.clone(),
+        );
         let mut conn = self.app.connection()?;
-        if snoozed {
-            // A snooze too: back through postpone_requeue, the attempt given back.
-            let rows = conn.query_cached(
-                "snoozing a deferred job",
-                store::JOB_SNOOZE,
-                &[
-                    &vec![job.id.0],
-                    &Vec::<i64>::new(),
-                    &vec![attempt as i32],
-                    &vec![crate::limits::delay_micros(delay)],
-                ],
-            )?;
-            if let Some(r) = rows.first() {
-                status = match r.get::<_, &str>(1) {
-                    "aborted" => JobStatus::Aborted,
-                    "superseded" | "expired" => JobStatus::Cancelled,
-                    "failed" => JobStatus::Failed,
-                    _ => JobStatus::Todo,
-                };
-            }
-        } else if status == JobStatus::Todo {
-            // A retry goes back to the queue the one way every other path does.
-            let (ids, delays) = (vec![job.id.0], vec![crate::limits::delay_micros(delay)]);
-            let errors = vec![error.clone()];
-            let attempts = vec![attempt as i32];
-            let none: Vec<i64> = Vec::new();
-            let rows = conn.query_cached(
-                "putting a deferred job back in the queue",
-                store::JOB_REQUEUE,
-                &[
-                    &ids,
-                    &none,
-                    &attempts,
-                    &delays,
-                    &errors,
-                    &Vec::<bool>::new(),
-                ],
-            )?;
-            if let Some(r) = rows.first() {
-                status = match r.get::<_, &str>(1) {
+        let done = write_outcomes(&mut conn, &[&outcome], Fence::NoWorker)
+            .map_err(|e| e.context("recording the outcome of a deferred job"))?;
+        if outcome.requeues() {
+            if let Some(came) = done.get(&job.id.0) {
+                status = match came.as_str() {
                     "aborted" => JobStatus::Aborted,
                     "superseded" | "expired" => JobStatus::Cancelled,
                     "failed" => JobStatus::Failed,
@@ -412,22 +396,6 @@ impl Mark {
                 };
             }
         } else {
-            // The end through postpone_finish, as a worker records it: an abort or a cancel
-            // requested meanwhile wins over what the task returned, and dependents follow.
-            let none: Option<i64> = None;
-            conn.query_cached(
-                "recording the outcome of a deferred job",
-                store::JOB_FINISH_BATCH,
-                &[
-                    &vec![job.id.0],
-                    &vec![none],
-                    &vec![attempt as i32],
-                    &vec![status.as_str()],
-                    &vec![error.clone()],
-                    &vec![output.clone()],
-                    &vec![Some(0i64)],
-                ],
-            )?;
             let rows = conn.query_cached(
                 "reading the outcome of a deferred job",
                 store::JOB_STATUS,

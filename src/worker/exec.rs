@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use super::ledger::{AttemptKey, Begin, RunningJob, Unstarted};
-use super::{Claimed, DeleteJobs, Outcome, Shared};
+use super::{Claimed, DeleteJobs, Outcome, OutcomeKind, Shared};
 use crate::job::{AbortFlag, Job, JobId, ABORT_REQUESTED, ABORT_SHUTDOWN};
 use crate::retry::jitter_rand;
 use crate::task::{TaskAction, TaskError};
@@ -479,7 +479,7 @@ fn finish(
     use super::JobEventKind as K;
     let stats = &shared.stats;
     let delete = shared.opts.delete;
-    let (word, kind, delay, error) = match decision {
+    let (outcome, kind, delay, error) = match decision {
         Decision::Succeeded => {
             stats.succeeded.fetch_add(1, Ordering::Relaxed);
             log::debug!(
@@ -489,12 +489,12 @@ fn finish(
                 job.task,
                 crate::error::fmt_duration(took)
             );
-            let word = if delete == DeleteJobs::Never {
-                "succeeded"
+            let outcome = if delete == DeleteJobs::Never {
+                OutcomeKind::Succeeded
             } else {
-                "delete"
+                OutcomeKind::Delete
             };
-            (word, K::Succeeded, Duration::ZERO, None)
+            (outcome, K::Succeeded, Duration::ZERO, None)
         }
         Decision::Retry(d, msg) => {
             stats.retried.fetch_add(1, Ordering::Relaxed);
@@ -510,7 +510,7 @@ fn finish(
                 job.task,
                 job.attempts()
             );
-            ("retry", K::Retried, d, Some(msg))
+            (OutcomeKind::Retry, K::Retried, d, Some(msg))
         }
         Decision::Failed(msg) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -522,7 +522,7 @@ fn finish(
                 job.attempts()
             );
             (
-                final_word(delete, "failed"),
+                final_kind(delete, OutcomeKind::Failed),
                 K::Failed,
                 Duration::ZERO,
                 Some(msg),
@@ -537,7 +537,7 @@ fn finish(
                 job.task
             );
             (
-                final_word(delete, "cancelled"),
+                final_kind(delete, OutcomeKind::Cancelled),
                 K::Cancelled,
                 Duration::ZERO,
                 Some(msg),
@@ -553,7 +553,7 @@ fn finish(
                 crate::error::fmt_duration(took)
             );
             (
-                final_word(delete, "aborted"),
+                final_kind(delete, OutcomeKind::Aborted),
                 K::Aborted,
                 Duration::ZERO,
                 Some(msg),
@@ -567,7 +567,12 @@ fn finish(
                 job.id,
                 job.task
             );
-            ("release", K::Interrupted, Duration::ZERO, Some(msg))
+            (
+                OutcomeKind::Release,
+                K::Interrupted,
+                Duration::ZERO,
+                Some(msg),
+            )
         }
         Decision::Snooze(d) => {
             stats.snoozed.fetch_add(1, Ordering::Relaxed);
@@ -578,16 +583,16 @@ fn finish(
                 job.task,
                 crate::error::fmt_duration(d)
             );
-            ("snooze", K::Snoozed, d, None)
+            (OutcomeKind::Snooze, K::Snoozed, d, None)
         }
     };
     emit(shared, job, kind, took, error.as_deref());
     Outcome {
         key,
-        word,
+        kind: outcome,
         delay,
         error,
-        output: if word == "succeeded" {
+        output: if outcome == OutcomeKind::Succeeded {
             job.take_output()
         } else {
             None
@@ -596,11 +601,11 @@ fn finish(
     }
 }
 
-fn final_word(delete: DeleteJobs, word: &'static str) -> &'static str {
+fn final_kind(delete: DeleteJobs, kind: OutcomeKind) -> OutcomeKind {
     if delete == DeleteJobs::Always {
-        "delete"
+        OutcomeKind::Delete
     } else {
-        word
+        kind
     }
 }
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::idhash::IdMap;
 use super::link::Link;
+use super::record::{FinishParams, Recorder};
 use super::share::{Help, Helper};
 use super::{sleep_or_stop, Claimed, Outcome, Shared};
 use crate::conn::Connection;
@@ -401,7 +402,7 @@ fn claim_with_riders(
         return claim(shared, conn, limit, start, task_names, None);
     }
     let refs: Vec<&Outcome> = riders.iter().collect();
-    let params = super::complete::FinishParams::new(&refs);
+    let params = FinishParams::new(&refs);
     let mut recorded = None;
     let res = claim(
         shared,
@@ -409,7 +410,7 @@ fn claim_with_riders(
         limit,
         start,
         task_names,
-        Some((&params.params()[..], &mut recorded)),
+        Some((&params, &mut recorded)),
     );
     match recorded {
         Some(done) => {
@@ -418,7 +419,7 @@ fn claim_with_riders(
                 .stats
                 .rode
                 .fetch_add(refs.len() as u64, Ordering::Relaxed);
-            super::complete::settle(shared, conn, &refs, &done);
+            Recorder::new(shared).settle(conn, &refs, &done);
         }
         None => {
             drop(params);
@@ -436,10 +437,7 @@ fn claim_with_riders(
 
 /// The recording of outcomes that rides on a claim: its parameters, and where the claim
 /// puts, once the transaction committed, each recorded job's id.
-type Riders<'a, 'b> = (
-    &'a [&'a (dyn postgres::types::ToSql + Sync)],
-    &'b mut Option<IdMap<i64, String>>,
-);
+type Riders<'a, 'b> = (&'a FinishParams<'a>, &'b mut Option<IdMap<i64, String>>);
 
 fn claim(
     shared: &Shared,
@@ -465,7 +463,7 @@ fn claim(
                 // the user's) holds the recording up: not the claim, which gives up after
                 // 100 ms and goes again alone, leaving that wait to the completer.
                 store::CLAIM_WITH_FINISH_BEGIN,
-                (store::JOB_FINISH_BATCH, finish),
+                (FinishParams::SQL, &finish.params()),
                 (store::JOB_CLAIM, &claim_params),
             )?;
             match (pair.first, pair.second) {

@@ -44,7 +44,9 @@ mod ledger;
 mod link;
 mod listen;
 mod observe;
+mod outcome;
 mod periodic;
+mod record;
 mod refused;
 mod ride;
 mod share;
@@ -73,6 +75,9 @@ pub use vacuum::Vacuum;
 
 use builder::{Identity, WorkerOptions};
 use ledger::{AttemptKey, Ledger};
+pub(crate) use outcome::{Outcome, OutcomeKind};
+#[cfg(feature = "test-util")]
+pub(crate) use record::{write as write_outcomes, Fence};
 
 /// What happens to a job's row once it has finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,56 +172,6 @@ impl Claimed {
             claimed: self.claimed,
             expires: self.expires,
         }
-    }
-}
-
-/// What an executor decided for a job, for the completer to record.
-#[derive(Clone, Debug)]
-pub(crate) struct Outcome {
-    /// The attempt: only the claim that started it can record its outcome.
-    pub(crate) key: AttemptKey,
-    /// A final status (`succeeded`, `failed`, `cancelled`, `aborted`), `delete`, or a way back
-    /// to the queue: `retry` (after `delay`) or `release` (the attempt is given back).
-    pub(crate) word: &'static str,
-    pub(crate) delay: Duration,
-    pub(crate) error: Option<String>,
-    /// The task's output (`Job::set_output`), recorded with a `succeeded` outcome only.
-    pub(crate) output: Option<RawJson>,
-    /// How long the attempt ran; `None` if it never started (a held job that ends or goes
-    /// back unstarted gets its attempt back).
-    pub(crate) ran: Option<Duration>,
-}
-
-impl Outcome {
-    /// A held attempt that ends, or goes back to the queue, without running.
-    pub(crate) fn unstarted(key: AttemptKey, why: ledger::Unstarted) -> Outcome {
-        let (word, error) = match why {
-            ledger::Unstarted::Aborted => (
-                "aborted",
-                Some("aborted on request before it started".to_owned()),
-            ),
-            ledger::Unstarted::Cancelled => (
-                "cancelled",
-                Some("cancelled on request before it started".to_owned()),
-            ),
-            ledger::Unstarted::GivenBack => ("release", None),
-            // The database writes the error, with the deadline (`postpone_finish`).
-            ledger::Unstarted::Expired => ("expired", None),
-        };
-        Outcome {
-            key,
-            word,
-            delay: Duration::ZERO,
-            error,
-            output: None,
-            ran: None,
-        }
-    }
-}
-
-impl Outcome {
-    pub(crate) fn requeues(&self) -> bool {
-        matches!(self.word, "retry" | "release" | "snooze")
     }
 }
 

@@ -7,16 +7,13 @@
 //! What it cannot record goes back to the completer (through the ride slot, `ride.rs`, which
 //! the completer empties and the shutdown's last step reads too).
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use super::complete::record_once;
 use super::link::Link;
+use super::record::Recorder;
 use super::{Outcome, Shared};
-use crate::conn::Connection;
-use crate::error::Error;
 
 /// Outcomes waiting in the completer's channel from which the fetcher, when it has no room
 /// to claim or the queue is empty, records a batch of them itself.
@@ -85,7 +82,7 @@ impl<'r> Helper<'r> {
             }
         };
         let n = batch.len();
-        match record_share(shared, conn, batch) {
+        match Recorder::new(shared).record_share(conn, batch) {
             Ok(()) => Help::Helped,
             Err((e, left)) => {
                 log::debug!(
@@ -106,41 +103,4 @@ impl<'r> Helper<'r> {
             }
         }
     }
-}
-
-/// Records `batch` for a thread other than the completer (the fetcher, when the completer is
-/// behind): one statement per kind, as the completer's `record`, but nothing is isolated or waited for. On
-/// the first statement that fails, its outcomes and those of the kinds after it are returned
-/// with the error, unrecorded, for the caller to hand back to the completer, which records
-/// them with all its care (splitting a refused batch, setting locked rows aside).
-fn record_share(
-    shared: &Shared,
-    conn: &mut Connection,
-    batch: Vec<Outcome>,
-) -> std::result::Result<(), (Error, Vec<Outcome>)> {
-    let (requeues, finals): (Vec<Outcome>, Vec<Outcome>) =
-        batch.into_iter().partition(Outcome::requeues);
-    let (snoozes, requeues): (Vec<Outcome>, Vec<Outcome>) =
-        requeues.into_iter().partition(|o| o.word == "snooze");
-    let mut groups = [finals, requeues, snoozes].into_iter();
-    while let Some(group) = groups.next() {
-        if group.is_empty() {
-            continue;
-        }
-        let refs: Vec<&Outcome> = group.iter().collect();
-        let applied = match record_once(shared, conn, &refs) {
-            Ok(applied) => applied,
-            Err(e) => {
-                drop(refs);
-                let mut left = group;
-                left.extend(groups.flatten());
-                return Err((e, left));
-            }
-        };
-        shared
-            .stats
-            .helped
-            .fetch_add(applied as u64, Ordering::Relaxed);
-    }
-    Ok(())
 }

@@ -23,6 +23,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::record::Recorder;
 use super::{complete, Running, Shared};
 use crate::conn::Connection;
 use crate::error::{fmt_duration, Error, ErrorKind, Result};
@@ -345,7 +346,7 @@ fn cleanup(
     // runs past the shutdown's end.
     conn.set_deadline(Some(deadline));
     for chunk in unrecorded.chunks(complete::MAX_BATCH) {
-        for key in complete::record(shared, &mut conn, chunk)? {
+        for key in Recorder::new(shared).record(&mut conn, chunk)? {
             // Its row was held locked by another session to the end: retiring the worker
             // requeues the job (it runs again: at least once).
             log::warn!(
