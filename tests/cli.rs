@@ -1064,6 +1064,18 @@ fn workflow_shows_cancels_and_retries_a_whole_workflow() {
     assert_eq!(j["jobs"][2]["after_finished"][1], jb.get());
     assert_eq!(j["jobs"][1]["waiting_for_dependencies"], true);
     assert_eq!(json(url, &["jobs"])["jobs"][0]["workflow_id"], run.id.get());
+    let listed = json(url, &["jobs", "--workflow", &id]);
+    let listed: Vec<i64> = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(listed, [jc.get(), jb.get(), ja.get()]);
+    assert!(json(url, &["jobs", "--workflow", "77"])["jobs"]
+        .as_array()
+        .unwrap()
+        .is_empty());
 
     assert_eq!(
         ok(url, &["workflow", "cancel", &id]),

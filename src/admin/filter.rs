@@ -66,6 +66,7 @@ pub struct JobFilter {
     pub(crate) error_contains: Option<String>,
     pub(crate) tags: Vec<String>,
     pub(crate) batch: Option<crate::BatchId>,
+    pub(crate) workflow: Option<crate::WorkflowId>,
     pub(crate) args_contain: Option<serde_json::Value>,
     pub(crate) sort: JobSort,
     pub(crate) descending: Option<bool>,
@@ -245,6 +246,12 @@ impl JobFilter {
         self
     }
 
+    /// Only the jobs of this workflow ([`App::workflow`](crate::App::workflow)).
+    pub fn workflow(mut self, workflow: crate::WorkflowId) -> JobFilter {
+        self.workflow = Some(workflow);
+        self
+    }
+
     /// Only jobs whose arguments contain `value`, as PostgreSQL's `jsonb @>` reads it: an
     /// object matches when it holds these keys with these values (recursively), an array
     /// when it holds these elements. `json!({"user": 42})` matches `{"user": 42, "x": 1}`.
@@ -291,6 +298,7 @@ impl JobFilter {
             && self.error_contains.is_none()
             && self.tags.is_empty()
             && self.batch.is_none()
+            && self.workflow.is_none()
             && self.args_contain.is_none()
     }
 
@@ -361,6 +369,12 @@ impl JobFilter {
         }
         if let Some(b) = self.batch {
             c.push(format!("j.batch_id = {}::bigint", q.bind(b.0)));
+        }
+        if let Some(w) = self.workflow {
+            c.push(format!(
+                "j.id IN (SELECT wf.job_id FROM postpone_workflow_jobs wf WHERE wf.workflow_id = {}::bigint)",
+                q.bind(w.0)
+            ));
         }
         if let Some(v) = &self.args_contain {
             c.push(format!("j.args @> {}::jsonb", q.bind(v.clone())));

@@ -47,6 +47,9 @@ pub struct Select {
     /// Only the jobs of this batch, its callbacks included.
     #[arg(long, value_parser = parse::batch_id, value_name = "BATCH")]
     pub batch: Option<postpone::BatchId>,
+    /// Only the jobs of this workflow.
+    #[arg(long, value_parser = parse::workflow_id, value_name = "WORKFLOW")]
+    pub workflow: Option<postpone::WorkflowId>,
     /// Only jobs whose arguments contain this JSON (jsonb `@>`: `{"user": 42}` matches every
     /// job whose arguments hold the key user with the value 42). Not indexed.
     #[arg(long, value_parser = parse_json, value_name = "JSON")]
@@ -99,6 +102,9 @@ impl Select {
         }
         if let Some(b) = self.batch {
             f = f.batch(b);
+        }
+        if let Some(w) = self.workflow {
+            f = f.workflow(w);
         }
         if let Some(v) = &self.args {
             f = f.args_contain(v.clone());
