@@ -31,11 +31,17 @@
 /// row with only those two (NULL id). `n` is materialized so they are computed once per
 /// claim, not once per job. See `worker/due.rs`.
 ///
+/// `$6` is the claim's byte budget (schema version 27): the jobs come in claim order while
+/// their arguments, as JSON text, fit in it; `$7` whether a first job larger than it may
+/// come alone (the worker holds no job waiting). The last column, `cut`, says whether the
+/// claim left a job waiting for its size (set by the function, read once `n` made `c` run).
+///
 /// Guard: nothing is claimed when the worker's row is gone (it was presumed dead): it must
 /// register again, under a new id, first.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
-    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[], $5::int)
+    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[], $5::int,
+                                      $6::bigint, $7::boolean)
 ), n AS MATERIALIZED (
         SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
                CASE WHEN (SELECT count(*) FROM c) < $2::int
@@ -58,7 +64,7 @@ WITH c AS MATERIALIZED (
 )
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
        c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due, c.held,
-       c.expires_in
+       c.expires_in, current_setting('postpone.cut', true) IS NOT DISTINCT FROM 'on' AS cut
   FROM n LEFT JOIN c ON true";
 
 /// Writes the start of held jobs that started, through `postpone_start`: arrays `$1` ids,

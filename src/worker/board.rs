@@ -29,6 +29,10 @@ pub(crate) struct Board<T> {
     bells: Vec<Condvar>,
     /// Jobs waiting, readable without the lock.
     len: AtomicUsize,
+    /// The weight of the jobs waiting (for the worker: their arguments' bytes), readable
+    /// without the lock.
+    bytes: AtomicUsize,
+    weigh: fn(&T) -> usize,
 }
 
 struct State<T> {
@@ -57,8 +61,14 @@ impl<T> State<T> {
 
 impl<T> Board<T> {
     /// A board for executors numbered `0..executors`, with room for `capacity` jobs before
-    /// its queue grows.
+    /// its queue grows; its jobs weigh nothing.
+    #[cfg(test)]
     pub(crate) fn new(executors: usize, capacity: usize) -> Board<T> {
+        Board::weighed(executors, capacity, |_| 0)
+    }
+
+    /// A board whose waiting jobs' total weight, by `weigh`, is kept ([`bytes`](Self::bytes)).
+    pub(crate) fn weighed(executors: usize, capacity: usize, weigh: fn(&T) -> usize) -> Board<T> {
         Board {
             state: Mutex::new(State {
                 queue: VecDeque::with_capacity(capacity),
@@ -69,6 +79,8 @@ impl<T> Board<T> {
             }),
             bells: (0..executors).map(|_| Condvar::new()).collect(),
             len: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            weigh,
         }
     }
 
@@ -88,7 +100,10 @@ impl<T> Board<T> {
     pub(crate) fn push(&self, jobs: impl IntoIterator<Item = T>) {
         let who = {
             let mut s = self.lock();
-            s.queue.extend(jobs);
+            let mut added = 0;
+            s.queue
+                .extend(jobs.into_iter().inspect(|j| added += (self.weigh)(j)));
+            self.bytes.fetch_add(added, Ordering::SeqCst);
             self.len.store(s.queue.len(), Ordering::SeqCst);
             s.next_to_wake()
         };
@@ -110,6 +125,7 @@ impl<T> Board<T> {
             }
             if let Some(job) = s.queue.pop_front() {
                 self.len.store(s.queue.len(), Ordering::SeqCst);
+                self.bytes.fetch_sub((self.weigh)(&job), Ordering::SeqCst);
                 if searching {
                     s.searching -= 1;
                 }
@@ -147,6 +163,11 @@ impl<T> Board<T> {
         self.len.load(Ordering::SeqCst)
     }
 
+    /// The total weight of the jobs waiting (a look without the lock).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::SeqCst)
+    }
+
     /// Takes out, in order, the waiting jobs `f` picks: no executor will take them.
     pub(crate) fn remove_if(&self, mut f: impl FnMut(&T) -> bool) -> Vec<T> {
         let mut s = self.lock();
@@ -157,6 +178,7 @@ impl<T> Board<T> {
         let mut kept = VecDeque::with_capacity(s.queue.len());
         for job in s.queue.drain(..) {
             if f(&job) {
+                self.bytes.fetch_sub((self.weigh)(&job), Ordering::SeqCst);
                 out.push(job);
             } else {
                 kept.push_back(job);

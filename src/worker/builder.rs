@@ -33,6 +33,8 @@ use crate::task::Tasks;
 pub(crate) struct WorkerOptions {
     pub(crate) concurrency: usize,
     pub(crate) prefetch: Option<usize>,
+    /// Most bytes of arguments held in jobs claimed and not started (`prefetch_bytes`).
+    pub(crate) prefetch_bytes: usize,
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) name: Option<String>,
     pub(crate) poll_interval: Duration,
@@ -58,6 +60,7 @@ impl Default for WorkerOptions {
         WorkerOptions {
             concurrency: 1,
             prefetch: None,
+            prefetch_bytes: super::fetch::MAX_PREFETCH_BYTES,
             queues: None,
             name: None,
             poll_interval: Duration::from_secs(1),
@@ -140,11 +143,24 @@ impl WorkerBuilder {
     /// waiting instead of waiting for a claim. They are held by this worker (status `doing`)
     /// and given back untouched at shutdown. Defaults to adaptive: enough to keep every thread
     /// busy for two claim round-trips at the measured job duration (at least 1, at most 4,096,
-    /// and at most 64 MiB of arguments at the mean size of the jobs claimed so far), so fast
-    /// jobs are claimed in large batches and slow ones are not hoarded. A number here fixes
-    /// it; 0 disables it.
+    /// and fewer when the jobs claimed so far had large arguments), so fast jobs are claimed
+    /// in large batches and slow ones are not hoarded. A number here fixes it; 0 disables it.
+    /// Whatever the number, the jobs held are also bounded in bytes
+    /// ([`prefetch_bytes`](Self::prefetch_bytes)).
     pub fn prefetch(mut self, jobs: usize) -> Self {
         self.opts.prefetch = Some(jobs);
+        self
+    }
+
+    /// Most bytes of arguments (as JSON text) the worker holds in jobs it has claimed and
+    /// not started, beside those of its running jobs. The database decides it at each claim:
+    /// the claim returns jobs, in order, while their arguments fit in what is left of this
+    /// budget, and leaves the others waiting for any worker; a job larger than the whole
+    /// budget is claimed alone, when the worker holds no other. (Jobs of a queue with a
+    /// concurrency, rate or key limit are started by their claim, at most one per free
+    /// thread, and count as running.) Defaults to 64 MiB; at least 1.
+    pub fn prefetch_bytes(mut self, bytes: usize) -> Self {
+        self.opts.prefetch_bytes = bytes.max(1);
         self
     }
 
@@ -399,7 +415,10 @@ impl WorkerBuilder {
         // full when something is sent.
         let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
         let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(2 * capacity);
-        let board = super::board::Board::new(opts.concurrency, capacity);
+        let board =
+            super::board::Board::weighed(opts.concurrency, capacity, |c: &super::Claimed| {
+                c.args.0.len()
+            });
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);

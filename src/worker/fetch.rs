@@ -9,6 +9,13 @@
 //! `pool_idle_timeout`: the connection is closed and the beat thread claims instead, see
 //! `dormant.rs`). A claim asks for every
 //! free slot at once, so a busy worker claims in batches and an idle one in ones.
+//!
+//! Bytes: the jobs claimed and not started hold their arguments. Each claim passes the
+//! database what is left of the worker's byte budget (`prefetch_bytes`, 64 MiB) beside the
+//! arguments waiting on the board, and the claim returns jobs in order while their
+//! arguments fit in it (a job larger than the whole budget comes alone, when nothing
+//! waits). A claim that left a job for its size says so: the fetcher then claims again
+//! once a waiting job has started (the board weighs less), not when news comes.
 
 use crossbeam_channel::{select, Receiver};
 use std::sync::atomic::Ordering;
@@ -43,6 +50,9 @@ pub(crate) fn run(
     let mut helper = Helper::new(outcomes);
     let idle_close = shared.app.inner.pool.idle_timeout();
     let mut empty_since: Option<Instant> = None;
+    // What the board weighed when the last claim left a job for its size: no claim until
+    // it weighs less.
+    let mut cut_at: Option<usize> = None;
     loop {
         if shared.stopping() {
             return;
@@ -72,7 +82,8 @@ pub(crate) fn run(
         // waiting for it (at most twice the capacity is ever held). While executors still
         // have jobs waiting, claim only when half the capacity is free, so that a busy worker
         // claims in batches rather than one job per round-trip.
-        let Some(free) = room(shared, capacity) else {
+        let bytes = byte_room(shared, &mut cut_at);
+        let Some(free) = room(shared, capacity).filter(|_| bytes.is_some()) else {
             // When what fills the slots is outcomes waiting for the completer (not jobs
             // waiting for an executor), record some of them.
             let behind = shared.ledger.held_and_finished().1 >= capacity;
@@ -108,7 +119,7 @@ pub(crate) fn run(
             // Said before the count is read again: an executor that finishes the last
             // claimed job after that read sees it and wakes us on `room`.
             shared.wants_room.store(true, Ordering::SeqCst);
-            if room(shared, capacity).is_none() {
+            if room(shared, capacity).is_none() || byte_room(shared, &mut cut_at).is_none() {
                 // The completer signals on `wake` when it has recorded outcomes; an
                 // executor on `room` when it found no claimed job left to start.
                 // Looks again now and then: a running job nearing its typical end makes
@@ -126,16 +137,17 @@ pub(crate) fn run(
             shared.wants_room.store(false, Ordering::SeqCst);
             continue;
         };
+        let budget = bytes.expect("room was found");
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
-                let res = claim_with_riders(shared, c, free, free_threads, &task_names);
+                let res = claim_with_riders(shared, c, free, free_threads, budget, &task_names);
                 claim_latency.observe(started.elapsed());
                 link.judge(res)
             }
             Err(wait) => Err(wait),
         };
-        let claimed = match claimed {
+        let (claimed, cut) = match claimed {
             Ok(claimed) => claimed,
             Err(wait) => {
                 if sleep_or_stop(stop, wait) {
@@ -146,6 +158,8 @@ pub(crate) fn run(
         };
         let n = claimed.len();
         let bytes: usize = claimed.iter().map(|c| c.args.0.len()).sum();
+        // Weighed before the jobs go on the board: they raise it.
+        cut_at = cut.then(|| shared.board.bytes() + bytes);
         if let Some(mean) = bytes.checked_div(n) {
             args_bytes.observe(Duration::from_nanos(mean as u64));
         }
@@ -159,7 +173,7 @@ pub(crate) fn run(
         } else if empty_since.is_none() {
             empty_since = Some(Instant::now());
         }
-        if n < free {
+        if n < free && !cut {
             // The queue had less than we could take. While the completer is behind (the
             // end of a drain), record a share of its outcomes, as long as no news came;
             // then wait for news or the next due job.
@@ -231,10 +245,17 @@ pub(crate) fn claim_for_sleeper(shared: &Shared, conn: &mut Connection) -> Resul
         .opts
         .only_registered
         .then(|| shared.tasks.keys().cloned().collect());
-    let claimed = claim(shared, conn, free, free, &task_names, None)?;
+    // Jobs for free threads (the board is empty when the fetcher sleeps), in the same
+    // byte budget as the fetcher's claims.
+    let waiting = shared.board.bytes();
+    let budget = Budget {
+        bytes: shared.opts.prefetch_bytes.saturating_sub(waiting),
+        alone: waiting == 0,
+    };
+    let (claimed, cut) = claim(shared, conn, free, free, budget, &task_names, None)?;
     let n = claimed.len();
     hand_out(shared, claimed);
-    Ok(n >= free)
+    Ok(n >= free || cut)
 }
 
 /// Threads with nothing to run: neither a running job nor one waiting on the board for them.
@@ -270,6 +291,38 @@ fn available_threads(shared: &Shared, horizon: Duration, idle: bool) -> usize {
     shared.opts.concurrency.saturating_sub(running - ending)
 }
 
+/// The byte budget of the next claim, and whether a job larger than it may come alone:
+/// `None` while the jobs waiting on the board fill the budget, or while they weigh as much
+/// as when the last claim left a job for its size (`cut_at`, cleared once they weigh less).
+fn byte_room(shared: &Shared, cut_at: &mut Option<usize>) -> Option<Budget> {
+    let waiting = shared.board.bytes();
+    if waiting == 0 {
+        *cut_at = None;
+        return Some(Budget {
+            bytes: shared.opts.prefetch_bytes,
+            alone: true,
+        });
+    }
+    match *cut_at {
+        Some(at) if waiting >= at => return None,
+        Some(_) => *cut_at = None,
+        None => {}
+    }
+    let left = shared.opts.prefetch_bytes.saturating_sub(waiting);
+    (left > 0).then_some(Budget {
+        bytes: left,
+        alone: false,
+    })
+}
+
+/// What a claim may return in bytes of arguments (see [`byte_room`]).
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    bytes: usize,
+    /// A first job larger than `bytes` may come alone.
+    alone: bool,
+}
+
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
 fn room(shared: &Shared, capacity: usize) -> Option<usize> {
     let (held, finished) = shared.ledger.held_and_finished();
@@ -289,15 +342,17 @@ fn room(shared: &Shared, capacity: usize) -> Option<usize> {
 /// 14,200-16,100 jobs/s and 4,096 gave 24,800-28,400 (alternating runs, finished jobs kept).
 pub(crate) const MAX_PREFETCH: usize = 4096;
 
-/// Most bytes of arguments an adaptive prefetch holds (at the mean size of the jobs claimed
-/// so far), so that fast jobs with large arguments are not claimed four thousand at a time.
+/// The default byte budget of a worker's jobs claimed and not started (`prefetch_bytes`),
+/// enforced by each claim. The adaptive prefetch also asks for no more jobs than the budget
+/// holds at the mean size of the jobs claimed so far, so that a claim among large jobs locks
+/// and measures few more than it can return.
 pub(crate) const MAX_PREFETCH_BYTES: usize = 64 << 20;
 
 /// How many jobs to hold beyond the running ones. Fixed if the builder said so; otherwise
 /// enough to keep `threads` executors (those free or soon free) busy for two claim
 /// round-trips at the current job duration,
 /// at least 1 (so the next claim overlaps the current job), at most [`MAX_PREFETCH`] and at
-/// most [`MAX_PREFETCH_BYTES`] of arguments at `args_bytes` each. Fast jobs are claimed in
+/// most the byte budget's worth at `args_bytes` each. Fast jobs are claimed in
 /// large batches; slow jobs are not hoarded away from other workers.
 fn prefetch(shared: &Shared, threads: usize, claim_latency: Duration, args_bytes: usize) -> usize {
     match shared.opts.prefetch {
@@ -305,14 +360,15 @@ fn prefetch(shared: &Shared, threads: usize, claim_latency: Duration, args_bytes
         None => bounded_prefetch(
             adaptive_prefetch(threads, shared.job_duration.get(), claim_latency),
             args_bytes,
+            shared.opts.prefetch_bytes,
         ),
     }
 }
 
-/// `jobs`, or fewer when that many jobs of `args_bytes` each would hold more than
-/// [`MAX_PREFETCH_BYTES`] of arguments (at least 1).
-pub(crate) fn bounded_prefetch(jobs: usize, args_bytes: usize) -> usize {
-    jobs.min((MAX_PREFETCH_BYTES / args_bytes.max(1)).max(1))
+/// `jobs`, or fewer when that many jobs of `args_bytes` each would hold more than `budget`
+/// bytes of arguments (at least 1).
+pub(crate) fn bounded_prefetch(jobs: usize, args_bytes: usize, budget: usize) -> usize {
+    jobs.min((budget / args_bytes.max(1)).max(1))
 }
 
 /// The adaptive prefetch as a pure function of the concurrency, the average job duration
@@ -390,16 +446,17 @@ fn claim_with_riders(
     conn: &mut Connection,
     limit: usize,
     start: usize,
+    budget: Budget,
     task_names: &Option<Vec<String>>,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, bool)> {
     let possible = shared.opts.ride_claims && !conn.through_transaction_pooler();
     shared.ride.claiming(possible);
     if !possible {
-        return claim(shared, conn, limit, start, task_names, None);
+        return claim(shared, conn, limit, start, budget, task_names, None);
     }
     let riders = shared.ride.take(super::complete::MAX_BATCH);
     if riders.is_empty() {
-        return claim(shared, conn, limit, start, task_names, None);
+        return claim(shared, conn, limit, start, budget, task_names, None);
     }
     let refs: Vec<&Outcome> = riders.iter().collect();
     let params = FinishParams::new(&refs);
@@ -409,6 +466,7 @@ fn claim_with_riders(
         conn,
         limit,
         start,
+        budget,
         task_names,
         Some((&params, &mut recorded)),
     );
@@ -428,7 +486,7 @@ fn claim_with_riders(
             // lock made it wait past its lock_timeout) and the link is fine: the completer
             // records the outcomes on its own, and the claim goes alone, as it would have.
             if res.is_err() && !conn.is_broken() {
-                return claim(shared, conn, limit, start, task_names, None);
+                return claim(shared, conn, limit, start, budget, task_names, None);
             }
         }
     }
@@ -444,16 +502,25 @@ fn claim(
     conn: &mut Connection,
     limit: usize,
     start: usize,
+    budget: Budget,
     task_names: &Option<Vec<String>>,
     riders: Option<Riders<'_, '_>>,
-) -> Result<Vec<Claimed>> {
+) -> Result<(Vec<Claimed>, bool)> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
     let start = start.min(i32::MAX as usize) as i32;
     let sent = shared.due.sending();
     shared.stats.claims.fetch_add(1, Ordering::Relaxed);
-    let claim_params: [&(dyn postgres::types::ToSql + Sync); 5] =
-        [&id, &limit, &shared.opts.queues, task_names, &start];
+    let bytes = budget.bytes.min(i64::MAX as usize) as i64;
+    let claim_params: [&(dyn postgres::types::ToSql + Sync); 7] = [
+        &id,
+        &limit,
+        &shared.opts.queues,
+        task_names,
+        &start,
+        &bytes,
+        &budget.alone,
+    ];
     let mut rows = match riders {
         None => conn.query_cached("claiming jobs", store::JOB_CLAIM, &claim_params)?,
         Some((finish, recorded)) => {
@@ -482,6 +549,8 @@ fn claim(
             }
         }
     };
+    // On every row, the job-less one too (which `learn` removes).
+    let cut = rows.first().is_some_and(|r| r.get::<_, bool>(15));
     shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
@@ -516,7 +585,7 @@ fn claim(
             .then(a.0.cmp(&b.0))
             .then(a.1.id.cmp(&b.1.id))
     });
-    Ok(claimed.into_iter().map(|(_, c)| c).collect())
+    Ok((claimed.into_iter().map(|(_, c)| c).collect(), cut))
 }
 
 #[cfg(test)]
@@ -569,10 +638,11 @@ mod tests {
     #[test]
     fn large_arguments_bound_the_adaptive_prefetch() {
         let fast = adaptive_prefetch(4, Duration::from_nanos(100), 10 * MS);
-        assert_eq!(bounded_prefetch(fast, 100), MAX_PREFETCH);
-        assert_eq!(bounded_prefetch(fast, 1 << 20), 64);
-        assert_eq!(bounded_prefetch(fast, usize::MAX), 1);
-        assert_eq!(bounded_prefetch(3, 1 << 20), 3);
+        let b = MAX_PREFETCH_BYTES;
+        assert_eq!(bounded_prefetch(fast, 100, b), MAX_PREFETCH);
+        assert_eq!(bounded_prefetch(fast, 1 << 20, b), 64);
+        assert_eq!(bounded_prefetch(fast, usize::MAX, b), 1);
+        assert_eq!(bounded_prefetch(3, 1 << 20, b), 3);
     }
 
     #[test]

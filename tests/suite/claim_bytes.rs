@@ -64,7 +64,10 @@ fn a_claim_returns_no_more_argument_bytes_than_its_budget() {
     let (db, _app) = setup();
     let mut c = db.client();
     let w: i64 = c
-        .query_one("INSERT INTO postpone_workers (name) VALUES ('w') RETURNING id", &[])
+        .query_one(
+            "INSERT INTO postpone_workers (name) VALUES ('w') RETURNING id",
+            &[],
+        )
         .unwrap()
         .get(0);
     // 1,000 tiny jobs, then 10 of 100 KB (compressible: stored in about a kilobyte each,
@@ -85,7 +88,10 @@ fn a_claim_returns_no_more_argument_bytes_than_its_budget() {
         )
         .unwrap()
         .get(0);
-    assert!(stored < 20_000, "the large values are stored compressed ({stored})");
+    assert!(
+        stored < 20_000,
+        "the large values are stored compressed ({stored})"
+    );
     let claim = |c: &mut postgres::Client, bytes: i64, alone: bool| -> (Vec<i64>, i64, bool) {
         let mut tx = c.transaction().unwrap();
         let rows = tx
@@ -96,10 +102,7 @@ fn a_claim_returns_no_more_argument_bytes_than_its_budget() {
             )
             .unwrap();
         let cut: bool = tx
-            .query_one(
-                "SELECT current_setting('postpone.cut', true) = 'on'",
-                &[],
-            )
+            .query_one("SELECT current_setting('postpone.cut', true) = 'on'", &[])
             .unwrap()
             .get(0);
         tx.commit().unwrap();

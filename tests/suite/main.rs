@@ -19,7 +19,9 @@ mod web_util;
 #[path = "../worker_util/mod.rs"]
 mod worker_util;
 
-// Queue semantics (promise 5): order, priority, scheduling, locks, limits, flow control.
+// Queue semantics (promise 5): order, priority, scheduling, locks, limits, flow control; the
+// claim's byte budget.
+mod claim_bytes;
 mod claim_walk;
 mod defer;
 mod flow;
