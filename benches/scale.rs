@@ -33,7 +33,8 @@
 //!   (refused spawns and the worker's database errors), `--wakes` single jobs deferred one at
 //!   a time to the idle fleet (claim time minus defer time on the server's clock: p50, p99),
 //!   and a drain of `--n-work` no-op jobs deferred to the running fleet (jobs/s from the
-//!   first insert to the last job done).
+//!   first insert to the last job done; a drain not done by `--drain-timeout` seconds, 300,
+//!   is reported with the jobs done by then).
 //!
 //! Each figure prints as a JSON line, then a summary of medians over `--repeats` runs. The
 //! backlog cases run in turn, once per repeat, after one unrecorded drain that warms the
@@ -61,6 +62,7 @@ struct Args {
     repeats: usize,
     prefetch: Option<usize>,
     wakes: usize,
+    drain_timeout: Duration,
     only: Vec<String>,
 }
 
@@ -74,6 +76,7 @@ fn parse_args() -> Args {
         repeats: 1,
         prefetch: None,
         wakes: 30,
+        drain_timeout: Duration::from_secs(300),
         only: Vec::new(),
     };
     let argv: Vec<String> = std::env::args().collect();
@@ -87,6 +90,10 @@ fn parse_args() -> Args {
             "--locks" => a.locks = val().parse().expect("--locks N"),
             "--repeats" => a.repeats = val().parse().expect("--repeats N"),
             "--wakes" => a.wakes = val().parse().expect("--wakes N"),
+            "--drain-timeout" => {
+                a.drain_timeout =
+                    Duration::from_secs(val().parse().expect("--drain-timeout SECONDS"))
+            }
             "--prefetch" => a.prefetch = Some(val().parse().expect("--prefetch N")),
             "--processes" => {
                 a.processes = val()
@@ -591,6 +598,9 @@ fn bench_fleet(a: &Args) {
         defer_n(&owner, a.n_work, 0);
         let mut busy_max = (0, 0);
         let mut samples = 0;
+        // A drain that has not ended by `--drain-timeout` is reported as it stands (the
+        // jobs done by then), not waited for.
+        let mut complete = true;
         while busy(&owner) {
             if samples % 5 == 0 {
                 let c = server_connections(&mut observer);
@@ -598,14 +608,16 @@ fn bench_fleet(a: &Args) {
             }
             samples += 1;
             std::thread::sleep(Duration::from_millis(20));
-            assert!(t.elapsed() < Duration::from_secs(900), "the drain is stuck");
+            if t.elapsed() > a.drain_timeout {
+                complete = false;
+                break;
+            }
         }
         let drain_s = t.elapsed().as_secs_f64();
-        assert_eq!(
-            succeeded(&owner),
-            (a.n_work + a.wakes) as i64,
-            "jobs left or lost"
-        );
+        let drained = succeeded(&owner) - a.wakes as i64;
+        if complete {
+            assert_eq!(drained, a.n_work as i64, "jobs left or lost");
+        }
         let (mut refused, mut db_errors, mut unclean) = (0u64, 0u64, 0);
         for ch in &mut children {
             drop(ch.stdin.take());
@@ -632,12 +644,13 @@ fn bench_fleet(a: &Args) {
             let _ = ch.wait();
         }
         let errors = (refused + db_errors) as f64 / p as f64;
-        let rate = a.n_work as f64 / drain_s;
+        let rate = drained as f64 / drain_s;
         println!(
             "{{\"what\": \"fleet_{p}\", \"started\": {started}, \"ready_s\": {ready_s:.1}, \
              \"idle_fleet_conns\": {}, \"idle_server_conns\": {}, \"drain_fleet_conns\": {}, \
              \"drain_server_conns\": {}, \"refused_spawns\": {refused}, \"db_errors\": {db_errors}, \
-             \"errors_per_process\": {errors:.2}, \"unclean\": {unclean}, \"drain_jobs_per_s\": {rate:.1}, \
+             \"errors_per_process\": {errors:.2}, \"unclean\": {unclean}, \"drained\": {drained}, \
+             \"drain_complete\": {complete}, \"drain_jobs_per_s\": {rate:.1}, \
              \"wake_p50_ms\": {:.1}, \"wake_p99_ms\": {:.1}}}",
             idle.0,
             idle.1,
@@ -646,8 +659,13 @@ fn bench_fleet(a: &Args) {
             percentile(&wakes, 0.5),
             percentile(&wakes, 0.99),
         );
+        let rate = if complete {
+            format!("{rate:.0}")
+        } else {
+            format!("{rate:.0} ({drained} of {} in {drain_s:.0} s)", a.n_work)
+        };
         rows.push(format!(
-            "| {p} | {started} | {} ({}) | {} ({}) | {errors:.2} | {rate:.0} | {:.0} |",
+            "| {p} | {started} | {} ({}) | {} ({}) | {errors:.2} | {rate} | {:.0} |",
             idle.0,
             idle.1,
             busy_max.0,

@@ -57,6 +57,24 @@ pub(crate) fn run(
         if shared.stopping() {
             return;
         }
+        // While the server refuses connections and outcomes of this worker wait to be
+        // recorded, the fetcher gives its connection up and claims nothing until the
+        // completer has recorded some (`wake`), or the poll: the completer may need that
+        // slot. (A fleet whose fetchers held every free slot while their completers were
+        // refused made no progress at all: 90 processes on max_connections 100.)
+        if shared.refusals.under_way() && shared.ledger.held_and_finished().1 > 0 {
+            if link.idle_for().is_some() {
+                log::debug!(
+                    "worker {}: claiming jobs: connection given up while the server refuses connections and outcomes wait",
+                    shared.name
+                );
+                link.close();
+            }
+            if super::due::idle_wait(shared, stop, wake) {
+                return;
+            }
+            continue;
+        }
         // Jobs are held beyond the free threads only while some thread is free or expected
         // to be free soon (within two claims' time): a worker whose threads are all in long
         // jobs holds nothing another worker could run.
@@ -101,20 +119,6 @@ pub(crate) fn run(
                     }
                     continue;
                 }
-            }
-            // While the server refuses connections, a fetcher that waits for its outcomes to
-            // be recorded gives its connection up: the completer may need that slot (a fleet
-            // of such fetchers holding every slot while their completers are refused would
-            // never end).
-            if shared.ledger.held_and_finished().1 > 0
-                && shared.refusals.under_way()
-                && link.idle_for().is_some()
-            {
-                log::debug!(
-                    "worker {}: claiming jobs: connection given up while the server refuses connections and outcomes wait",
-                    shared.name
-                );
-                link.close();
             }
             // Said before the count is read again: an executor that finishes the last
             // claimed job after that read sees it and wakes us on `room`.
