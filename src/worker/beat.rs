@@ -120,9 +120,7 @@ pub(crate) fn run(
             // and the abort polls go on: a worker silent for stalled_after would be presumed
             // dead, and the jobs it is finishing would run again elsewhere. Done once no
             // executor is left, or at the hard deadline.
-            if shared.executors.load(Ordering::Acquire) == 0
-                || super::sleep_or_stop(hard, STOPPING_TICK)
-            {
+            if shared.handoff.executors() == 0 || super::sleep_or_stop(hard, STOPPING_TICK) {
                 return;
             }
         } else {
@@ -404,16 +402,15 @@ fn end_unstarted(shared: &Shared, outcomes: &Sender<Outcome>) {
         return;
     }
     let mut ended = Vec::new();
-    let taken =
-        shared.board.remove_if(
-            |c| match shared.ledger.take_unstarted(&c.key(), HOLD_LIMIT) {
-                Some(why) => {
-                    ended.push(why);
-                    true
-                }
-                None => false,
-            },
-        );
+    let taken = shared.handoff.board().remove_if(|c| {
+        match shared.ledger.take_unstarted(&c.key(), HOLD_LIMIT) {
+            Some(why) => {
+                ended.push(why);
+                true
+            }
+            None => false,
+        }
+    });
     let mut given_back = 0;
     for (claimed, why) in taken.iter().zip(ended) {
         match why {

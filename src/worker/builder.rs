@@ -13,7 +13,7 @@
 //! when a thread cannot be spawned, after stopping the threads already started.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -415,10 +415,7 @@ impl WorkerBuilder {
         // full when something is sent.
         let capacity = opts.concurrency + opts.prefetch.unwrap_or(fetch::MAX_PREFETCH) + 1;
         let (outcome_tx, outcome_rx) = crossbeam_channel::bounded(2 * capacity);
-        let board =
-            super::board::Board::weighed(opts.concurrency, capacity, |c: &super::Claimed| {
-                c.args.0.len()
-            });
+        let handoff = super::handoff::Handoff::new(opts.concurrency, capacity);
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
@@ -440,11 +437,8 @@ impl WorkerBuilder {
             job_duration: fetch::Ewma::guess(Duration::from_millis(10)),
             stopping: AtomicBool::new(false),
             ledger: Ledger::new(id, lease_until),
-            executors: AtomicUsize::new(0),
-            board,
+            handoff,
             beat_wake: crossbeam_channel::bounded(1),
-            room: crossbeam_channel::bounded(1),
-            wants_room: AtomicBool::new(false),
             unrecorded: Mutex::new(Vec::new()),
             listen_wake: Arc::new(tokio::sync::Notify::new()),
             hook,
@@ -537,7 +531,7 @@ impl WorkerBuilder {
                     "postpone-fetch".into(),
                     Box::new(move || {
                         // Executors stop waiting for jobs once no one can hand them any.
-                        let _close = super::board::CloseOnDrop(&s.board);
+                        let _close = super::board::CloseOnDrop(s.handoff.board());
                         fetch::run(&s, &stop, &wake, &out)
                     }),
                 )?;

@@ -119,10 +119,10 @@ pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Se
     // Shared by every job this thread runs, not copied for each.
     let thread_name: Arc<str> = Arc::from(std::thread::current().name().unwrap_or("postpone-exec"));
     super::backtrace::install();
-    let _alive = ExecutorAlive::new(shared);
+    let _alive = shared.handoff.executor_alive();
     loop {
         // The shutdown sets `stopping`, then closes the board.
-        let Some(claimed) = shared.board.take(me) else {
+        let Some(claimed) = shared.handoff.take(me) else {
             return;
         };
         // Claimed but never started when the worker stops: it stays in the ledger as
@@ -141,25 +141,7 @@ pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Se
         let _ = outcomes.send(outcome);
         // The last claimed job has started: a fetcher waiting for room may claim now,
         // without waiting for the completer to record these outcomes first.
-        if shared.board.is_empty() && shared.wants_room.load(Ordering::SeqCst) {
-            let _ = shared.room.0.try_send(());
-        }
-    }
-}
-
-/// Counts this executor in `Shared::executors` while it lives (even if it unwinds).
-struct ExecutorAlive<'a>(&'a Shared);
-
-impl<'a> ExecutorAlive<'a> {
-    fn new(shared: &'a Shared) -> ExecutorAlive<'a> {
-        shared.executors.fetch_add(1, Ordering::AcqRel);
-        ExecutorAlive(shared)
-    }
-}
-
-impl Drop for ExecutorAlive<'_> {
-    fn drop(&mut self) {
-        self.0.executors.fetch_sub(1, Ordering::AcqRel);
+        shared.handoff.job_done();
     }
 }
 

@@ -122,7 +122,7 @@ pub(crate) fn run(
             }
             // Said before the count is read again: an executor that finishes the last
             // claimed job after that read sees it and wakes us on `room`.
-            shared.wants_room.store(true, Ordering::SeqCst);
+            shared.handoff.want_room();
             if room(shared, capacity).is_none() || byte_room(shared, &mut cut_at).is_none() {
                 // The completer signals on `wake` when it has recorded outcomes; an
                 // executor on `room` when it found no claimed job left to start.
@@ -130,15 +130,15 @@ pub(crate) fn run(
                 // room for a job held for its thread.
                 select! {
                     recv(stop) -> _ => {
-                        shared.wants_room.store(false, Ordering::SeqCst);
+                        shared.handoff.stop_wanting_room();
                         return;
                     }
                     recv(wake) -> _ => {}
-                    recv(shared.room.1) -> _ => {}
+                    recv(shared.handoff.room()) -> _ => {}
                     default(ROOM_RECHECK) => {}
                 }
             }
-            shared.wants_room.store(false, Ordering::SeqCst);
+            shared.handoff.stop_wanting_room();
             continue;
         };
         let budget = bytes.expect("room was found");
@@ -163,7 +163,7 @@ pub(crate) fn run(
         let n = claimed.len();
         let bytes: usize = claimed.iter().map(|c| c.args.0.len()).sum();
         // Weighed before the jobs go on the board: they raise it.
-        cut_at = cut.then(|| shared.board.bytes() + bytes);
+        cut_at = cut.then(|| shared.handoff.waiting_bytes() + bytes);
         if let Some(mean) = bytes.checked_div(n) {
             args_bytes.observe(Duration::from_nanos(mean as u64));
         }
@@ -234,7 +234,7 @@ fn hand_out(shared: &Shared, claimed: Vec<Claimed>) {
             );
         }
     }
-    shared.board.push(claimed);
+    shared.handoff.push(claimed);
 }
 
 /// A claim of the beat thread's while the fetcher sleeps (`dormant.rs`), on the beat's
@@ -251,7 +251,7 @@ pub(crate) fn claim_for_sleeper(shared: &Shared, conn: &mut Connection) -> Resul
         .then(|| shared.tasks.keys().cloned().collect());
     // Jobs for free threads (the board is empty when the fetcher sleeps), in the same
     // byte budget as the fetcher's claims.
-    let waiting = shared.board.bytes();
+    let waiting = shared.handoff.waiting_bytes();
     let budget = Budget {
         bytes: shared.opts.prefetch_bytes.saturating_sub(waiting),
         alone: waiting == 0,
@@ -267,7 +267,7 @@ fn free_threads(shared: &Shared) -> usize {
     shared
         .opts
         .concurrency
-        .saturating_sub(shared.ledger.running() + shared.board.len())
+        .saturating_sub(shared.ledger.running() + shared.handoff.waiting())
 }
 
 /// How often a fetcher waiting for room looks again whether a thread will soon be free.
@@ -299,7 +299,7 @@ fn available_threads(shared: &Shared, horizon: Duration, idle: bool) -> usize {
 /// `None` while the jobs waiting on the board fill the budget, or while they weigh as much
 /// as when the last claim left a job for its size (`cut_at`, cleared once they weigh less).
 fn byte_room(shared: &Shared, cut_at: &mut Option<usize>) -> Option<Budget> {
-    let waiting = shared.board.bytes();
+    let waiting = shared.handoff.waiting_bytes();
     if waiting == 0 {
         *cut_at = None;
         return Some(Budget {
@@ -331,7 +331,7 @@ struct Budget {
 fn room(shared: &Shared, capacity: usize) -> Option<usize> {
     let (held, finished) = shared.ledger.held_and_finished();
     let free = capacity.saturating_sub(held - finished.min(capacity));
-    let threshold = if shared.board.is_empty() {
+    let threshold = if shared.handoff.is_empty() {
         1
     } else {
         (capacity / 2).max(1)

@@ -39,6 +39,7 @@ mod dormant;
 mod due;
 mod exec;
 mod fetch;
+mod handoff;
 mod idhash;
 mod ledger;
 mod link;
@@ -55,7 +56,7 @@ mod vacuum;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -213,18 +214,11 @@ pub(crate) struct Shared {
     /// recorded, and whether each may start. Any other `doing` job of this worker was
     /// claimed by a statement whose reply was lost: the beat thread gives it back.
     pub(crate) ledger: Ledger,
-    /// Executor threads running: a stopping worker's beat goes on until they are gone.
-    pub(crate) executors: AtomicUsize,
-    /// Claimed jobs on their way from the fetcher to the executors.
-    pub(crate) board: board::Board<Claimed>,
+    /// Claimed jobs on their way from the fetcher to the executors, the fetcher's wait for
+    /// room, and the executor threads alive (`handoff.rs`).
+    pub(crate) handoff: handoff::Handoff,
     /// Wakes the beat thread: a notification asked it to read abort requests now.
     pub(crate) beat_wake: (Sender<()>, Receiver<()>),
-    /// Wakes the fetcher while it waits for room: an executor finished a job and found no
-    /// other claimed job waiting. Sent only while `wants_room` is set (see `fetch`).
-    pub(crate) room: (Sender<()>, Receiver<()>),
-    /// The fetcher waits for room to claim (not for news of jobs: executors never wake an
-    /// idle fetcher, which would claim again for every job that trickles in).
-    pub(crate) wants_room: AtomicBool,
     /// Outcomes the completer could not record before it stopped.
     pub(crate) unrecorded: Mutex<Vec<Outcome>>,
     /// Wakes the listener out of its notification wait at shutdown.

@@ -183,7 +183,7 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
     // 1. Stop claiming and starting; wake everyone.
     shared.stopping.store(true, Ordering::Release);
     drop(r.stop_tx.take());
-    shared.board.close();
+    shared.handoff.board().close();
     shared.listen_wake.notify_one();
 
     // 2. Graceful window.
