@@ -569,7 +569,7 @@ impl App {
     }
 
     /// Like [`defer_batch`](Self::defer_batch), inside the caller's transaction or client.
-    pub fn defer_batch_in<C: crate::Executor + ?Sized>(
+    pub fn defer_batch_in<C: crate::DeferClient + ?Sized>(
         &self,
         client: &mut C,
         jobs: &[NewJob],

@@ -24,7 +24,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::app::App;
-use crate::client_trait::Executor;
+use crate::client_trait::DeferClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::insert::{self, NewJob};
 use crate::store;
@@ -162,7 +162,7 @@ impl App {
     /// join the batch when it commits. Give it a transaction: on a client outside one, the
     /// two statements of an add commit apart, and a failure of the second leaves the jobs
     /// inserted outside the batch.
-    pub fn add_to_batch_in<C: Executor + ?Sized>(
+    pub fn add_to_batch_in<C: DeferClient + ?Sized>(
         &self,
         client: &mut C,
         batch: BatchId,
@@ -203,7 +203,11 @@ impl BatchBuilder<'_> {
 
     /// Like [`defer`](Self::defer), inside the caller's transaction: the batch exists when
     /// it commits. Give it a transaction (a batch takes several statements).
-    pub fn defer_in<C: Executor + ?Sized>(self, client: &mut C, jobs: &[NewJob]) -> Result<Batch> {
+    pub fn defer_in<C: DeferClient + ?Sized>(
+        self,
+        client: &mut C,
+        jobs: &[NewJob],
+    ) -> Result<Batch> {
         let what = "deferring a batch";
         // The caller's client: statements name the App's schema (see namespace.rs).
         let ns = self.app.namespace();
@@ -258,7 +262,7 @@ impl BatchBuilder<'_> {
 }
 
 /// Inserts `jobs` and adds them to `batch`, with the caller's client.
-fn add_in<C: Executor + ?Sized>(
+fn add_in<C: DeferClient + ?Sized>(
     app: &App,
     client: &mut C,
     batch: BatchId,

@@ -1,4 +1,4 @@
-//! [`Executor`]: where a job can be deferred inside the caller's own transaction or session.
+//! [`DeferClient`]: where a job can be deferred inside the caller's own transaction or session.
 //!
 //! `postgres::GenericClient` is sealed upstream, so postpone's own connection types cannot
 //! implement it. This trait is implemented for every `GenericClient` (a `postgres::Client`,
@@ -32,7 +32,7 @@ mod sealed {
 /// # Ok(())
 /// # }
 /// ```
-pub trait Executor: sealed::Sealed {
+pub trait DeferClient: sealed::Sealed {
     /// Runs `sql` and returns its rows (`what` names the operation in errors).
     #[doc(hidden)]
     fn run_query(
@@ -45,7 +45,7 @@ pub trait Executor: sealed::Sealed {
 
 impl<C: GenericClient> sealed::Sealed for C {}
 
-impl<C: GenericClient> Executor for C {
+impl<C: GenericClient> DeferClient for C {
     fn run_query(
         &mut self,
         what: &str,
@@ -59,7 +59,7 @@ impl<C: GenericClient> Executor for C {
 
 impl sealed::Sealed for Connection {}
 
-impl Executor for Connection {
+impl DeferClient for Connection {
     fn run_query(
         &mut self,
         what: &str,
@@ -73,7 +73,7 @@ impl Executor for Connection {
 
 impl sealed::Sealed for Transaction<'_> {}
 
-impl Executor for Transaction<'_> {
+impl DeferClient for Transaction<'_> {
     fn run_query(
         &mut self,
         what: &str,
@@ -86,7 +86,7 @@ impl Executor for Transaction<'_> {
 
 impl sealed::Sealed for PooledConnection {}
 
-impl Executor for PooledConnection {
+impl DeferClient for PooledConnection {
     fn run_query(
         &mut self,
         what: &str,
@@ -96,3 +96,11 @@ impl Executor for PooledConnection {
         (**self).run_query(what, sql, params)
     }
 }
+
+/// The former name of [`DeferClient`], kept so that code naming it still compiles: every
+/// [`DeferClient`] is one.
+#[deprecated(note = "renamed `DeferClient` (the worker's executor threads are unrelated)")]
+pub trait Executor: DeferClient {}
+
+#[allow(deprecated)]
+impl<C: DeferClient + ?Sized> Executor for C {}

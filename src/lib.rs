@@ -69,6 +69,8 @@ pub use admin::{PausedQueue, Pauses};
 pub use admin::{DEFAULT_MAX_ARGS_BYTES, MAX_ARGS_BYTES_CEILING};
 pub use app::{App, AppBuilder, PooledConnection};
 pub use batch::{Batch, BatchBuilder, BatchId, BatchProgress, CallbackState};
+pub use client_trait::DeferClient;
+#[allow(deprecated)]
 pub use client_trait::Executor;
 pub use conn::tls::SslMode;
 pub use conn::{Connection, Notification, Transaction};

@@ -77,7 +77,7 @@ pub struct Mark {
 /// A job as it was deferred, read from the database.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct Deferred {
+pub struct DeferredJob {
     /// Its id.
     pub id: JobId,
     /// Its task name.
@@ -98,7 +98,7 @@ pub struct Deferred {
     pub status: JobStatus,
 }
 
-impl Deferred {
+impl DeferredJob {
     /// The arguments deserialized into `T`; an error of kind `InvalidInput` if they do not
     /// fit.
     pub fn args_as<T: DeserializeOwned>(&self) -> Result<T> {
@@ -124,20 +124,25 @@ impl Deferred {
 }
 
 /// The jobs deferred after a [`Mark`], oldest first; dereferences to a slice of
-/// [`Deferred`], with assertions that panic with a list of what was deferred.
+/// [`DeferredJob`], with assertions that panic with a list of what was deferred.
 #[derive(Clone, Debug, PartialEq)]
-pub struct DeferredJobs(Vec<Deferred>);
+pub struct DeferredJobs(Vec<DeferredJob>);
+
+/// The former name of [`DeferredJob`] (`postpone::Deferred` is the outcome of a unique
+/// defer).
+#[deprecated(note = "renamed `DeferredJob`")]
+pub type Deferred = DeferredJob;
 
 impl std::ops::Deref for DeferredJobs {
-    type Target = [Deferred];
-    fn deref(&self) -> &[Deferred] {
+    type Target = [DeferredJob];
+    fn deref(&self) -> &[DeferredJob] {
         &self.0
     }
 }
 
 impl DeferredJobs {
     /// The jobs of `task`.
-    pub fn of_task(&self, task: &str) -> Vec<&Deferred> {
+    pub fn of_task(&self, task: &str) -> Vec<&DeferredJob> {
         self.0.iter().filter(|d| d.task == task).collect()
     }
 
@@ -145,14 +150,14 @@ impl DeferredJobs {
     /// JSON) was deferred, and returns it to check its queue, schedule and locks. Panics
     /// otherwise, listing the jobs that were deferred.
     #[track_caller]
-    pub fn assert_one<A: Serialize + ?Sized>(&self, task: &str, args: &A) -> &Deferred {
+    pub fn assert_one<A: Serialize + ?Sized>(&self, task: &str, args: &A) -> &DeferredJob {
         let want = match serialize_args(args) {
             Ok(RawJson(text)) => {
                 serde_json::from_str::<serde_json::Value>(&text).expect("serialized JSON parses")
             }
             Err(e) => panic!("assert_one({task:?}, ..): {e}"),
         };
-        let found: Vec<&Deferred> = self
+        let found: Vec<&DeferredJob> = self
             .0
             .iter()
             .filter(|d| d.task == task && d.args == want)
@@ -238,7 +243,7 @@ impl Mark {
             .map(|r| {
                 let args: RawJson = r.get(2);
                 let status: String = r.get(8);
-                Ok(Deferred {
+                Ok(DeferredJob {
                     id: JobId(r.get(0)),
                     task: r.get(1),
                     args: serde_json::from_str(&args.0).unwrap_or(serde_json::Value::Null),

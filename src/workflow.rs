@@ -31,7 +31,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use crate::app::App;
-use crate::client_trait::Executor;
+use crate::client_trait::DeferClient;
 use crate::error::{Error, ErrorKind, Result};
 use crate::insert::{self, NewJob};
 use crate::store;
@@ -247,7 +247,7 @@ impl<'a> WorkflowBuilder<'a> {
     /// if and only if it commits. Give it a transaction: the insert takes several
     /// statements (one per layer of the graph), and outside one a failure would leave the
     /// layers before it inserted.
-    pub fn insert_in<C: Executor + ?Sized>(self, client: &mut C) -> Result<Workflow> {
+    pub fn insert_in<C: DeferClient + ?Sized>(self, client: &mut C) -> Result<Workflow> {
         let plan = self.plan()?;
         self.write(plan, client)
     }
@@ -347,7 +347,7 @@ impl<'a> WorkflowBuilder<'a> {
         }
     }
 
-    fn write<C: Executor + ?Sized>(self, plan: Plan, client: &mut C) -> Result<Workflow> {
+    fn write<C: DeferClient + ?Sized>(self, plan: Plan, client: &mut C) -> Result<Workflow> {
         let what = format!("inserting workflow {:?}", self.name);
         let ns = self.app.namespace();
         let rows = client.run_query(&what, &ns.qualify(store::WORKFLOW_INSERT), &[&self.name])?;

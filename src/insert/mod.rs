@@ -19,7 +19,7 @@
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::client_trait::Executor;
+use crate::client_trait::DeferClient;
 use postgres::types::ToSql;
 use serde::Serialize;
 
@@ -627,7 +627,7 @@ impl<'a> NewJob<Bound<'a>> {
     /// Like [`defer_unique`](Self::defer_unique), with the caller's client (see
     /// [`defer_in`](Self::defer_in)): inside its transaction, a duplicate is reported against
     /// what that transaction sees, and waits for other transactions inserting the same key.
-    pub fn defer_unique_in<C: Executor + ?Sized, A: Serialize + ?Sized>(
+    pub fn defer_unique_in<C: DeferClient + ?Sized, A: Serialize + ?Sized>(
         self,
         client: &mut C,
         args: &A,
@@ -666,7 +666,7 @@ impl<'a> NewJob<Bound<'a>> {
     /// exists if and only if that transaction commits. The client is any
     /// `postgres::GenericClient` (which has no deadline of ours), or a postpone
     /// [`Connection`], [`Transaction`](crate::Transaction) or
-    /// [`PooledConnection`](crate::PooledConnection) (see [`Executor`]).
+    /// [`PooledConnection`](crate::PooledConnection) (see [`DeferClient`]).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -679,7 +679,7 @@ impl<'a> NewJob<Bound<'a>> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn defer_in<C: Executor + ?Sized, A: Serialize + ?Sized>(
+    pub fn defer_in<C: DeferClient + ?Sized, A: Serialize + ?Sized>(
         self,
         client: &mut C,
         args: &A,

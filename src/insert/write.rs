@@ -52,7 +52,7 @@ impl Row {
 
     /// Inserts a job with dependencies: one statement, so atomic on any client.
     /// Statements run on `client` name the schema of `ns` (the client may be the caller's).
-    pub(super) fn insert_after<C: Executor + ?Sized>(
+    pub(super) fn insert_after<C: DeferClient + ?Sized>(
         self,
         ns: &Namespace,
         client: &mut C,
@@ -77,7 +77,7 @@ impl Row {
 
     /// Inserts the job unless its unique key is held (any job: one without `unique` is
     /// inserted, or refused for its queueing lock).
-    pub(super) fn insert_unique<C: Executor + ?Sized>(
+    pub(super) fn insert_unique<C: DeferClient + ?Sized>(
         &self,
         ns: &Namespace,
         client: &mut C,
@@ -253,7 +253,7 @@ pub(crate) fn check_batch(app: &dyn Inserter, jobs: &[NewJob]) -> Result<()> {
 }
 
 /// Inserts `jobs` in one statement with the caller's client; ids in input order.
-pub(crate) fn insert_batch_in<C: Executor + ?Sized>(
+pub(crate) fn insert_batch_in<C: DeferClient + ?Sized>(
     app: &dyn Inserter,
     client: &mut C,
     jobs: &[NewJob],

@@ -226,3 +226,22 @@ fn mark_run_records_outcomes_as_a_worker_does() {
     let dep = app.admin().job(dependent).unwrap();
     assert_eq!(dep.job.status, JobStatus::Cancelled);
 }
+
+/// The names renamed in issue 36 still compile, deprecated: `postpone::Executor` (now
+/// `DeferClient`) and `testing::Deferred` (now `DeferredJob`).
+#[test]
+#[allow(deprecated)]
+fn the_former_names_of_renamed_items_still_work() {
+    fn defer_with<C: postpone::Executor + ?Sized>(app: &App, client: &mut C) -> postpone::JobId {
+        app.job("place_order")
+            .defer_in(client, &json!({"n": 1}))
+            .unwrap()
+    }
+    let (_db, app, _client) = setup();
+    let mark = Mark::new(&app).unwrap();
+    let mut conn = app.connection().unwrap();
+    let id = defer_with(&app, &mut conn);
+    let jobs = mark.deferred().unwrap();
+    let first: &postpone::testing::Deferred = &jobs[0];
+    assert_eq!(first.id, id);
+}
