@@ -419,6 +419,7 @@ impl WorkerBuilder {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let (exit_tx, exit_rx) = crossbeam_channel::unbounded();
         let (listening_tx, listening_rx) = crossbeam_channel::bounded::<()>(1);
+        let (periodic_tx, periodic_rx) = crossbeam_channel::bounded::<()>(1);
 
         let lease_until = registered + beat::lease_span(opts.stalled_after);
         let task_time = tasks
@@ -560,11 +561,11 @@ impl WorkerBuilder {
             {
                 // Always there: stored schedules may come at any time. It holds a
                 // connection only while it has something to defer or prune.
-                let (s, stop) = (shared.clone(), stop_rx.clone());
+                let (s, stop, ready) = (shared.clone(), stop_rx.clone(), periodic_tx.clone());
                 spawn(
                     Role::Periodic,
                     "postpone-periodic".into(),
-                    Box::new(move || periodic::run(&s, schedules, &stop)),
+                    Box::new(move || periodic::run(&s, schedules, &stop, ready)),
                 )?;
             }
             Ok(())
@@ -582,9 +583,13 @@ impl WorkerBuilder {
             }),
         };
         drop(listening_tx);
+        drop(periodic_tx);
         match result {
             Ok(()) => {
                 let s = &handle.running.as_ref().expect("just built").shared;
+                // The periodic thread's first round reads the start instant (of schedules
+                // that run on start) before spawn returns: it reads the clock first thing.
+                let _ = periodic_rx.recv_timeout(Duration::from_secs(1));
                 if s.opts.listen {
                     // A worker returned by spawn() hears notifications: wait (bounded) for the
                     // listener's first LISTEN, so that an abort or a job deferred right after

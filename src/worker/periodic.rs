@@ -387,7 +387,15 @@ fn busy(schedules: &[Schedule], opts: &WorkerOptions) -> bool {
     schedules.iter().any(|s| !s.replaced) || opts.periodic.retention.is_some()
 }
 
-pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver<()>) {
+/// `ready` hears once the first round has read the clock (its instant is the start instant
+/// of schedules that run on start): `spawn` waits for it, bounded.
+pub(crate) fn run(
+    shared: &Shared,
+    mut schedules: Vec<Schedule>,
+    stop: &Receiver<()>,
+    ready: crossbeam_channel::Sender<()>,
+) {
+    let mut ready = Some(ready);
     let settings = shared.opts.periodic.clone();
     let now_fn = || {
         settings
@@ -430,6 +438,9 @@ pub(crate) fn run(shared: &Shared, mut schedules: Vec<Schedule>, stop: &Receiver
         }
         // The clock is read once per round (tests count the reads).
         let now = now_fn();
+        if let Some(r) = ready.take() {
+            let _ = r.try_send(());
+        }
         let seen = shared.schedules.seen();
         let result = (|| -> Result<()> {
             // Before its first round a worker with schedules in its code reads the stored
