@@ -388,7 +388,11 @@ fn a_routine_shutdown_fails_no_job_whose_task_answers_should_abort_with_fail() {
 fn every_answer_to_a_shutdown_requeues_the_job_unless_it_says_even_on_shutdown() {
     let (db, app) = setup();
     let (tasks, _, started, reasons) = stoppable(answer_as_told);
-    let w = fast_worker(&app, tasks).concurrency(7).spawn().unwrap();
+    let w = fast_worker(&app, tasks)
+        .concurrency(7)
+        .shutdown_graceful_timeout(Duration::from_secs(1))
+        .spawn()
+        .unwrap();
     let answers = [
         "fail", "cancel", "retry", "error", "panic", "fail!", "cancel!",
     ];
@@ -397,8 +401,9 @@ fn every_answer_to_a_shutdown_requeues_the_job_unless_it_says_even_on_shutdown()
         .map(|a| app.defer("stoppable", a).unwrap())
         .collect();
     recv_all(&started, answers.len());
-    // A generous bound: the panicking task's backtrace is printed by the default hook when
-    // RUST_BACKTRACE=1, which takes seconds in a debug build on a loaded machine.
+    // should_abort after 1 s, then a generous bound for the jobs to wrap up: the panicking
+    // task's backtrace is printed by the default hook when RUST_BACKTRACE=1, which takes
+    // seconds in a debug build on a loaded machine.
     let report = w.shutdown(Duration::from_secs(30));
     assert!(report.is_clean(), "{report}");
     assert_eq!(
