@@ -657,10 +657,10 @@ pub struct WorkflowCancel {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct WorkflowRetry {
-    /// Jobs put back to wait (for the jobs they run after, or their turn).
+    /// Jobs put back to wait (for the jobs they run after, or their turn), in id order.
     pub retried: Vec<JobId>,
     /// Jobs not retried, with why (a job of the same queueing lock waits, or a job it runs
-    /// after, outside those retried, ended badly).
+    /// after, outside those retried, ended badly), in id order.
     pub refused: Vec<(JobId, String)>,
 }
 
@@ -818,6 +818,9 @@ impl crate::Admin {
                 )),
             }
         }
+        // In id order, whatever order the statement returned them in.
+        done.retried.sort_unstable();
+        done.refused.sort_unstable_by_key(|(job, _)| *job);
         log::info!(
             "workflow {id} retried by the admin API: {} jobs retried, {} refused",
             done.retried.len(),
