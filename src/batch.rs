@@ -18,7 +18,6 @@
 //! and no job of it is left to run), never silently ignored.
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::SystemTime;
 
 use serde::Serialize;
@@ -35,35 +34,7 @@ use crate::types::{JobId, JobStatus};
 #[serde(transparent)]
 pub struct BatchId(pub i64);
 
-impl BatchId {
-    /// The id as a number.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for BatchId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<i64> for BatchId {
-    fn from(id: i64) -> BatchId {
-        BatchId(id)
-    }
-}
-
-impl FromStr for BatchId {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<BatchId> {
-        s.trim().parse::<i64>().map(BatchId).map_err(|_| {
-            Error::invalid(format!(
-                "invalid batch id {s:?}: expected a whole number, such as 42"
-            ))
-        })
-    }
-}
+crate::types::id_impls!(BatchId, "batch");
 
 /// A batch being built by [`App::batch`]: its callbacks, then [`defer`](Self::defer) with its
 /// jobs.

@@ -237,6 +237,48 @@ impl TaskDefaults {
     }
 }
 
+/// The impls every id newtype over a `bigint` key shares: `get`, `Display`, `From<i64>`, and
+/// `FromStr` with an error naming `$what` ("invalid batch id \"x\": ...").
+macro_rules! id_impls {
+    ($name:ident, $what:literal) => {
+        impl $name {
+            /// The id as a number.
+            pub fn get(self) -> i64 {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+
+        impl From<i64> for $name {
+            fn from(id: i64) -> $name {
+                $name(id)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = crate::error::Error;
+            fn from_str(s: &str) -> crate::error::Result<$name> {
+                s.trim().parse::<i64>().map($name).map_err(|_| {
+                    crate::error::Error::invalid(format!(
+                        concat!(
+                            "invalid ",
+                            $what,
+                            " id {:?}: expected a whole number, such as 42"
+                        ),
+                        s
+                    ))
+                })
+            }
+        }
+    };
+}
+pub(crate) use id_impls;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,7 +24,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
@@ -42,35 +41,7 @@ use crate::types::{JobId, JobStatus};
 #[serde(transparent)]
 pub struct WorkflowId(pub i64);
 
-impl WorkflowId {
-    /// The id as a number.
-    pub fn get(self) -> i64 {
-        self.0
-    }
-}
-
-impl fmt::Display for WorkflowId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-impl From<i64> for WorkflowId {
-    fn from(id: i64) -> WorkflowId {
-        WorkflowId(id)
-    }
-}
-
-impl FromStr for WorkflowId {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<WorkflowId> {
-        s.trim().parse::<i64>().map(WorkflowId).map_err(|_| {
-            Error::invalid(format!(
-                "invalid workflow id {s:?}: expected a whole number, such as 42"
-            ))
-        })
-    }
-}
+crate::types::id_impls!(WorkflowId, "workflow");
 
 /// A step of a workflow being built: returned by [`StepBuilder::add`], or made by
 /// [`Step::named`] to name a step by its name (also one added later).
