@@ -494,3 +494,66 @@ fn deep_arguments_and_many_tags_make_small_pages_and_cost_little_memory() {
     // needed hundreds, the old list 145 MB).
     assert!(grew < 10 * 1024 * 1024, "peak memory grew by {grew} bytes");
 }
+
+#[test]
+fn a_download_of_many_megabytes_fits_its_deadline_and_gives_its_connection_back() {
+    init_logging();
+    let db = TestDb::new();
+    let app = web_util::app(&db);
+    // About 11 MB of small objects: the server's text of it is slow to make, and read a
+    // chunk per round-trip it is made again for each of its 40-odd chunks.
+    let (id, len) = defer_sql(
+        &db,
+        "jsonb_build_object('rows', (SELECT jsonb_agg(jsonb_build_object('n', g, 's', md5(g::text))) \
+         FROM generate_series(1, 200000) g))",
+    );
+    assert!(len > 10_000_000, "{len}");
+    let stored: String = db
+        .client()
+        .query_one("SELECT args::text FROM postpone_jobs WHERE id = $1", &[&id])
+        .unwrap()
+        .get(0);
+    let dash = Dashboard::new(&app)
+        .listen("127.0.0.1:0")
+        .unwrap()
+        .response_timeout(Duration::from_secs(10))
+        .spawn()
+        .unwrap();
+    let addr = dash.addr();
+    // A client that reads a little and goes away: its download must give its connection
+    // and its slot back.
+    let got = slow_read(
+        addr,
+        &format!("/jobs/{id}/args.json"),
+        4096,
+        Duration::from_secs(1),
+    );
+    assert!(got > 0);
+    for round in 0..3 {
+        let started = Instant::now();
+        let raw = get(addr, &format!("/jobs/{id}/args.json"));
+        eprintln!(
+            "measured: download {round} of {len} bytes took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(raw.status, 200, "{}", raw.body);
+        assert_eq!(raw.body.len(), len, "download {round} was cut short");
+        assert!(
+            raw.body == stored,
+            "download {round} differs from the stored text"
+        );
+    }
+    // Pages are served beside it, and no connection is left in a transaction.
+    assert_eq!(get(addr, &format!("/jobs/{id}")).status, 200);
+    dash.shutdown();
+    let left: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "a download left a connection in its transaction");
+}

@@ -249,12 +249,15 @@ impl ValueReader {
 /// so the pool discards it (its session, transaction and cursor end with it).
 pub(crate) struct ValueCursor {
     conn: crate::PooledConnection,
+    /// The size of the whole value in bytes.
+    len: u64,
     done: bool,
 }
 
 impl std::fmt::Debug for ValueCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ValueCursor")
+            .field("len", &self.len)
             .field("done", &self.done)
             .finish()
     }
@@ -279,7 +282,7 @@ impl ValueCursor {
         let Some(row) = rows.first() else {
             return Err(not_found(id));
         };
-        if row.get::<_, Option<i32>>(0).is_none() {
+        let Some(len) = row.get::<_, Option<i32>>(0) else {
             conn.commit()?;
             return Ok(None);
         };
@@ -293,7 +296,17 @@ impl ValueCursor {
               ORDER BY g",
             id = id.0
         ))?;
-        Ok(Some(ValueCursor { conn, done: false }))
+        Ok(Some(ValueCursor {
+            conn,
+            len: len.max(0) as u64,
+            done: false,
+        }))
+    }
+
+    /// The size of the whole value in bytes.
+    #[cfg_attr(not(feature = "web"), allow(dead_code))]
+    pub(crate) fn len(&self) -> u64 {
+        self.len
     }
 
     /// The next chunk; `Ok(None)` at the end, when the transaction is committed and the

@@ -275,6 +275,12 @@ impl Tick for Shared {
 }
 
 impl Pool {
+    /// The most connections the pool holds open at once.
+    #[cfg_attr(not(feature = "web"), allow(dead_code))]
+    pub(crate) fn size(&self) -> usize {
+        self.shared.size
+    }
+
     /// How long a connection may sit unused before it is closed.
     pub(crate) fn idle_timeout(&self) -> Duration {
         self.shared.idle_timeout

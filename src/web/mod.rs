@@ -291,6 +291,7 @@ impl Dashboard {
             schedules: self.schedules.clone(),
             base: self.base_path.clone(),
             any_host: self.any_host,
+            downloads: Default::default(),
         }))
     }
 

@@ -285,14 +285,16 @@ fn size(n: u64) -> String {
 }
 
 /// `GET /jobs/ID/args.json` (and `output.json`, `progress.json`): the value's raw JSON
-/// text, streamed a chunk at a time (each chunk a round-trip of its own, so a slow client
-/// holds no connection between chunks), so a request holds one chunk whatever the value
-/// weighs. Each round-trip makes the server turn the whole value into text again: a 12 MB
-/// value of many small objects took 1.4 s a chunk on a loaded machine, and its 47 chunks
-/// did not fit in the 30-s response deadline (`Admin::write_value` reads through a cursor
-/// instead, holding its connection).
+/// text, streamed a chunk at a time, so a request holds one chunk whatever the value
+/// weighs. When a download slot is free (a quarter of the App's pool, see
+/// [`DownloadSlot`]) it reads through a cursor: the server turns the value into text once
+/// and the download holds one pooled connection until its body is sent or its response
+/// deadline cuts it off (an 11 MB value: about 0.6 s). Otherwise each chunk is a
+/// round-trip of its own, holding no connection between chunks, but each makes the server
+/// turn the whole value into text again: the same 11 MB value did not fit in a 10-s
+/// response deadline that way.
 pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Error> {
-    use crate::admin::preview::{JobValue, ValueReader};
+    use crate::admin::preview::{JobValue, ValueCursor, ValueReader};
     let which = match file {
         "args.json" => JobValue::Args,
         "output.json" => JobValue::Output,
@@ -312,6 +314,25 @@ pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Er
             format!("attachment; filename=\"job-{id}-{file}\""),
         ),
     ];
+    let stream = |len: u64, next: super::super::http::NextChunk| Response {
+        status: 200,
+        headers: headers.clone(),
+        body: super::super::http::Body::Stream { len, next },
+    };
+    if let Some(slot) = DownloadSlot::take(st) {
+        let Some(mut cursor) = ValueCursor::open(st.app.connection()?, id, which)? else {
+            return Err(missing());
+        };
+        let len = cursor.len();
+        return Ok(stream(
+            len,
+            Box::new(move || {
+                // The slot is given back when the body ends or is dropped unfinished.
+                let _held = &slot;
+                cursor.next().map_err(std::io::Error::other)
+            }),
+        ));
+    }
     let mut reader = ValueReader::new(id, which);
     let first = {
         let mut conn = st.app.connection()?;
@@ -323,18 +344,42 @@ pub(super) fn download(st: &State, id: JobId, file: &str) -> Result<Response, Er
     let len = reader.len().unwrap_or(first.len() as u64);
     let app = st.app.clone();
     let mut first = Some(first);
-    let next: super::super::http::NextChunk = Box::new(move || {
-        if let Some(f) = first.take() {
-            return Ok(Some(f));
-        }
-        let mut conn = app.connection().map_err(std::io::Error::other)?;
-        reader.next(&mut conn).map_err(std::io::Error::other)
-    });
-    Ok(Response {
-        status: 200,
-        headers,
-        body: super::super::http::Body::Stream { len, next },
-    })
+    Ok(stream(
+        len,
+        Box::new(move || {
+            if let Some(f) = first.take() {
+                return Ok(Some(f));
+            }
+            let mut conn = app.connection().map_err(std::io::Error::other)?;
+            reader.next(&mut conn).map_err(std::io::Error::other)
+        }),
+    ))
+}
+
+/// One of the dashboard's downloads that may hold a pooled connection for the whole of
+/// their body: a quarter of the App's pool (at least one when the pool has two or more),
+/// so pages keep connections of their own beside downloads. Given back when dropped.
+pub(super) struct DownloadSlot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl DownloadSlot {
+    /// A free slot, or `None` when every slot is taken (or the pool is too small to lend).
+    pub(super) fn take(st: &State) -> Option<DownloadSlot> {
+        use std::sync::atomic::Ordering;
+        let size = st.app.inner.pool.size();
+        let limit = if size >= 2 { (size / 4).max(1) } else { 0 };
+        st.downloads
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| DownloadSlot(st.downloads.clone()))
+    }
+}
+
+impl Drop for DownloadSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Indents JSON text two spaces a level (up to [`MAX_INDENT`] levels), keeping every

@@ -55,6 +55,9 @@ pub(crate) struct State {
     pub(crate) base: String,
     /// Requests to any host name are answered (the host program guards access).
     pub(crate) any_host: bool,
+    /// Downloads reading through a cursor now, each holding a pooled connection until
+    /// its body is sent (at most [`State::cursor_downloads`] at once).
+    pub(crate) downloads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// How long the overview's figures are shared between requests.
