@@ -160,10 +160,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "workflows",
         sql: include_str!("0028_workflows.sql"),
     },
+    Migration {
+        version: 29,
+        name: "claim_sizes",
+        sql: include_str!("0029_claim_sizes.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 28;
+pub(crate) const LATEST: i32 = 29;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

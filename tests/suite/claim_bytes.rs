@@ -245,3 +245,78 @@ fn a_job_larger_than_the_budget_still_runs_alone() {
         "held {peak} bytes in {jobs} jobs"
     );
 }
+
+/// Schema 29 measures the arguments in the walk that locks the rows; a claim of several
+/// queues (whose walks are merged into claim order) and one that parks jobs behind their
+/// locks measure them where they visit the rows again. Each keeps the budget as a prefix
+/// of claim order: the same jobs whichever path the claim takes.
+#[test]
+fn the_budget_holds_across_queues_and_beside_parked_jobs() {
+    let (db, _app) = setup();
+    let mut c = db.client();
+    let w: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name) VALUES ('w') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // Queues a and b alternate in claim order (scheduled one second apart); every job's
+    // arguments are 1,000 bytes of JSON text. Jobs 3 and 4 wait for lock 'k' behind job 2.
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, scheduled_at, lock)
+         SELECT CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 't', to_jsonb(repeat('x', 998)),
+                now() - interval '1 hour' + g * interval '1 second',
+                CASE WHEN g IN (2, 3, 4) THEN 'k' END
+           FROM generate_series(1, 40) g",
+    )
+    .unwrap();
+    let claim = |c: &mut postgres::Client, queues: Option<Vec<&str>>, bytes: i64| {
+        let mut tx = c.transaction().unwrap();
+        let rows = tx
+            .query(
+                "SELECT id, octet_length(args::text)::bigint
+                   FROM postpone_claim_jobs($1, 100, $2, NULL, 4, $3, false)",
+                &[&w, &queues, &bytes],
+            )
+            .unwrap();
+        let cut: bool = tx
+            .query_one("SELECT current_setting('postpone.cut', true) = 'on'", &[])
+            .unwrap()
+            .get(0);
+        tx.rollback().unwrap();
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let sum: i64 = rows.iter().map(|r| r.get::<_, i64>(1)).sum();
+        (ids, sum, cut)
+    };
+    // Both queues named (a merge of two walks), 10.5 jobs' worth: the first 10 in claim
+    // order, jobs 3 and 4 left behind their lock (parked: not counted).
+    let (ids, sum, cut) = claim(&mut c, Some(vec!["a", "b"]), 10_500);
+    assert_eq!(ids, vec![1, 2, 5, 6, 7, 8, 9, 10, 11, 12]);
+    assert_eq!(sum, 10_000);
+    assert!(cut);
+    // Every queue (one walk), the same budget: the same jobs.
+    let (ids, sum, cut) = claim(&mut c, None, 10_500);
+    assert_eq!(ids, vec![1, 2, 5, 6, 7, 8, 9, 10, 11, 12]);
+    assert_eq!(sum, 10_000);
+    assert!(cut);
+    // One queue of the two, a budget of three jobs.
+    let (ids, sum, cut) = claim(&mut c, Some(vec!["b"]), 3_000);
+    assert_eq!(ids, vec![1, 5, 7]);
+    assert_eq!(sum, 3_000);
+    assert!(cut);
+    // A pause of queue a leaves b alone, measured as one queue.
+    c.batch_execute("INSERT INTO postpone_paused_queues (queue) VALUES ('a')")
+        .unwrap();
+    let (ids, _, _) = claim(&mut c, Some(vec!["a", "b"]), 2_000);
+    assert_eq!(ids, vec![1, 5]);
+    let (ids, _, _) = claim(&mut c, None, 2_000);
+    assert_eq!(ids, vec![1, 5]);
+    // A budget wide enough: everything free, nothing cut.
+    c.batch_execute("DELETE FROM postpone_paused_queues")
+        .unwrap();
+    let (ids, sum, cut) = claim(&mut c, Some(vec!["a", "b"]), 1 << 30);
+    assert_eq!(ids.len(), 38);
+    assert_eq!(sum, 38_000);
+    assert!(!cut);
+}
