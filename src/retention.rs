@@ -10,7 +10,9 @@
 //! long; batches repeat until one comes back short. Several workers pruning at once share
 //! the work. Records of periodic instants older than `older_than` (but never younger than
 //! two days, which periodic deduplication needs) are pruned the same way, except the latest
-//! of each schedule, from which its catch-up after downtime is counted.
+//! of each schedule, from which its catch-up after downtime is counted. Then workflows and
+//! batches older than `older_than` none of whose jobs is left are deleted, so a program that
+//! uses them and prunes keeps its tables flat.
 
 use std::fmt;
 use std::time::Duration;
@@ -138,14 +140,24 @@ pub struct PruneReport {
     pub jobs_deleted: u64,
     /// Records of periodic instants deleted.
     pub periodic_deleted: u64,
+    /// Workflows and batches deleted: those older than the retention's age none of whose
+    /// jobs is left.
+    pub groups_deleted: u64,
 }
 
 impl fmt::Display for PruneReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.groups_deleted == 0 {
+            return write!(
+                f,
+                "deleted {} job(s) and {} periodic record(s)",
+                self.jobs_deleted, self.periodic_deleted
+            );
+        }
         write!(
             f,
-            "deleted {} job(s) and {} periodic record(s)",
-            self.jobs_deleted, self.periodic_deleted
+            "deleted {} job(s), {} periodic record(s) and {} workflow(s) or batch(es)",
+            self.jobs_deleted, self.periodic_deleted, self.groups_deleted
         )
     }
 }
@@ -202,6 +214,23 @@ pub(crate) fn prune(
             break;
         }
     }
+    // Workflows and batches whose jobs are all gone, once as old as the jobs pruned: what
+    // is left of them is a row that nothing reads.
+    for (what, sql) in [
+        ("pruning workflows", store::WORKFLOWS_PRUNE),
+        ("pruning batches", store::BATCHES_PRUNE),
+    ] {
+        loop {
+            if !go_on() {
+                return Ok(report);
+            }
+            let n = conn.execute_cached(what, sql, &[&age, &batch])?;
+            report.groups_deleted += n;
+            if n < batch as u64 {
+                break;
+            }
+        }
+    }
     log::debug!(
         "pruned jobs finished more than {} ago ({}): {report}",
         fmt_duration(r.older_than),
@@ -242,10 +271,16 @@ mod tests {
 
     #[test]
     fn report_reads_as_a_sentence() {
-        let r = PruneReport {
+        let mut r = PruneReport {
             jobs_deleted: 3,
             periodic_deleted: 1,
+            groups_deleted: 0,
         };
         assert_eq!(r.to_string(), "deleted 3 job(s) and 1 periodic record(s)");
+        r.groups_deleted = 2;
+        assert_eq!(
+            r.to_string(),
+            "deleted 3 job(s), 1 periodic record(s) and 2 workflow(s) or batch(es)"
+        );
     }
 }

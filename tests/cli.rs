@@ -458,7 +458,7 @@ fn every_command_against_a_real_database() {
     );
     assert_eq!(
         json(url, &["prune", "--older-than", "0s"]),
-        serde_json::json!({"jobs_deleted": 1, "periodic_deleted": 0})
+        serde_json::json!({"jobs_deleted": 1, "periodic_deleted": 0, "groups_deleted": 0})
     );
     assert_eq!(
         ok(

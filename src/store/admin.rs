@@ -235,6 +235,32 @@ pub(crate) const JOB_CANCEL_REQUEST_CLEAR: &str =
                     AND (status <> 'doing' OR started_at IS NOT NULL)
                  RETURNING id";
 
+/// Deletes up to `$2` workflows created more than `$1` milliseconds ago none of whose jobs
+/// is left (pruned or deleted), with their membership rows (`ON DELETE CASCADE`). A workflow
+/// still being inserted is not visible yet; rows another transaction holds are skipped.
+pub(crate) const WORKFLOWS_PRUNE: &str = "
+DELETE FROM postpone_workflows
+ WHERE id = ANY(ARRAY(
+       SELECT w.id FROM postpone_workflows w
+        WHERE w.created_at < now() - $1::bigint * interval '1 millisecond'
+          AND NOT EXISTS (SELECT 1 FROM postpone_workflow_jobs f
+                            JOIN postpone_jobs j ON j.id = f.job_id
+                           WHERE f.workflow_id = w.id)
+        LIMIT $2
+          FOR UPDATE SKIP LOCKED))";
+
+/// Deletes up to `$2` batches created more than `$1` milliseconds ago none of whose jobs
+/// (callbacks included: they carry the batch's id too) is left. Rows another transaction
+/// holds (a job being added) are skipped.
+pub(crate) const BATCHES_PRUNE: &str = "
+DELETE FROM postpone_batches
+ WHERE id = ANY(ARRAY(
+       SELECT b.id FROM postpone_batches b
+        WHERE b.created_at < now() - $1::bigint * interval '1 millisecond'
+          AND NOT EXISTS (SELECT 1 FROM postpone_jobs j WHERE j.batch_id = b.id)
+        LIMIT $2
+          FOR UPDATE SKIP LOCKED))";
+
 /// How many jobs [`JOBS_PRUNE`] would delete with no limit: finished, status in `$1`,
 /// finished more than `$2` milliseconds ago.
 pub(crate) const JOBS_PRUNE_COUNT: &str = "SELECT count(*) FROM postpone_jobs

@@ -27,6 +27,7 @@ mod defer;
 mod flow;
 mod limits;
 mod parked;
+mod prune_groups;
 mod rates;
 mod rates_admin;
 mod scheduled;
