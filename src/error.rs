@@ -343,7 +343,7 @@ pub(crate) fn refusal_remedy(code: &str) -> Option<&'static str> {
         "53300" | "53400" => Some(
             "every connection slot is taken: raise max_connections (or the role's CONNECTION \
              LIMIT), open fewer connections per process (a smaller pool_size; a worker holds \
-             3 while busy, 1 idle), or put PgBouncer in front",
+             2 while busy, 1 idle), or put PgBouncer in front",
         ),
         "57P03" => Some(
             "the server is starting up, shutting down or in recovery and accepts no \

@@ -104,7 +104,11 @@ fn counting_tasks() -> (Tasks, Arc<AtomicUsize>) {
     let ran = Arc::new(AtomicUsize::new(0));
     let mut tasks = Tasks::new();
     let r = ran.clone();
-    tasks.register("count", move |_: &Job| -> Result<(), TaskError> {
+    tasks.register("count", move |job: &Job| -> Result<(), TaskError> {
+        let args: serde_json::Value = job.args()?;
+        if let Some(ms) = args.get("ms").and_then(serde_json::Value::as_u64) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         r.fetch_add(1, Ordering::SeqCst);
         Ok(())
     });
@@ -201,6 +205,71 @@ fn a_worker_keeps_going_while_the_server_refuses_connections_and_defers_fail_fas
     assert!(report.is_clean(), "{report}");
 }
 
+#[test]
+fn a_worker_whose_role_may_hold_one_connection_runs_jobs_and_records_them_on_it() {
+    let (db, owner, role) = setup("one-slot");
+    let (tasks, ran) = counting_tasks();
+    let wapp = App::builder(role.url(&db))
+        .pool_size(1)
+        .lazy(true)
+        .build()
+        .unwrap();
+    let worker = Worker::builder(&wapp, tasks)
+        .name("fleet-one-slot-worker")
+        .concurrency(2)
+        .poll_interval(Duration::from_millis(300))
+        .heartbeat_interval(Duration::from_millis(300))
+        .stalled_after(Duration::from_secs(30))
+        .reconnect_backoff_max(Duration::from_millis(500))
+        .vacuum(Vacuum::off())
+        .spawn()
+        .unwrap();
+    // Busy first, so that the fetcher has a connection of its own.
+    let batch: Vec<postpone::NewJob> = (0..200)
+        .map(|_| postpone::NewJob::new("count", &json!({ "ms": 2 })).unwrap())
+        .collect();
+    owner.defer_batch(&batch).unwrap();
+    let mut before = 0;
+    assert!(wait_until(Duration::from_secs(30), || {
+        before = before.max(worker.open_sockets());
+        ran.load(Ordering::SeqCst) == 200
+    }));
+    eprintln!("at most {before} connection(s) of the worker while it ran 200 jobs");
+
+    // One connection for the role, and every session ends: whichever thread reconnects
+    // first, the worker must run and record jobs on that one connection (the fetcher
+    // sleeps, or hands its connection over, and the beat claims; the completer records on
+    // the beat's connection).
+    set_connection_limit(&db, &role, 1);
+    terminate_sessions_of(&db, &role);
+    owner.defer_batch(&batch).unwrap();
+    let mut most_server = 0;
+    let mut most_sockets = 0;
+    let ran_all = wait_until(Duration::from_secs(60), || {
+        most_server = most_server.max(connections_of(&db, &role));
+        most_sockets = most_sockets.max(worker.open_sockets());
+        succeeded(&db) == 400
+    });
+    eprintln!(
+        "under a limit of 1: ran {} of 400, at most {most_server} server connection(s) of the \
+         role, {most_sockets} socket(s) of the worker; {:?}",
+        ran.load(Ordering::SeqCst),
+        worker.stats()
+    );
+    assert!(
+        ran_all,
+        "not every job ran and was recorded: {:?}",
+        worker.stats()
+    );
+    assert!(most_server <= 1, "{most_server}");
+    let warned = lines_with(&["fleet-one-slot-worker", "refused the connection"]);
+    assert!(warned.len() <= 2, "one warning per episode: {warned:#?}");
+
+    set_connection_limit(&db, &role, -1);
+    let report = worker.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+}
+
 /// Server connections whose application_name is `name`.
 fn connections_named(db: &TestDb, name: &str) -> i64 {
     db.client()
@@ -231,7 +300,7 @@ fn succeeded(db: &TestDb) -> i64 {
 }
 
 #[test]
-fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
+fn an_idle_worker_process_holds_one_connection_and_two_while_it_drains() {
     captured();
     let db = TestDb::new();
     let owner = App::builder(db.url()).pool_size(2).build().unwrap();
@@ -268,9 +337,9 @@ fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
             .load(Ordering::SeqCst)
             == 8));
         let after_tasks = connections_named(&db, &name);
-        // Idle: the pool and the completer close their connections after pool_idle_timeout,
-        // and the fetcher, whose claims found nothing that long, closes its own: the beat
-        // thread's connection (which LISTENs too) is left.
+        // Idle: the pool closes its connections after pool_idle_timeout, and the fetcher,
+        // whose claims found nothing that long, closes its own: the worker's lasting
+        // connection (the beat's, which LISTENs, and on which the completer records) is left.
         let settled = wait_until(Duration::from_secs(20), || {
             connections_named(&db, &name) == 1
         });
@@ -279,14 +348,18 @@ fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
             settled,
             "listen({listen}): {idle} connection(s) idle, expected 1"
         );
-        // A drain of tasks that use no pooled connection: fetch, complete and beat.
+        // A drain of tasks that use no pooled connection (1 ms each, so that the drain
+        // lasts and is sampled every 10 ms): the fetcher's connection, and the one the
+        // heartbeat, the listener and the completer share.
         let jobs: Vec<postpone::NewJob> = (0..3000)
-            .map(|_| postpone::NewJob::new("count", &json!({})).unwrap())
+            .map(|_| postpone::NewJob::new("count", &json!({ "ms": 1 })).unwrap())
             .collect();
         owner.defer_batch(&jobs).unwrap();
         let mut busy = 0;
+        let mut samples = 0;
         let drained = wait_until(Duration::from_secs(60), || {
             busy = busy.max(connections_named(&db, &name));
+            samples += 1;
             ran.load(Ordering::SeqCst) >= 8 + 3000
         });
         assert!(
@@ -296,10 +369,10 @@ fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
         );
         eprintln!(
             "listen({listen}): {after_tasks} connection(s) just after tasks used the pool, \
-             {idle} idle, at most {busy} during a drain of 3000 jobs"
+             {idle} idle, at most {busy} during a drain of 3000 jobs ({samples} samples)"
         );
         assert!(
-            busy <= 3,
+            busy <= 2,
             "listen({listen}): {busy} connections during the drain"
         );
         // Idle again, then a job deferred to the sleeping fetcher runs (claimed by the beat
@@ -311,12 +384,17 @@ fn an_idle_worker_process_holds_one_connection_and_three_while_it_drains() {
         assert!(wait_until(Duration::from_secs(20), || ran
             .load(Ordering::SeqCst)
             == 8 + 3000 + 1));
-        // Its outcome is recorded on a connection the completer opens again (8 jobs that
-        // deferred, the 8 they deferred, the drain and this one).
+        // Its outcome is recorded on the same connection (8 jobs that deferred, the 8 they
+        // deferred, the drain and this one): the worker's threads opened no other.
         assert!(
             wait_until(Duration::from_secs(20), || succeeded(&db)
                 == 8 + 8 + 3000 + 1),
             "listen({listen}): not every outcome was recorded"
+        );
+        assert_eq!(
+            worker.open_sockets(),
+            1,
+            "listen({listen}): a job now and then is claimed and recorded on one connection"
         );
         let report = worker.shutdown(Duration::from_secs(5));
         assert!(report.is_clean(), "{report}");

@@ -55,8 +55,8 @@ fn a_stranded_worker_consumes_the_queue_again_without_a_restart() {
     wait_status(&db, warm, "succeeded", Duration::from_secs(5));
     let before = handle.stats();
     let stranded = proxy.live_connections();
-    // Fetch, beat (which listens) and complete.
-    assert!(stranded >= 3, "the worker's links go through the proxy");
+    // The fetcher's, and the one the beat (which listens) and the completer share.
+    assert!(stranded >= 2, "the worker's links go through the proxy");
 
     let t_strand = Instant::now();
     proxy.strand_all();

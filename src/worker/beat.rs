@@ -42,10 +42,12 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::future::Future;
+
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
 use super::ledger::{Paused, Unstarted};
-use super::link::Link;
+use super::link::{Link, Party};
 use super::{Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
@@ -70,7 +72,6 @@ const STOPPING_TICK: Duration = Duration::from_millis(10);
 /// notifications).
 pub(crate) fn run(
     shared: &Shared,
-    conn: Connection,
     stop: &Receiver<()>,
     hard: &Receiver<()>,
     outcomes: &Sender<Outcome>,
@@ -79,26 +80,9 @@ pub(crate) fn run(
 ) {
     let listens = listening.is_some();
     let channel = shared.app.namespace().channel().to_owned();
-    // The link's state: a connection that LISTENs and has not yet said so.
-    let mut link = {
-        let channel = channel.clone();
-        Link::with_setup(shared, "the heartbeat", move |c: &mut Connection| {
-            if listens {
-                c.listen(&channel)?;
-            }
-            Ok(listens)
-        })
-    };
-    let mut conn = conn;
-    match if listens {
-        conn.listen(&channel)
-    } else {
-        Ok(())
-    } {
-        Ok(()) => link.adopt(conn, listens),
-        // The link opens another.
-        Err(e) => shared.log_db_error("listening for jobs", &e, 1),
-    }
+    // The worker's lasting connection, taken in turns with the completer (`link.rs`); its
+    // state: it LISTENs and nobody has said so yet.
+    let mut link = Link::on_shelf(shared, "the heartbeat", Party::Beat);
     let mut retry_at = Instant::now();
     // While the fetcher sleeps, the beat claims for it, first at once (`dormant.rs`).
     let mut next_claim = Instant::now();
@@ -120,6 +104,7 @@ pub(crate) fn run(
             // and the abort polls go on: a worker silent for stalled_after would be presumed
             // dead, and the jobs it is finishing would run again elsewhere. Done once no
             // executor is left, or at the hard deadline.
+            link.release();
             if shared.handoff.executors() == 0 || super::sleep_or_stop(hard, STOPPING_TICK) {
                 return;
             }
@@ -129,15 +114,22 @@ pub(crate) fn run(
             } else {
                 claim_wait(shared, next_claim)
             };
-            if listens && Instant::now() >= retry_at {
-                match link.get() {
+            // The completer waits for the connection: its turn first.
+            link.yield_if_wanted();
+            let listen_now = listens && Instant::now() >= retry_at;
+            let heard = if listen_now {
+                // Notifications are heard while the connection is free; while the completer
+                // records, it acts on those that arrive (`complete.rs`).
+                link.try_get()
+            } else {
+                link.release();
+                None
+            };
+            if let Some(got) = heard {
+                match got {
                     Ok((c, fresh)) => {
                         if std::mem::take(fresh) {
-                            // Listening (again): notifications may have been missed.
-                            if let Some(l) = listening {
-                                let _ = l.try_send(());
-                            }
-                            shared.news(news);
+                            fresh_listen(shared, listening, news);
                         }
                         let heard = hear(shared, c, wait, news);
                         if heard.is_err() {
@@ -163,9 +155,17 @@ pub(crate) fn run(
                     }
                 }
             } else {
+                // The connection is the completer's for now: wait for it back (to listen),
+                // or for the next duty.
+                let freed = if listen_now {
+                    shared.shelf.freed.1.clone()
+                } else {
+                    crossbeam_channel::never()
+                };
                 select! {
                     recv(stop) -> _ => continue,
                     recv(shared.beat_wake.1) -> _ => {},
+                    recv(freed) -> _ => {},
                     default(wait) => {},
                 }
             }
@@ -204,7 +204,12 @@ pub(crate) fn run(
             continue;
         }
         let c = match link.get() {
-            Ok((c, _)) => c,
+            Ok((c, fresh)) => {
+                if std::mem::take(fresh) {
+                    fresh_listen(shared, listening, news);
+                }
+                c
+            }
             Err(wait) => {
                 retry_at = Instant::now() + wait;
                 continue;
@@ -260,11 +265,34 @@ pub(crate) fn run(
     }
 }
 
-/// Waits up to `wait` for notifications on the beat's LISTEN connection (the shutdown and
-/// [`Shared::wake_beat`] interrupt it) and acts on those that came.
+/// The worker's connection LISTENs (again, or for the first time): `spawn` hears of it, and
+/// notifications may have been missed meanwhile.
+fn fresh_listen(shared: &Shared, listening: Option<&Sender<()>>, news: &Sender<()>) {
+    if let Some(l) = listening {
+        let _ = l.try_send(());
+    }
+    shared.news(news);
+}
+
+/// Waits up to `wait` for notifications on the beat's LISTEN connection (the shutdown,
+/// [`Shared::wake_beat`] and a completer waiting for the connection interrupt it) and acts
+/// on those that came.
 fn hear(shared: &Shared, c: &mut Connection, wait: Duration, news: &Sender<()>) -> Result<()> {
     let interrupt = shared.listen_wake.clone();
-    let got = c.wait_notification_or(wait, async move { interrupt.notified().await })?;
+    let wanted = shared.shelf.wanted.clone();
+    let got = c.wait_notification_or(wait, async move {
+        let a = interrupt.notified();
+        let b = wanted.notified();
+        let (mut a, mut b) = (std::pin::pin!(a), std::pin::pin!(b));
+        std::future::poll_fn(|cx| {
+            if a.as_mut().poll(cx).is_ready() || b.as_mut().poll(cx).is_ready() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
+    })?;
     if let Some(n) = got {
         super::listen::handle(shared, &n, news);
         // Whatever else arrived, without waiting.

@@ -427,6 +427,20 @@ impl WorkerBuilder {
             .keys()
             .map(|t| (t.clone(), fetch::Ewma::guess(Duration::from_secs(1))))
             .collect();
+        // The connection spawn opened becomes the worker's lasting one, which the beat and
+        // the completer share (`link.rs`); it LISTENs unless listen_via gives the listener
+        // a connection elsewhere (or listen(false)).
+        let beat_listens = opts.listen && opts.listen_opts.is_none();
+        let channel = app.namespace().channel().to_owned();
+        let conn = match beat_listens.then(|| conn.listen(&channel)) {
+            Some(Err(e)) => {
+                // The first thread to need the connection opens another.
+                log::warn!("worker {name}: listening for jobs: {e}; connecting again");
+                None
+            }
+            _ => Some(conn),
+        };
+        let shelf = super::link::Shelf::new(beat_listens.then_some(channel), conn);
         let shared = Arc::new(Shared {
             app,
             task_time,
@@ -452,6 +466,7 @@ impl WorkerBuilder {
             starts_due: crossbeam_channel::bounded(1),
             schedules: periodic::Watch::default(),
             dormancy: Default::default(),
+            shelf,
         });
 
         let mut threads = Vec::new();
@@ -478,7 +493,6 @@ impl WorkerBuilder {
             Ok(())
         };
 
-        let beat_listens = shared.opts.listen && shared.opts.listen_opts.is_none();
         let result = (|| {
             {
                 let (s, stop, hard, out, news) = (
@@ -488,15 +502,13 @@ impl WorkerBuilder {
                     outcome_tx.clone(),
                     wake_tx.clone(),
                 );
-                // The beat LISTENs on its own connection, unless listen_via gives the
-                // listener a connection elsewhere.
+                // The beat LISTENs on the worker's lasting connection, unless listen_via
+                // gives the listener a connection elsewhere.
                 let ready = beat_listens.then(|| listening_tx.clone());
                 spawn(
                     Role::Beat,
                     "postpone-beat".into(),
-                    Box::new(move || {
-                        beat::run(&s, conn, &stop, &hard, &out, &news, ready.as_ref())
-                    }),
+                    Box::new(move || beat::run(&s, &stop, &hard, &out, &news, ready.as_ref())),
                 )?;
             }
             for i in 0..shared.opts.concurrency {

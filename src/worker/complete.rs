@@ -23,10 +23,14 @@
 //! An outcome is forgotten by the ledger once recorded (or refused by its guard), which frees
 //! its slot for the fetcher: a worker whose outcomes cannot be recorded stops claiming.
 //!
-//! An idle completer closes its connection once it has been unused for the App's
-//! `pool_idle_timeout` (30 s by default), and opens one again for the next outcome: an idle
-//! worker holds one connection fewer, and the first outcome after a quiet spell pays for a
-//! connect.
+//! It records on the worker's lasting connection, which it takes in turns with the beat
+//! thread (`link.rs`): it takes it when outcomes wait, keeps it while more keep coming (and
+//! acts on the notifications that arrive on it meanwhile, as the beat would), gives it to
+//! the beat between two batches when the beat waits for it, and puts it back before it waits.
+//! A worker process thus records, beats and listens on one connection, and holds a second
+//! only while its fetcher claims. While the server refuses connections it has no connection
+//! of its own to give up; a fetcher put to sleep by refusals (`fetch.rs`) has the beat claim
+//! again each time outcomes were recorded (threads are free).
 //!
 //! Ends when every executor has ended and all outcomes are recorded, or at the shutdown's
 //! hard deadline; outcomes still unrecorded then are left to the shutdown's last step.
@@ -35,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
-use super::link::Link;
+use super::link::{Link, Party};
 use super::record::Recorder;
 use super::{AttemptKey, Outcome, Shared};
 use crate::store;
@@ -50,7 +54,7 @@ pub(crate) fn run(
     wake: &Sender<()>,
 ) {
     let mut pending: Vec<Outcome> = Vec::new();
-    let mut link = Link::new(shared, "recording job outcomes");
+    let mut link = Link::on_shelf(shared, "recording job outcomes", Party::Completer);
     let mut vacuum = super::vacuum::Check::new(&shared.opts.vacuum);
     let mut senders_gone = false;
     let ride = &shared.ride;
@@ -58,7 +62,6 @@ pub(crate) fn run(
     let mut locked: Vec<Outcome> = Vec::new();
     let mut locked_retry = Instant::now();
     let mut locked_wait = LOCKED_RETRY_FIRST;
-    let idle_close = shared.app.inner.pool.idle_timeout();
     warm_up(&mut link);
     loop {
         if !locked.is_empty() && Instant::now() >= locked_retry {
@@ -76,6 +79,7 @@ pub(crate) fn run(
                     // shutdown's hard deadline ends the wait; the shutdown's last step then
                     // has them).
                     let wait = locked_retry.saturating_duration_since(Instant::now());
+                    link.release();
                     if super::sleep_or_stop(hard, wait) {
                         keep(shared, locked);
                         return;
@@ -90,36 +94,20 @@ pub(crate) fn run(
                     .chain(shared.ledger.next_start_due())
                     .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
-                // Wake to close the connection once it has been unused that long.
-                let nothing_due = timeout.is_none();
-                let close_in = link.idle_for().map(|d| idle_close.saturating_sub(d));
-                let timeout = match (timeout, close_in) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-                let mut woke = false;
+                // Nothing to record now: the connection goes back to the beat, unless an
+                // outcome is already on its way.
+                if outcomes.is_empty() {
+                    link.release();
+                }
                 select! {
                     recv(outcomes) -> o => match o {
                         Ok(o) => pending.push(o),
                         Err(_) => senders_gone = true,
                     },
                     recv(hard) -> _ => return,
-                    recv(ride.back.1) -> _ => woke = true,
-                    recv(shared.starts_due.1) -> _ => woke = true,
+                    recv(ride.back.1) -> _ => {},
+                    recv(shared.starts_due.1) -> _ => {},
                     default(timeout.unwrap_or(Duration::from_secs(3600))) => {}
-                }
-                if pending.is_empty()
-                    && !woke
-                    && nothing_due
-                    && link.idle_for().is_some_and(|d| d >= idle_close)
-                {
-                    log::debug!(
-                        "worker {}: recording job outcomes: connection unused for {}, closed",
-                        shared.name,
-                        crate::error::fmt_duration(idle_close)
-                    );
-                    link.drop_connection();
-                    continue;
                 }
             }
         }
@@ -150,7 +138,7 @@ pub(crate) fn run(
         if pending.is_empty() {
             // Every outcome rode: the table's counters are still read as often.
             if vacuum.due(shared) {
-                if let Ok((c, ())) = link.get() {
+                if let Ok((c, _)) = link.get() {
                     let res = vacuum.after_record(shared, c);
                     if let Err(e) = &res {
                         log::debug!(
@@ -166,7 +154,7 @@ pub(crate) fn run(
         }
         let batch = pending.len().min(MAX_BATCH);
         let res = match link.get() {
-            Ok((c, ())) => {
+            Ok((c, _)) => {
                 let res = Recorder::new(shared)
                     .record(c, &pending[..batch])
                     .map(|held| set_aside(shared, &mut pending, batch, &held, &mut locked));
@@ -187,6 +175,7 @@ pub(crate) fn run(
         match res {
             Ok(set_aside) => {
                 pending.drain(..batch - set_aside);
+                after_batch(shared, &mut link, wake);
                 if locked.is_empty() {
                     locked_wait = LOCKED_RETRY_FIRST;
                 } else if Instant::now() >= locked_retry {
@@ -198,6 +187,7 @@ pub(crate) fn run(
                 let _ = wake.try_send(());
             }
             Err(wait) => {
+                link.release();
                 if super::sleep_or_stop(hard, wait) {
                     pending.append(&mut locked);
                     keep(shared, pending);
@@ -208,10 +198,31 @@ pub(crate) fn run(
     }
 }
 
+/// After a batch was recorded: acts on the notifications that arrived on the connection
+/// meanwhile (the beat hears only while the connection is free), has the beat claim for a
+/// fetcher that sleeps because the server refuses connections (threads are free now), and
+/// gives the connection to the beat if it waits for it.
+fn after_batch(shared: &Shared, link: &mut Link<'_, bool>, wake: &Sender<()>) {
+    if shared.shelf.listens() {
+        if let Ok((c, _)) = link.get() {
+            // Only what already arrived: no wait. A failure here is the next round-trip's
+            // to judge.
+            while let Ok(Some(n)) = c.wait_notification(Duration::ZERO) {
+                super::listen::handle(shared, &n, wake);
+            }
+        }
+    }
+    if shared.dormancy.refused() {
+        shared.dormancy.ask();
+        shared.wake_beat();
+    }
+    link.yield_if_wanted();
+}
+
 /// Writes the start of the held jobs that have run for a while (see `ledger.rs`), so
 /// that every view shows them running. A failure is only logged: the start is written
 /// with the job's outcome anyway.
-fn write_starts(shared: &Shared, link: &mut Link<'_>) {
+fn write_starts(shared: &Shared, link: &mut Link<'_, bool>) {
     let due = shared.ledger.due_starts();
     if due.is_empty() {
         return;
@@ -221,7 +232,7 @@ fn write_starts(shared: &Shared, link: &mut Link<'_>) {
     let attempts: Vec<i32> = due.iter().map(|(k, _)| k.attempt).collect();
     let ran: Vec<i64> = due.iter().map(|(_, r)| *r).collect();
     let res = match link.get() {
-        Ok((c, ())) => {
+        Ok((c, _)) => {
             let res = c
                 .query_cached(
                     "writing job starts",
@@ -299,10 +310,11 @@ fn keep(shared: &Shared, pending: Vec<Outcome>) {
 /// ms after the start (medians of 5, three alternations), and 18.1-23.1 ms with this. A
 /// failure here is judged as any other (logged, backoff), and the loop connects again when
 /// it needs to.
-fn warm_up(link: &mut Link<'_>) {
-    let Ok((conn, ())) = link.get() else {
+fn warm_up(link: &mut Link<'_, bool>) {
+    let Ok((conn, _)) = link.get() else {
         return;
     };
     let res = Recorder::warm_up(conn);
     let _ = link.judge(res);
+    link.release();
 }

@@ -13,9 +13,16 @@
 //! one job makes one claim per process on connections already open, and the process that
 //! gets the job opens no connection to claim it (its completer opens one to record it).
 //!
-//! States: `Awake` (the fetcher claims), `Dormant` (the beat claims), `BeatClaiming` (a claim
-//! of the beat's is under way: a fetcher that wakes waits for it to end, so that two claims
-//! of one worker never run at once). Only the fetcher enters and leaves `Dormant`.
+//! The fetcher also sleeps while the server refuses it a connection (`53300` and the like):
+//! the beat then claims on the connection the worker has (at once, after each batch of
+//! outcomes the completer recorded, on news and at the poll), so a worker that can hold only
+//! one connection still runs jobs, and the fetcher tries to connect again only after its
+//! backoff, whatever wakes it.
+//!
+//! States: `Awake` (the fetcher claims), `Dormant` (the beat claims; idle, or refused),
+//! `BeatClaiming` (a claim of the beat's is under way: a fetcher that wakes waits for it to
+//! end, so that two claims of one worker never run at once). Only the fetcher enters and
+//! leaves `Dormant`.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
@@ -31,6 +38,8 @@ pub(crate) struct Dormancy {
     state: AtomicU8,
     /// News of a job came while the fetcher slept: the beat claims at once.
     asked: AtomicBool,
+    /// The fetcher sleeps because the server refused its connection.
+    refused: AtomicBool,
     /// Beat -> fetcher: wake up and claim.
     takeover: (Sender<()>, Receiver<()>),
 }
@@ -40,6 +49,7 @@ impl Default for Dormancy {
         Dormancy {
             state: AtomicU8::new(AWAKE),
             asked: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
             takeover: crossbeam_channel::bounded(1),
         }
     }
@@ -96,6 +106,39 @@ impl Dormancy {
         } else {
             false
         };
+        self.wake_up();
+        stopped
+    }
+
+    /// True while the fetcher sleeps because the server refused its connection: the beat
+    /// claims again whenever threads come free.
+    pub(crate) fn refused(&self) -> bool {
+        self.refused.load(Ordering::SeqCst) && self.is_dormant()
+    }
+
+    /// The fetcher, refused a connection, sleeps for at most `max` (its backoff), or until
+    /// the beat wakes it or `stop` fires (then returns true). When `ask` (the first sleep of
+    /// a wait), the beat claims at once: `wake_beat` is called once the fetcher is dormant.
+    pub(crate) fn sleep_refused(
+        &self,
+        stop: &Receiver<()>,
+        max: Duration,
+        ask: bool,
+        wake_beat: impl FnOnce(),
+    ) -> bool {
+        while self.takeover.1.try_recv().is_ok() {}
+        self.refused.store(true, Ordering::SeqCst);
+        self.state.store(DORMANT, Ordering::SeqCst);
+        if ask {
+            self.ask();
+            wake_beat();
+        }
+        let stopped = select! {
+            recv(stop) -> _ => true,
+            recv(self.takeover.1) -> _ => false,
+            default(max) => false,
+        };
+        self.refused.store(false, Ordering::SeqCst);
         self.wake_up();
         stopped
     }

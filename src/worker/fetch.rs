@@ -57,23 +57,22 @@ pub(crate) fn run(
         if shared.stopping() {
             return;
         }
-        // While the server refuses connections and outcomes of this worker wait to be
-        // recorded, the fetcher gives its connection up and claims nothing until the
-        // completer has recorded some (`wake`), or the poll: the completer may need that
-        // slot. (A fleet whose fetchers held every free slot while their completers were
-        // refused made no progress at all: 90 processes on max_connections 100.)
-        if shared.refusals.under_way() && shared.ledger.held_and_finished().1 > 0 {
-            if link.idle_for().is_some() {
-                log::debug!(
-                    "worker {}: claiming jobs: connection given up while the server refuses connections and outcomes wait",
-                    shared.name
-                );
-                link.close();
+        // While the server refuses connections and the worker's lasting connection (the
+        // beat's and the completer's, `link.rs`) is lost, the fetcher hands its own over:
+        // heartbeats, outcomes and (while the fetcher sleeps) claims go on on it, and the
+        // fetcher connects again after its backoff. (A fleet whose fetchers held every free
+        // slot while their completers were refused made no progress at all: 90 processes
+        // on max_connections 100.)
+        if shared.refusals.under_way() && shared.shelf.is_empty() {
+            if let Some(conn) = link.take_connection() {
+                match shared.shelf.offer(conn) {
+                    None => log::debug!(
+                        "worker {}: claiming jobs: connection handed to the heartbeat while the server refuses connections",
+                        shared.name
+                    ),
+                    Some(conn) => drop(conn),
+                }
             }
-            if super::due::idle_wait(shared, stop, wake) {
-                return;
-            }
-            continue;
         }
         // Jobs are held beyond the free threads only while some thread is free or expected
         // to be free soon (within two claims' time): a worker whose threads are all in long
@@ -153,6 +152,26 @@ pub(crate) fn run(
         };
         let (claimed, cut) = match claimed {
             Ok(claimed) => claimed,
+            Err(wait) if link.refused() => {
+                // Refused a connection: the beat claims on the worker's connection until
+                // the backoff has passed (`dormant.rs`).
+                let until = Instant::now() + wait;
+                let mut first = true;
+                loop {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() || shared.stopping() {
+                        break;
+                    }
+                    if shared
+                        .dormancy
+                        .sleep_refused(stop, left, first, || shared.wake_beat())
+                    {
+                        return;
+                    }
+                    first = false;
+                }
+                continue;
+            }
             Err(wait) => {
                 if sleep_or_stop(stop, wait) {
                     return;

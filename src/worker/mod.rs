@@ -242,6 +242,9 @@ pub(crate) struct Shared {
     pub(crate) schedules: periodic::Watch,
     /// Whether the fetcher sleeps and the beat claims in its stead (`dormant.rs`).
     pub(crate) dormancy: dormant::Dormancy,
+    /// The worker's lasting connection, which the beat and the completer take in turns
+    /// (`link.rs`).
+    pub(crate) shelf: link::Shelf,
 }
 
 impl Shared {

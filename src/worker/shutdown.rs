@@ -203,8 +203,10 @@ pub(crate) fn run(mut r: Running, timeout: Duration) -> ShutdownReport {
         wait_exits(&mut r, p.hard);
     }
 
-    // 4. Hard deadline: the completer stops, every socket of the worker is severed.
+    // 4. Hard deadline: the completer stops, every socket of the worker is severed (and
+    // the worker's lasting connection, shared by the beat and the completer, is closed).
     drop(r.hard_tx.take());
+    shared.shelf.close();
     let severed = if all_exited(&r) {
         0
     } else {
