@@ -47,6 +47,11 @@ use crate::store;
 /// Most outcomes recorded by one statement.
 pub(crate) const MAX_BATCH: usize = 1000;
 
+/// How long the completer keeps the worker's connection after a batch, for the next one,
+/// before it goes back to the beat (which listens on it: a notification arriving meanwhile
+/// waits at most this long).
+const LINGER: Duration = Duration::from_millis(5);
+
 pub(crate) fn run(
     shared: &Shared,
     outcomes: &Receiver<Outcome>,
@@ -62,6 +67,8 @@ pub(crate) fn run(
     let mut locked: Vec<Outcome> = Vec::new();
     let mut locked_retry = Instant::now();
     let mut locked_wait = LOCKED_RETRY_FIRST;
+    // The connection was kept `LINGER` after the last batch: it goes back now.
+    let mut lingered = false;
     warm_up(&mut link);
     loop {
         if !locked.is_empty() && Instant::now() >= locked_retry {
@@ -94,11 +101,21 @@ pub(crate) fn run(
                     .chain(shared.ledger.next_start_due())
                     .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
-                // Nothing to record now: the connection goes back to the beat, unless an
-                // outcome is already on its way.
-                if outcomes.is_empty() {
+                // Nothing to record now. The connection is kept for a moment (`LINGER`) in
+                // case more outcomes come, as they do in a drain, rather than handed to the
+                // beat and taken back (each hand-over waits for the other thread to be
+                // scheduled); the beat gets it at once if it waits for it. Then it goes
+                // back to the beat, which listens on it.
+                let keep = link.holding() && !lingered;
+                if !keep {
                     link.release();
                 }
+                let wait = timeout.unwrap_or(Duration::from_secs(3600));
+                let (wait, want) = if keep {
+                    (wait.min(LINGER), shared.shelf.want.1.clone())
+                } else {
+                    (wait, crossbeam_channel::never())
+                };
                 select! {
                     recv(outcomes) -> o => match o {
                         Ok(o) => pending.push(o),
@@ -107,7 +124,8 @@ pub(crate) fn run(
                     recv(hard) -> _ => return,
                     recv(ride.back.1) -> _ => {},
                     recv(shared.starts_due.1) -> _ => {},
-                    default(timeout.unwrap_or(Duration::from_secs(3600))) => {}
+                    recv(want) -> _ => link.release(),
+                    default(wait) => lingered = keep,
                 }
             }
         }
@@ -175,6 +193,7 @@ pub(crate) fn run(
         match res {
             Ok(set_aside) => {
                 pending.drain(..batch - set_aside);
+                lingered = false;
                 after_batch(shared, &mut link, wake);
                 if locked.is_empty() {
                     locked_wait = LOCKED_RETRY_FIRST;

@@ -60,6 +60,9 @@ pub(crate) struct Shelf<S = bool> {
     /// Signalled each time the connection goes back on the shelf: the beat, which hears
     /// notifications only while the connection is free, may listen again.
     pub(crate) freed: (Sender<()>, Receiver<()>),
+    /// Signalled when the beat waits while the completer holds the connection: a completer
+    /// keeping it for the next batch (`complete.rs`) gives it up at once.
+    pub(crate) want: (Sender<()>, Receiver<()>),
     /// Runs on every connection opened for the shelf (LISTEN, for the worker's).
     setup: ShelfSetup<S>,
     listens: bool,
@@ -102,8 +105,12 @@ impl<S> Shelf<S> {
             if s.holder.is_none() && !after_other {
                 break;
             }
-            if s.holder == Some(Party::Beat) {
-                self.wanted.notify_one();
+            match s.holder {
+                Some(Party::Beat) => self.wanted.notify_one(),
+                Some(Party::Completer) => {
+                    let _ = self.want.0.try_send(());
+                }
+                None => {}
             }
             s = self.turn.wait(s).unwrap_or_else(|e| e.into_inner());
         }
@@ -214,6 +221,7 @@ impl Shelf<bool> {
             turn: Condvar::new(),
             wanted: Default::default(),
             freed: crossbeam_channel::bounded(1),
+            want: crossbeam_channel::bounded(1),
             setup: Box::new(setup),
             listens: fresh,
         }
@@ -299,6 +307,11 @@ impl<'a> Link<'a, bool> {
             }
         }
         Some(self.get())
+    }
+
+    /// Whether this link holds the turn on the shelf (the connection is its own for now).
+    pub(crate) fn holding(&self) -> bool {
+        self.holding
     }
 
     /// Whether the other thread waits for the connection this link holds.
