@@ -65,7 +65,7 @@ CREATE TABLE postpone_jobs (
     CONSTRAINT postpone_jobs_queue_check CHECK ((queue <> ''::text)),
     CONSTRAINT postpone_jobs_status_check CHECK ((status = ANY (ARRAY['todo'::text, 'doing'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'aborted'::text]))),
     CONSTRAINT postpone_jobs_task_check CHECK ((task <> ''::text))
-);
+) WITH (autovacuum_vacuum_scale_factor=0.01, autovacuum_vacuum_threshold=1000, autovacuum_vacuum_cost_delay=0, autovacuum_analyze_scale_factor=0.02, autovacuum_analyze_threshold=1000);
 CREATE INDEX postpone_jobs_batch_idx ON public.postpone_jobs USING btree (batch_id) WHERE (batch_id IS NOT NULL);
 CREATE INDEX postpone_jobs_blocked_idx ON public.postpone_jobs USING btree (blocked_by) WHERE (blocked_by IS NOT NULL);
 CREATE INDEX postpone_jobs_control_idx ON public.postpone_jobs USING btree (worker_id) WHERE ((status = 'doing'::text) AND (abort_requested OR cancel_requested));
