@@ -1,8 +1,9 @@
-//! Where the WAL of a job goes: defers `--n` jobs in batches of 1,000, drains them with one
-//! worker of `--c` threads, and prints one JSON line with the WAL positions around each
-//! phase, the database's oid, its relations by file node and, when the server has
-//! `pg_stat_statements` loaded, the WAL each statement wrote. `benches/wal.py` runs this on a
-//! cluster of its own and breaks the WAL down with `pg_waldump` (see docs/wal.md).
+//! Where the WAL of a job goes: defers `--n` jobs in batches of 1,000 (fewer for large
+//! arguments: at most 4 MiB a batch), drains them with one worker of `--c` threads, and
+//! prints one JSON line with the WAL positions around each phase, the database's oid, its
+//! relations by file node and, when the server has `pg_stat_statements` loaded, the WAL each
+//! statement wrote. `benches/wal.py` runs this on a cluster of its own and breaks the WAL
+//! down with `pg_waldump` (see docs/wal.md).
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1:PORT/postgres \
@@ -70,11 +71,15 @@ fn cluster_cpu(data_dir: &str) -> Option<f64> {
     Some(total)
 }
 
-/// Defers `n` jobs with arguments `args`, in batches of 1,000.
+/// Defers `n` jobs with arguments `args`, in batches of 1,000 (of at most 4 MiB of
+/// arguments: a batch of 1,000 jobs of 64 KiB outlasted the 10-s `io_timeout` on a loaded
+/// machine).
 fn defer(app: &App, n: usize, args: &serde_json::Value) {
+    let size = args.to_string().len().max(1);
+    let batch = (4 * 1024 * 1024 / size).clamp(1, 1000);
     let mut left = n;
     while left > 0 {
-        let k = left.min(1000);
+        let k = left.min(batch);
         let batch: Vec<NewJob> = (0..k).map(|_| NewJob::new("noop", args).unwrap()).collect();
         app.defer_batch(&batch).unwrap();
         left -= k;
