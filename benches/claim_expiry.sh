@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# What the expiry (schema 25) costs the claim of jobs that have no deadline: the server time
-# of one `postpone_claim_jobs` (the five-argument claim workers send, holding what it takes)
-# taking 64 of 10,000 due jobs, rolled back each time, on two databases side by side: one at
-# schema 24 (the migrations before expiry) and one at schema 25.
-# --rounds rounds of --calls claims, alternating the two databases; medians printed, never
-# asserted. Then the same claim with EXPIRED jobs past their deadline due before the 10,000
-# (the head of the claim's order: every claim steps over them until the workers' sweep has
-# ended them), and with them due after (they cost nothing).
+# What jobs with a deadline cost the claim: the server time of one `postpone_claim_jobs`
+# (the five-argument claim workers send, holding what it takes) taking 64 of 10,000 due
+# jobs without a deadline, rolled back each time, on two databases side by side: one at
+# schema OLD_VERSION and one at NEW_VERSION (defaults: 24, before expiry, and 25, expiry
+# itself; `OLD_VERSION=29 NEW_VERSION=30` compares the claim before and after the jobs
+# with a deadline got due indexes of their own).
+# ROUNDS rounds of CALLS claims, alternating the two databases; medians printed, never
+# asserted. Then the same claim with EXPIRED jobs past their deadline (a minute to live)
+# due before the 10,000 (the head of the claim's order: up to schema 29 every claim steps
+# over them until the workers' sweep has ended them), and with them due after, on both
+# databases in turn (the expired cases need OLD_VERSION 25 or later).
 #
 #   bash benches/claim_expiry.sh                       # 7 rounds of 200 claims
 #   ROUNDS=9 CALLS=500 EXPIRED="10000 100000" bash benches/claim_expiry.sh
+#   OLD_VERSION=29 NEW_VERSION=30 CALLS=20 bash benches/claim_expiry.sh
 #
 # Needs PostgreSQL on 127.0.0.1:5432 (user postgres) and psql; reads the migrations from
 # src/schema.
@@ -18,6 +22,8 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-7}
 CALLS=${CALLS:-200}
 EXPIRED=${EXPIRED:-"10000 100000"}
+OLD_VERSION=${OLD_VERSION:-24}
+NEW_VERSION=${NEW_VERSION:-25}
 OLD=postpone_claim_old_$$
 NEW=postpone_claim_new_$$
 PG="psql -h 127.0.0.1 -U postgres -q -X"
@@ -31,8 +37,8 @@ install() {
       if [ "$((10#$v))" -le "$last" ]; then cat "$f"; echo; fi
     done; } | $PG -d "$db" -1 -v ON_ERROR_STOP=1 >/dev/null 2>&1
 }
-install "$OLD" 24
-install "$NEW" 25
+install "$OLD" "$OLD_VERSION"
+install "$NEW" "$NEW_VERSION"
 setup() {
   local sql=""
   if [ "$2" -gt 0 ]; then
@@ -73,7 +79,7 @@ SQL
 cost() { $PG -d "$1" -t -A -c "SELECT round(public.bench_claim($CALLS)::numeric, 4)"; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-echo "-- no job has a deadline: ms per claim of 64 jobs (schema 24 | schema 25), $ROUNDS rounds of $CALLS"
+echo "-- no job has a deadline: ms per claim of 64 jobs (schema $OLD_VERSION | schema $NEW_VERSION), $ROUNDS rounds of $CALLS"
 setup "$OLD" 0 true >/dev/null
 setup "$NEW" 0 true >/dev/null
 old=(); new=()
@@ -84,11 +90,14 @@ done
 echo "median: $(printf '%s\n' "${old[@]}" | median) | $(printf '%s\n' "${new[@]}" | median)"
 echo "range:  $(printf '%s\n' "${old[@]}" | sort -g | head -1)-$(printf '%s\n' "${old[@]}" | sort -g | tail -1) | $(printf '%s\n' "${new[@]}" | sort -g | head -1)-$(printf '%s\n' "${new[@]}" | sort -g | tail -1)"
 
+[ "$OLD_VERSION" -ge 25 ] && dbs="$OLD:$OLD_VERSION $NEW:$NEW_VERSION" || dbs="$NEW:$NEW_VERSION"
 for e in $EXPIRED; do
   for first in true false; do
     where=$([ "$first" = true ] && echo "due before the live jobs" || echo "due after them")
-    setup "$NEW" "$e" "$first" >/dev/null
-    v=(); for r in $(seq "$ROUNDS"); do v+=("$(cost "$NEW")"); done
-    echo "-- $e expired jobs $where (schema 25): median $(printf '%s\n' "${v[@]}" | median) ms per claim (runs: ${v[*]})"
+    for d in $dbs; do
+      setup "${d%%:*}" "$e" "$first" >/dev/null
+      v=(); for r in $(seq "$ROUNDS"); do v+=("$(cost "${d%%:*}")"); done
+      echo "-- $e expired jobs $where (schema ${d#*:}): median $(printf '%s\n' "${v[@]}" | median) ms per claim (runs: ${v[*]})"
+    done
   done
 done

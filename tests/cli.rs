@@ -1447,13 +1447,14 @@ fn tables_without_a_migration_record_are_explained_not_a_dead_end() {
         Some(url),
         &["migrate", "--adopt"],
         7,
-        &format!("differ from this postpone's version {} (missing: index CREATE INDEX postpone_jobs_due_idx ON postpone_jobs USING btree (priority DESC, scheduled_at, id) WHERE ((status = 'todo'::text) AND (blocked_by IS NULL)); unexpected: column postpone_jobs.note text); nothing was changed", postpone::SCHEMA_VERSION),
+        &format!("differ from this postpone's version {} (missing: index CREATE INDEX postpone_jobs_due_idx ON postpone_jobs USING btree (priority DESC, scheduled_at, id) WHERE ((status = 'todo'::text) AND (blocked_by IS NULL) AND (expires_at IS NULL)); unexpected: column postpone_jobs.note text); nothing was changed", postpone::SCHEMA_VERSION),
     );
     assert!(run(url, &["healthcheck"]).stdout.contains(says));
     // Put back as they were, they are adopted, and all is well.
     c.batch_execute(
         "ALTER TABLE postpone_jobs DROP COLUMN note;
-         CREATE INDEX postpone_jobs_due_idx ON postpone_jobs (priority DESC, scheduled_at, id) WHERE status = 'todo' AND blocked_by IS NULL",
+         CREATE INDEX postpone_jobs_due_idx ON postpone_jobs (priority DESC, scheduled_at, id)
+           WHERE status = 'todo' AND blocked_by IS NULL AND expires_at IS NULL",
     )
     .unwrap();
     assert_eq!(

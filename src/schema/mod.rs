@@ -165,10 +165,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claim_sizes",
         sql: include_str!("0029_claim_sizes.sql"),
     },
+    Migration {
+        version: 30,
+        name: "expiring_apart",
+        sql: include_str!("0030_expiring_apart.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 29;
+pub(crate) const LATEST: i32 = 30;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -51,11 +51,20 @@ WITH c AS MATERIALIZED (
                                 FROM postpone_rate_wait(ARRAY(
                                          SELECT r.queue FROM postpone_rate_limits r
                                           WHERE ($3::text[] IS NULL OR r.queue = ANY($3::text[]))
-                                            AND EXISTS (
+                                            AND (EXISTS (
                                                 SELECT 1 FROM postpone_jobs d
                                                  WHERE d.queue = r.queue AND d.status = 'todo'
                                                    AND d.blocked_by IS NULL
-                                                   AND d.scheduled_at <= now()))) AS w(s)
+                                                   AND d.expires_at IS NULL
+                                                   AND d.scheduled_at <= now())
+                                            OR EXISTS (
+                                                SELECT 1 FROM postpone_jobs d
+                                                 WHERE d.queue = r.queue AND d.status = 'todo'
+                                                   AND d.blocked_by IS NULL
+                                                   AND d.expires_at IS NOT NULL
+                                                   AND d.scheduled_at <= now()
+                                                   AND d.scheduled_at > postpone_expiring_from()
+                                                   AND d.expires_at > now())))) AS w(s)
                                WHERE w.s IS NOT NULL
                                  -- Checked first (a one-time filter): without rate limits,
                                  -- the function is not called (0.2 ms a claim).

@@ -26,12 +26,16 @@ SELECT (SELECT count(*) FROM d), pg_notify($1::text, 'job:*')::text";
 
 /// Whether queue `$1` has been seen: a worker serves it by name, or a job of it is in the
 /// table, whatever its status. The cheap looks come first (the workers' table, then the
-/// indexes of waiting and of running jobs), and `OR` stops at the first that finds one; only
+/// indexes of waiting jobs without and with a deadline and of running jobs), and `OR` stops at the first that finds one; only
 /// a queue none of them knows costs a scan of the jobs (finished jobs have no queue index).
 pub(crate) const QUEUE_SEEN: &str = "
 SELECT EXISTS (SELECT 1 FROM postpone_workers WHERE $1::text = ANY(queues))
     OR EXISTS (SELECT 1 FROM postpone_jobs
-                WHERE queue = $1::text AND status = 'todo' AND blocked_by IS NULL)
+                WHERE queue = $1::text AND status = 'todo' AND blocked_by IS NULL
+                  AND expires_at IS NULL)
+    OR EXISTS (SELECT 1 FROM postpone_jobs
+                WHERE queue = $1::text AND status = 'todo' AND blocked_by IS NULL
+                  AND expires_at IS NOT NULL)
     OR EXISTS (SELECT 1 FROM postpone_jobs WHERE queue = $1::text AND status = 'doing')
     OR EXISTS (SELECT 1 FROM postpone_jobs WHERE queue = $1::text)";
 

@@ -54,6 +54,7 @@ mod fuzz_props;
 mod batches;
 mod dependencies;
 mod expiry;
+mod expiry_backlog;
 mod wait;
 mod workflows;
 
