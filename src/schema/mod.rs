@@ -170,10 +170,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "expiring_apart",
         sql: include_str!("0030_expiring_apart.sql"),
     },
+    Migration {
+        version: 31,
+        name: "stats_without_locks",
+        sql: include_str!("0031_stats_without_locks.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 30;
+pub(crate) const LATEST: i32 = 31;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
