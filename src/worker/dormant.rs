@@ -11,7 +11,8 @@
 //!
 //! An idle worker process thus holds one connection. A fleet of idle workers that hears of
 //! one job makes one claim per process on connections already open, and the process that
-//! gets the job opens no connection to claim it (its completer opens one to record it).
+//! gets the job opens no connection to claim it, nor to record its outcome (the completer
+//! records on the same connection, `link.rs`).
 //!
 //! The fetcher also sleeps while the server refuses it a connection (`53300` and the like):
 //! the beat then claims on the connection the worker has (at once, after each batch of

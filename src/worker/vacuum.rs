@@ -154,7 +154,7 @@ impl Vacuum {
 }
 
 /// The completer's side: at most once per `check_every`, reads the counters on the
-/// completer's connection and wakes the vacuum thread when they pass the threshold.
+/// connection the completer records on and wakes the vacuum thread when they pass the threshold.
 #[derive(Debug)]
 pub(crate) struct Check {
     next: Instant,
