@@ -17,8 +17,9 @@
 //! The fetcher also sleeps while the server refuses it a connection (`53300` and the like):
 //! the beat then claims on the connection the worker has (at once, after each batch of
 //! outcomes the completer recorded, on news and at the poll), so a worker that can hold only
-//! one connection still runs jobs, and the fetcher tries to connect again only after its
-//! backoff, whatever wakes it.
+//! one connection still runs jobs. The fetcher tries to connect again once its backoff has
+//! passed and a claim of the beat's brought all it asked for (more work than the beat's
+//! claims take); an idle worker whose fetcher was refused tries no connection at all.
 //!
 //! States: `Awake` (the fetcher claims), `Dormant` (the beat claims; idle, or refused),
 //! `BeatClaiming` (a claim of the beat's is under way: a fetcher that wakes waits for it to
@@ -26,7 +27,7 @@
 //! leaves `Dormant`.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
 
@@ -117,27 +118,39 @@ impl Dormancy {
         self.refused.load(Ordering::SeqCst) && self.is_dormant()
     }
 
-    /// The fetcher, refused a connection, sleeps for at most `max` (its backoff), or until
-    /// the beat wakes it or `stop` fires (then returns true). When `ask` (the first sleep of
-    /// a wait), the beat claims at once: `wake_beat` is called once the fetcher is dormant.
+    /// The fetcher, refused a connection, sleeps through its backoff (until `until`) and
+    /// then until the beat wakes it (a claim of the beat's brought all it asked for: more
+    /// work than its claims take), or until `stop` fires (then returns true). A wake that
+    /// comes before `until` is kept for then; without one the fetcher sleeps on, and tries
+    /// no connection the worker does not need. The beat claims at once: `wake_beat` is
+    /// called once the fetcher is dormant.
     pub(crate) fn sleep_refused(
         &self,
         stop: &Receiver<()>,
-        max: Duration,
-        ask: bool,
+        until: Instant,
         wake_beat: impl FnOnce(),
     ) -> bool {
         while self.takeover.1.try_recv().is_ok() {}
         self.refused.store(true, Ordering::SeqCst);
         self.state.store(DORMANT, Ordering::SeqCst);
-        if ask {
-            self.ask();
-            wake_beat();
-        }
-        let stopped = select! {
-            recv(stop) -> _ => true,
-            recv(self.takeover.1) -> _ => false,
-            default(max) => false,
+        self.ask();
+        wake_beat();
+        let mut woken = false;
+        let stopped = loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if woken && left.is_zero() {
+                break false;
+            }
+            let timeout = if left.is_zero() {
+                crossbeam_channel::never()
+            } else {
+                crossbeam_channel::after(left)
+            };
+            select! {
+                recv(stop) -> _ => break true,
+                recv(self.takeover.1) -> _ => woken = true,
+                recv(timeout) -> _ => {}
+            }
         };
         self.refused.store(false, Ordering::SeqCst);
         self.wake_up();

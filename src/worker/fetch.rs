@@ -154,21 +154,13 @@ pub(crate) fn run(
             Ok(claimed) => claimed,
             Err(wait) if link.refused() => {
                 // Refused a connection: the beat claims on the worker's connection until
-                // the backoff has passed (`dormant.rs`).
+                // the backoff has passed and its claims leave work over (`dormant.rs`).
                 let until = Instant::now() + wait;
-                let mut first = true;
-                loop {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() || shared.stopping() {
-                        break;
-                    }
-                    if shared
-                        .dormancy
-                        .sleep_refused(stop, left, first, || shared.wake_beat())
-                    {
-                        return;
-                    }
-                    first = false;
+                if shared
+                    .dormancy
+                    .sleep_refused(stop, until, || shared.wake_beat())
+                {
+                    return;
                 }
                 continue;
             }
