@@ -442,6 +442,13 @@ impl Connection {
         self.wait_notification_or(timeout, std::future::pending())
     }
 
+    /// A notification that arrived during an earlier round-trip, if any: no wait and no read
+    /// of the socket (for a thread that shares a LISTENing connection between its own
+    /// round-trips).
+    pub(crate) fn buffered_notification(&mut self) -> Option<Notification> {
+        self.inner.notifications.try_recv().ok()
+    }
+
     /// Like [`wait_notification`](Self::wait_notification), but also returns `Ok(None)` as soon
     /// as `interrupt` completes (a shutdown signal from another thread).
     pub(crate) fn wait_notification_or(

@@ -224,9 +224,9 @@ pub(crate) fn run(
 fn after_batch(shared: &Shared, link: &mut Link<'_, bool>, wake: &Sender<()>) {
     if shared.shelf.listens() {
         if let Ok((c, _)) = link.get() {
-            // Only what already arrived: no wait. A failure here is the next round-trip's
-            // to judge.
-            while let Ok(Some(n)) = c.wait_notification(Duration::ZERO) {
+            // Only what arrived during the batch's round-trips: no wait, no read (a wait of
+            // zero would still run the connection's runtime once per batch).
+            while let Some(n) = c.buffered_notification() {
                 super::listen::handle(shared, &n, wake);
             }
         }

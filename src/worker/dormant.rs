@@ -225,6 +225,44 @@ mod tests {
         assert!(!news.is_empty(), "left for the fetcher's next wait");
     }
 
+    #[test]
+    fn a_refused_fetcher_waits_out_its_backoff_and_then_for_work_the_beat_could_not_take() {
+        let d = std::sync::Arc::new(Dormancy::default());
+        let (_stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let until = Instant::now() + Duration::from_millis(100);
+        let asked = std::sync::Arc::new(AtomicBool::new(false));
+        let sleeper = {
+            let (d, asked) = (d.clone(), asked.clone());
+            std::thread::spawn(move || {
+                let r = d.sleep_refused(&stop, until, || asked.store(true, Ordering::SeqCst));
+                (r, Instant::now())
+            })
+        };
+        assert!(eventually(|| d.refused()));
+        assert!(asked.load(Ordering::SeqCst), "the beat claims at once");
+        assert!(d.take_asked());
+        // A claim of the beat's that filled the free threads, before the backoff's end.
+        assert!(d.begin_claim());
+        d.end_claim(true);
+        let (stopped, woke) = sleeper.join().unwrap();
+        assert!(!stopped);
+        assert!(woke >= until, "the wake is kept for the backoff's end");
+        assert!(!d.is_dormant());
+
+        // No such claim: asleep past the backoff, until one comes or the stop.
+        let (stop_tx, stop) = crossbeam_channel::bounded::<()>(0);
+        let until = Instant::now() + Duration::from_millis(20);
+        let sleeper = {
+            let d = d.clone();
+            std::thread::spawn(move || d.sleep_refused(&stop, until, || {}))
+        };
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(d.refused(), "no connection tried for an idle worker");
+        drop(stop_tx);
+        assert!(sleeper.join().unwrap(), "stopped");
+        assert!(!d.is_dormant());
+    }
+
     fn eventually(mut cond: impl FnMut() -> bool) -> bool {
         for _ in 0..500 {
             if cond() {
