@@ -175,10 +175,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "stats_without_locks",
         sql: include_str!("0031_stats_without_locks.sql"),
     },
+    Migration {
+        version: 32,
+        name: "args_bytes",
+        sql: include_str!("0032_args_bytes.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 31;
+pub(crate) const LATEST: i32 = 32;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

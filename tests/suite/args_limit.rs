@@ -180,3 +180,67 @@ fn arguments_over_the_limit_are_refused_from_sql_and_by_a_plain_insert() {
         .batch_execute("UPDATE postpone_settings SET max_args_bytes = 0")
         .is_err());
 }
+
+/// The size the claim's byte budget and the limit read (`args_bytes`, schema version 32) is
+/// the arguments' JSON text as PostgreSQL writes it, for rows written by the library, by
+/// `postpone_defer`, by hand, and after their arguments are changed by hand.
+#[test]
+fn the_stored_size_of_arguments_follows_every_write() {
+    let (db, app) = setup();
+    let mut c = db.client();
+    let deferred = app.job("t").defer(&json!({"a": text_of(1000)})).unwrap();
+    let by_sql: i64 = c
+        .query_one(
+            "SELECT postpone_defer('t', '[1, 2.50, \"\\u0001\"]'::jsonb)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let by_hand: i64 = c
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args) VALUES ('default', 't', '{\"b\": 1e-20}')
+             RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let check = |c: &mut postgres::Client, id: i64| {
+        let row = c
+            .query_one(
+                "SELECT args_bytes, octet_length(args::text) FROM postpone_jobs WHERE id = $1",
+                &[&id],
+            )
+            .unwrap();
+        let (stored, measured): (i32, i32) = (row.get(0), row.get(1));
+        assert_eq!(stored, measured, "job {id}");
+        stored
+    };
+    assert!(check(&mut c, deferred.0) > 1000);
+    check(&mut c, by_sql);
+    check(&mut c, by_hand);
+    // Changed by hand: measured again. An update that leaves args alone keeps it.
+    c.execute(
+        "UPDATE postpone_jobs SET args = jsonb_build_object('big', repeat('x', 100000)) WHERE id = $1",
+        &[&by_hand],
+    )
+    .unwrap();
+    assert!(check(&mut c, by_hand) > 100_000);
+    c.execute(
+        "UPDATE postpone_jobs SET priority = 5 WHERE id = $1",
+        &[&by_hand],
+    )
+    .unwrap();
+    assert!(check(&mut c, by_hand) > 100_000);
+    // Nobody can write it.
+    let e = c
+        .execute(
+            "UPDATE postpone_jobs SET args_bytes = 1 WHERE id = $1",
+            &[&by_hand],
+        )
+        .unwrap_err();
+    let db_error = e.as_db_error().expect("a refusal by the server");
+    assert!(
+        db_error.detail().unwrap_or("").contains("generated column"),
+        "{db_error:?}"
+    );
+}
