@@ -180,10 +180,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "args_bytes",
         sql: include_str!("0032_args_bytes.sql"),
     },
+    Migration {
+        version: 34,
+        name: "lz4",
+        sql: include_str!("0034_lz4.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 32;
+pub(crate) const LATEST: i32 = 34;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

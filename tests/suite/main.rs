@@ -23,6 +23,7 @@ mod worker_util;
 // claim's byte budget.
 mod claim_bytes;
 mod claim_walk;
+mod compression;
 mod defer;
 mod flow;
 mod limits;
