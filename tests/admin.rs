@@ -148,6 +148,10 @@ fn abort_running_job(listen: bool) -> Duration {
         .unwrap();
     let id = app.defer("long", &json!(null)).unwrap();
     assert_eq!(started_rx.recv_timeout(Duration::from_secs(5)), Ok(id));
+    // Running for the table once its start is written (5 ms after the task began, later on
+    // a loaded machine): until then it is held, and a cancel may still stop it.
+    assert!(wait_until(Duration::from_secs(30), || status(&app, id)
+        == JobStatus::Doing));
 
     // Cannot cancel a running job: abort it.
     let e = admin.cancel(id).unwrap_err();

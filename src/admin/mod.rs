@@ -208,7 +208,10 @@ impl Admin {
 
     /// Cancels a waiting (`todo`) job: it becomes `cancelled` and will not run. A job a
     /// worker claimed but has not started is waiting too: its worker ends it `cancelled`
-    /// without running it (this waits up to 2 s for that). A running job cannot be
+    /// without running it (this waits up to 2 s for that). A worker that has not answered
+    /// after 2 s (a loaded machine) may have begun the task in the moment before: then
+    /// `cancel` returns `Ok` with the cancel requested, and the job runs on; its status
+    /// says which happened, and [`abort`](Self::abort) stops a job that runs. A running job cannot be
     /// cancelled ([`InvalidState`](ErrorKind::InvalidState)): use [`abort`](Self::abort).
     pub fn cancel(&self, id: JobId) -> Result<()> {
         self.cancel_with(id, "cancelling a job", store::JOB_CANCEL, "cancelled")
@@ -264,7 +267,7 @@ impl Admin {
                     _ if held && std::time::Instant::now() < until => continue,
                     Some("todo") | Some("doing") if held => {
                         log::info!(
-                            "job {id}: cancel requested by the admin API; the worker holding it has not answered yet (it will not start it)"
+                            "job {id}: cancel requested by the admin API; the worker holding it has not answered within 2 s (it ends the job cancelled if it has not begun it; a task that began just now runs on, and abort stops it)"
                         );
                         return Ok(());
                     }
