@@ -15,8 +15,9 @@
 #   pgboss          pg-boss at its best: batch fetch (batchSize C, burstWhenBatchFull; at C = 1
 #                   localConcurrency 1, burstWhenReadyExceeds 1, polling 0.5 s), on Node 22
 # Figures: defer one by one and in batches of 1,000; drain a filled queue (N_WORK jobs) at every
-# concurrency; the steady state at every concurrency (a producer keeps PENDING jobs waiting,
-# deferring batches of 1,000, for STEADY seconds); defer-to-start latency of an idle worker;
+# concurrency; the steady state at every concurrency (PENDING jobs deferred before the worker
+# starts, then a producer keeps that many waiting, deferring batches of 1,000, for STEADY
+# seconds, as the Rust peers' harness does); defer-to-start latency of an idle worker;
 # the per-job costs (WAL bytes, server and client CPU: benches/costs.py) of deferring COST_N
 # jobs in batches and draining them at concurrency COST_C; with ARGS_KB, drains and steady
 # states of realistic jobs (arguments of that size, an output of OUTPUT_KB).

@@ -29,8 +29,9 @@
 //!   the commit's fsync; `roundtrip_async` (only when named in `--only`) the round-trip
 //!   from inside a tokio runtime. See `throughput/roundtrip.rs`.
 //!
-//! - `steady` (only when named in `--only`): the steady state a real system lives in. A
-//!   producer keeps `--pending N` (20,000) jobs waiting, deferring batches of 1,000, while a
+//! - `steady` (only when named in `--only`): the steady state a real system lives in.
+//!   `--pending N` (20,000) jobs are deferred before the worker starts (as the Rust peers'
+//!   harness does), then a producer keeps that many waiting, deferring batches of 1,000, while a
 //!   worker of the first `--concurrency` consumes, for `--seconds S` (120); every
 //!   `--interval S` (10) it prints the jobs/s of the interval, the time of the claim's index
 //!   walk (64 due jobs, no locks taken), the table's dead tuples and the claim index's size.
@@ -144,7 +145,7 @@ Modes (--only a,b; none named: defer, work, latency, shutdown, rss, roundtrip):
   rss              peak RSS of a 16-thread worker in a child process
   roundtrip        a SELECT 1 round-trip's latency; defer one by one without fsync
   roundtrip_async  the round-trip from inside a tokio runtime and from spawn_blocking
-  steady           a producer keeps --pending jobs waiting while a worker consumes
+  steady           --pending jobs deferred first, then kept waiting while a worker consumes
   retention        10 min of steady state with Retention of --retain s, then DeleteJobs::Always
   openloop, scheduled, soak   see benches/throughput/openloop.rs and soak.rs
   mixed            1 ms and 2 s jobs in one queue on two workers: the short jobs' waits
@@ -626,8 +627,8 @@ struct SteadyRun {
     ticks: Vec<Tick>,
 }
 
-/// The steady state: a producer keeps `--pending` jobs waiting while a worker consumes
-/// (`--retain`, `--delete`: what it does with finished jobs; `--no-vacuum`: autovacuum alone).
+/// The steady state: `--pending` jobs deferred before the worker starts, then a producer
+/// keeps that many waiting while the worker consumes (`--retain`, `--delete`: what it does with finished jobs; `--no-vacuum`: autovacuum alone).
 fn bench_steady(app: &App, a: &Args, r: &mut Results) {
     let finished = match (a.retain, a.delete) {
         (Some(s), _) => Finished::Retain(s),
@@ -748,7 +749,11 @@ fn steady_run(
         if a.no_vacuum { "_autovacuum_only" } else { "" },
         sizes_suffix(a)
     );
-    let deferred = Arc::new(AtomicU64::new(0));
+    // The backlog is deferred before the worker starts and the clock runs, as the Rust
+    // peers' harness does: where the producer keeps up, nothing changes; where it cannot
+    // (large arguments), every system's first intervals include the same backlog's drain.
+    defer_n(app, a.pending);
+    let deferred = Arc::new(AtomicU64::new(a.pending as u64));
     let stop = Arc::new(AtomicBool::new(false));
     let h = b.spawn().unwrap();
     let recorded = |h: &postpone::WorkerHandle| h.stats().recorded;
