@@ -185,10 +185,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "lz4",
         sql: include_str!("0034_lz4.sql"),
     },
+    Migration {
+        version: 35,
+        name: "stats_cheaper",
+        sql: include_str!("0035_stats_cheaper.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 34;
+pub(crate) const LATEST: i32 = 35;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -49,6 +49,7 @@ mod deploy;
 mod args_limit;
 mod bad_inputs;
 mod fuzz_props;
+mod stats_waits;
 
 // Coordination and results: batches, dependencies, workflows, deadlines (jobs that expire),
 // waiting.

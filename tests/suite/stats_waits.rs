@@ -1,0 +1,132 @@
+//! The statistics trigger's roll-up (`postpone_stats_record`, schema versions 19, 31 and 35):
+//! each finished job counted once, in its queue and outcome, and in the bucket of its wait
+//! (b = 0 under 1 ms, else 1 + floor(log2(ms)), at most 23; no bucket when a time is missing
+//! or infinite), whether the statement updates or deletes it; rows that were already
+//! finished not counted again.
+
+use crate::support;
+
+use postpone::App;
+use serde_json::json;
+use support::*;
+
+/// `(span, queue, outcome, jobs, w0..w23)` per row of `postpone_stats`, summed over shards.
+fn stats(c: &mut postgres::Client) -> Vec<(String, String, String, i64, Vec<i64>)> {
+    let cols: Vec<String> = (0..24).map(|k| format!("sum(w{k})::bigint")).collect();
+    c.query(
+        &format!(
+            "SELECT span, queue, outcome, sum(jobs)::bigint, ARRAY[{}]
+               FROM postpone_stats GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            cols.join(", ")
+        ),
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
+}
+
+fn hist(buckets: &[(usize, i64)]) -> Vec<i64> {
+    let mut h = vec![0; 24];
+    for &(b, n) in buckets {
+        h[b] += n;
+    }
+    h
+}
+
+#[test]
+fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
+    init_logging();
+    let db = TestDb::new();
+    let app = App::builder(db.url()).pool_size(2).build().unwrap();
+    app.migrate().unwrap();
+    let mut c = db.client();
+    // Waits in ms (NULL: the job never started; 'inf': its scheduled time is -infinity),
+    // and the bucket each lands in.
+    let waits: &[(&str, Option<usize>)] = &[
+        ("0", Some(0)),
+        ("0.5", Some(0)),
+        ("-5000", Some(0)),
+        ("1.5", Some(1)),
+        ("3", Some(2)),
+        ("3", Some(2)),
+        ("1000", Some(10)),
+        ("70000", Some(17)),
+        ("5000000", Some(23)),
+        ("NULL", None),
+        ("inf", None),
+    ];
+    let mut ids = Vec::new();
+    for (i, (ms, _)) in waits.iter().enumerate() {
+        let id: i64 = app.defer("t", &json!(i)).unwrap().get();
+        let sql = match *ms {
+            "NULL" => {
+                "UPDATE postpone_jobs SET status = 'doing', attempts = 1 WHERE id = $1".to_owned()
+            }
+            "inf" => "UPDATE postpone_jobs SET status = 'doing', attempts = 1,
+                             scheduled_at = '-infinity', started_at = now() WHERE id = $1"
+                .to_owned(),
+            ms => format!(
+                "UPDATE postpone_jobs SET status = 'doing', attempts = 1,
+                        started_at = scheduled_at + {ms} * interval '1 millisecond'
+                  WHERE id = $1"
+            ),
+        };
+        c.execute(&sql, &[&id]).unwrap();
+        ids.push(id);
+    }
+    // All but the last two finished by one statement (one of them failed); the last two
+    // deleted while running (a success, as DeleteJobs::Always records it).
+    let (done, gone) = ids.split_at(ids.len() - 2);
+    c.execute(
+        "UPDATE postpone_jobs SET finished_at = now(),
+                status = CASE WHEN id = $1 THEN 'failed' ELSE 'succeeded' END
+          WHERE id = ANY($2)",
+        &[&done[6], &done.to_vec()],
+    )
+    .unwrap();
+    c.execute(
+        "DELETE FROM postpone_jobs WHERE id = ANY($1)",
+        &[&gone.to_vec()],
+    )
+    .unwrap();
+    // Finished jobs updated again (an output rewritten by hand) are not counted again.
+    c.execute(
+        "UPDATE postpone_jobs SET output = '1' WHERE id = ANY($1)",
+        &[&done.to_vec()],
+    )
+    .unwrap();
+
+    let bucket_of = |range: &[(&str, Option<usize>)], skip: Option<usize>| -> Vec<(usize, i64)> {
+        range
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != skip)
+            .filter_map(|(_, (_, b))| b.map(|b| (b, 1)))
+            .collect()
+    };
+    let ok = &waits[..waits.len() - 2];
+    // Succeeded: the updated ones but the failed one (its wait, 1000 ms, bucket 10), and
+    // the two deleted (no bucket: a never-started job and an infinite time).
+    let want_ok = hist(&bucket_of(ok, Some(6)));
+    let want_failed = hist(&[(10, 1)]);
+    let mut want = Vec::new();
+    for span in ["hour", "minute"] {
+        want.push((
+            span.to_owned(),
+            "default".to_owned(),
+            "failed".to_owned(),
+            1,
+            want_failed.clone(),
+        ));
+        want.push((
+            span.to_owned(),
+            "default".to_owned(),
+            "succeeded".to_owned(),
+            10,
+            want_ok.clone(),
+        ));
+    }
+    assert_eq!(stats(&mut c), want);
+}
