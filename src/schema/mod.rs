@@ -190,10 +190,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "stats_cheaper",
         sql: include_str!("0035_stats_cheaper.sql"),
     },
+    Migration {
+        version: 36,
+        name: "page_room",
+        sql: include_str!("0036_page_room.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 35;
+pub(crate) const LATEST: i32 = 36;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
