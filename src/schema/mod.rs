@@ -195,10 +195,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "page_room",
         sql: include_str!("0036_page_room.sql"),
     },
+    Migration {
+        version: 37,
+        name: "per_call",
+        sql: include_str!("0037_per_call.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 36;
+pub(crate) const LATEST: i32 = 37;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
