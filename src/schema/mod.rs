@@ -200,10 +200,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "per_call",
         sql: include_str!("0037_per_call.sql"),
     },
+    Migration {
+        version: 38,
+        name: "claim_generic_plans",
+        sql: include_str!("0038_claim_generic_plans.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 37;
+pub(crate) const LATEST: i32 = 38;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
