@@ -97,7 +97,11 @@ SELECT a.status,
   FROM a";
 
 /// Deletes up to `$3` finished jobs whose status is in `$1` and that finished more than
-/// `$2` milliseconds ago. Rows another transaction holds are skipped, not waited for.
+/// `$2` milliseconds ago, the oldest first. Rows another transaction holds are skipped, not
+/// waited for. The order keeps the plan on the finished-jobs index: without it, statistics
+/// taken when every kept job was already old enough made a sequential scan look cheaper,
+/// and each batch read the table from its start, through the waiting and young jobs that
+/// reuse its first pages, for its thousand rows.
 pub(crate) const JOBS_PRUNE: &str = "
 DELETE FROM postpone_jobs
  WHERE id = ANY(ARRAY(
@@ -105,6 +109,7 @@ DELETE FROM postpone_jobs
         WHERE status IN ('succeeded', 'failed', 'cancelled', 'aborted')
           AND status = ANY($1::text[])
           AND finished_at < now() - $2::bigint * interval '1 millisecond'
+        ORDER BY finished_at
         LIMIT $3
           FOR UPDATE SKIP LOCKED))";
 

@@ -29,6 +29,7 @@ mod flow;
 mod limits;
 mod parked;
 mod prune_groups;
+mod prune_plan;
 mod rates;
 mod rates_admin;
 mod scheduled;
