@@ -5,14 +5,15 @@
 //! It is used by [`Admin::prune`](crate::Admin::prune) and, on an interval, by a worker
 //! given [`WorkerBuilder::retention`](crate::WorkerBuilder::retention).
 //!
-//! Each statement deletes at most `batch_size` rows (1000 by default) and commits on its
-//! own, skipping rows other transactions hold, so no statement holds many locks or runs
-//! long; batches repeat until one comes back short. Several workers pruning at once share
-//! the work. Records of periodic instants older than `older_than` (but never younger than
-//! two days, which periodic deduplication needs) are pruned the same way, except the latest
-//! of each schedule, from which its catch-up after downtime is counted. Then workflows and
-//! batches older than `older_than` none of whose jobs is left are deleted, so a program that
-//! uses them and prunes keeps its tables flat.
+//! Each statement deletes at most `batch_size` rows (1000 by default), the oldest first
+//! (through the finished-jobs index), and commits on its own, skipping rows other
+//! transactions hold, so no statement holds many locks or runs long; batches repeat until
+//! one comes back short. Several workers pruning at once share the work. Records of
+//! periodic instants older than `older_than` (but never younger than two days, which
+//! periodic deduplication needs) are pruned the same way, except the latest of each
+//! schedule, from which its catch-up after downtime is counted. Then workflows and batches
+//! older than `older_than` none of whose jobs is left are deleted, so a program that uses
+//! them and prunes keeps its tables flat.
 
 use std::fmt;
 use std::time::Duration;
