@@ -48,8 +48,10 @@ use crate::store;
 pub(crate) const MAX_BATCH: usize = 1000;
 
 /// How long the completer keeps the worker's connection after a batch, for the next one,
-/// before it goes back to the beat (which listens on it: a notification arriving meanwhile
-/// waits at most this long).
+/// before it goes back to the beat, while the worker drains (its fetcher's last claim filled
+/// every free slot). When the fetcher waits for jobs the connection goes back at once: the
+/// beat listens on it, and a notification arriving meanwhile would wait this long (an idle
+/// worker's defer-to-start latency, p50: 5.17 ms with the linger, 1.60 ms without).
 const LINGER: Duration = Duration::from_millis(5);
 
 pub(crate) fn run(
@@ -101,12 +103,13 @@ pub(crate) fn run(
                     .chain(shared.ledger.next_start_due())
                     .min()
                     .map(|d| d.saturating_duration_since(Instant::now()));
-                // Nothing to record now. The connection is kept for a moment (`LINGER`) in
-                // case more outcomes come, as they do in a drain, rather than handed to the
-                // beat and taken back (each hand-over waits for the other thread to be
-                // scheduled); the beat gets it at once if it waits for it. Then it goes
-                // back to the beat, which listens on it.
-                let keep = link.holding() && !lingered;
+                // Nothing to record now. In a drain the connection is kept for a moment
+                // (`LINGER`) in case more outcomes come, rather than handed to the beat and
+                // taken back (each hand-over waits for the other thread to be scheduled);
+                // the beat gets it at once if it waits for it. When the fetcher waits for
+                // jobs, it goes back to the beat at once: the next job's notification comes
+                // on it.
+                let keep = link.holding() && !lingered && !ride.fetcher_waits();
                 if !keep {
                     link.release();
                 }

@@ -82,6 +82,12 @@ impl Ride {
         self.idle.store(idle, Ordering::Relaxed);
     }
 
+    /// Whether the fetcher's last claim found less than it asked for: it now waits for a
+    /// notification (or its poll) before it claims again.
+    pub(crate) fn fetcher_waits(&self) -> bool {
+        self.idle.load(Ordering::Relaxed)
+    }
+
     /// Whether outcomes should wait for the next claim: the fetcher's last claim found less
     /// than it asked for (so its next claim is sent when a job comes, and the completer's
     /// commit would not overlap one) and was sent moments ago (so jobs come often). A
