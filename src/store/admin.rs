@@ -98,10 +98,10 @@ SELECT a.status,
 
 /// Deletes up to `$3` finished jobs whose status is in `$1` and that finished more than
 /// `$2` milliseconds ago, the oldest first. Rows another transaction holds are skipped, not
-/// waited for. The order keeps the plan on the finished-jobs index: without it, statistics
-/// taken when every kept job was already old enough made a sequential scan look cheaper,
-/// and each batch read the table from its start, through the waiting and young jobs that
-/// reuse its first pages, for its thousand rows.
+/// waited for. The order keeps the plan on the finished-jobs index whatever the statistics
+/// say: unordered, a LIMIT over jobs the statistics call all old enough prices a sequential
+/// scan lower, and that scan reads the table from its start, through the waiting and young
+/// jobs that reuse its first pages, for each batch.
 pub(crate) const JOBS_PRUNE: &str = "
 DELETE FROM postpone_jobs
  WHERE id = ANY(ARRAY(

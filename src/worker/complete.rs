@@ -50,8 +50,7 @@ pub(crate) const MAX_BATCH: usize = 1000;
 /// How long the completer keeps the worker's connection after a batch, for the next one,
 /// before it goes back to the beat, while the worker drains (its fetcher's last claim filled
 /// every free slot). When the fetcher waits for jobs the connection goes back at once: the
-/// beat listens on it, and a notification arriving meanwhile would wait this long (an idle
-/// worker's defer-to-start latency, p50: 5.17 ms with the linger, 1.60 ms without).
+/// beat listens on it, and a notification arriving meanwhile would wait up to this long.
 const LINGER: Duration = Duration::from_millis(5);
 
 pub(crate) fn run(

@@ -92,8 +92,8 @@ fn an_outcome_refused_inside_a_claims_transaction_costs_nothing_else() {
     let w = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
     // 300 jobs, every tenth refused; then, once all of them are recorded, 300 more with no
     // refusal: some of those still ride, so refusals stopped neither riding nor claiming.
-    // (How many ride depends on the machine: 236 of the first 300 on a quiet one, 7 with
-    // the whole suite running beside.)
+    // (How many ride depends on the machine's load: 192 of the first 300 on a quiet
+    // machine.)
     let ids = stream(&app, 300, Duration::from_millis(1), |i| i as i64 + 1);
     for (i, id) in ids.iter().enumerate() {
         let refused = (i + 1) % 10 == 0;
