@@ -389,43 +389,57 @@ impl BatchColumns {
         c
     }
 
+    /// The parameters of `store::JOB_INSERT_BATCH`. A column that no job of the batch sets
+    /// goes as a NULL array, which `unnest` reads as NULL for every job: the server then
+    /// receives and unnests one array less of a value per job (a batch of 1,000 plain jobs
+    /// sends 4 arrays instead of 13).
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
         [
             &self.queue,
             &self.task,
             &self.args,
             &self.priority,
-            &self.lock,
-            &self.queueing_lock,
-            &self.at,
+            or_null(&self.lock),
+            or_null(&self.queueing_lock),
+            or_null(&self.at),
             &self.delay,
-            &self.max_attempts,
-            &self.tags,
-            &self.meta,
-            &self.expires_at,
-            &self.expires_in,
+            or_null(&self.max_attempts),
+            or_null(&self.tags),
+            or_null(&self.meta),
+            or_null(&self.expires_at),
+            or_null(&self.expires_in),
         ]
     }
 
-    /// The parameters of `store::JOB_INSERT_AFTER`.
+    /// The parameters of `store::JOB_INSERT_AFTER`, the unset columns as NULL arrays as in
+    /// [`BatchColumns::params`].
     pub(super) fn after_params(&self) -> [&(dyn ToSql + Sync); 16] {
         [
             &self.queue,
             &self.task,
             &self.args,
             &self.priority,
-            &self.lock,
-            &self.queueing_lock,
-            &self.at,
+            or_null(&self.lock),
+            or_null(&self.queueing_lock),
+            or_null(&self.at),
             &self.delay,
-            &self.max_attempts,
-            &self.tags,
-            &self.meta,
+            or_null(&self.max_attempts),
+            or_null(&self.tags),
+            or_null(&self.meta),
             &self.edge_job,
             &self.edge_dep,
             &self.edge_any,
-            &self.expires_at,
-            &self.expires_in,
+            or_null(&self.expires_at),
+            or_null(&self.expires_in),
         ]
+    }
+}
+
+/// `column` as an array parameter, or a NULL array of its type when no job sets it.
+fn or_null<T: ToSql + Sync + 'static>(column: &Vec<Option<T>>) -> &(dyn ToSql + Sync) {
+    if column.iter().all(Option::is_none) {
+        &None::<Vec<Option<T>>>
+    } else {
+        column
     }
 }

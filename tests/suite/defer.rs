@@ -302,6 +302,109 @@ fn defer_batch_inserts_in_order_with_one_notification_per_queue() {
     assert!(app.defer_batch(&[]).unwrap().is_empty());
 }
 
+/// A batch sends a column that none of its jobs sets as a NULL array: every option still
+/// lands in its column whether all, some or none of the batch's jobs set it, with and without
+/// dependencies (the two statements a batch can take).
+#[test]
+fn a_batch_stores_each_option_whether_all_some_or_none_of_its_jobs_set_it() {
+    let (db, app) = setup();
+    let mut client = db.client();
+    let at = SystemTime::now() + Duration::from_secs(3600);
+    let expires = SystemTime::now() + Duration::from_secs(7200);
+    let full = |n: i32| {
+        NewJob::new("t", &n)
+            .unwrap()
+            .lock(format!("l{n}"))
+            .queueing_lock(format!("q{n}"))
+            .schedule_at(at)
+            .max_attempts(7)
+            .tags([format!("tag{n}")])
+            .meta(&json!({ "n": n }))
+            .expires_at(expires)
+    };
+    let plain = |n: i32| NewJob::new("t", &n).unwrap();
+    let select = "SELECT (args #>> '{}')::int, lock, queueing_lock, scheduled_at > now() + interval '59 minutes', \
+                  max_attempts, tags, meta, expires_at IS NOT NULL, \
+                  EXTRACT(EPOCH FROM expires_at - created_at)::float8 \
+                  FROM postpone_jobs WHERE id = $1";
+    let check = |client: &mut Client, id: JobId, n: i32, set: bool| {
+        let r = client.query_one(select, &[&id.0]).unwrap();
+        assert_eq!(r.get::<_, i32>(0), n, "job {id}: args");
+        let s = |p: &str| set.then(|| format!("{p}{n}"));
+        assert_eq!(r.get::<_, Option<String>>(1), s("l"), "job {id}: lock");
+        assert_eq!(
+            r.get::<_, Option<String>>(2),
+            s("q"),
+            "job {id}: queueing lock"
+        );
+        assert_eq!(r.get::<_, bool>(3), set, "job {id}: scheduled_at");
+        assert_eq!(
+            r.get::<_, Option<i32>>(4),
+            set.then_some(7),
+            "job {id}: max_attempts"
+        );
+        assert_eq!(
+            r.get::<_, Option<Vec<String>>>(5),
+            s("tag").map(|t| vec![t]),
+            "job {id}: tags"
+        );
+        assert_eq!(
+            r.get::<_, Option<Value>>(6),
+            set.then(|| json!({ "n": n })),
+            "job {id}: meta"
+        );
+        assert_eq!(r.get::<_, bool>(7), set, "job {id}: expires_at");
+    };
+
+    let none = app.defer_batch(&[plain(1), plain(2), plain(3)]).unwrap();
+    let some = app.defer_batch(&[plain(4), full(5), plain(6)]).unwrap();
+    let all = app.defer_batch(&[full(7), full(8)]).unwrap();
+    for (ids, first, set) in [
+        (&none, 1, [false, false, false].as_slice()),
+        (&some, 4, &[false, true, false]),
+        (&all, 7, &[true, true]),
+    ] {
+        for (k, (&id, &set)) in ids.iter().zip(set).enumerate() {
+            check(&mut client, id, first + k as i32, set);
+        }
+    }
+
+    // A deadline given as a duration, set by one job of three.
+    let ids = app
+        .defer_batch(&[
+            plain(9),
+            plain(10).expires_in(Duration::from_secs(90)),
+            plain(11),
+        ])
+        .unwrap();
+    let left: Vec<Option<f64>> = ids
+        .iter()
+        .map(|id| client.query_one(select, &[&id.0]).unwrap().get(8))
+        .collect();
+    assert_eq!(left, [None, Some(90.0), None]);
+
+    // With dependencies (postpone_defer_jobs): the same. The job they wait for has
+    // succeeded, so that they are due as deferred.
+    client
+        .execute(
+            "UPDATE postpone_jobs SET status = 'succeeded', attempts = 1, started_at = now(), \
+             finished_at = now() WHERE id = $1",
+            &[&none[0].0],
+        )
+        .unwrap();
+    let after = [none[0]];
+    let ids = app
+        .defer_batch(&[plain(12).after(&after), full(13).after(&after)])
+        .unwrap();
+    check(&mut client, ids[0], 12, false);
+    check(&mut client, ids[1], 13, true);
+    let ids = app
+        .defer_batch(&[plain(14).after(&after), plain(15)])
+        .unwrap();
+    check(&mut client, ids[0], 14, false);
+    check(&mut client, ids[1], 15, false);
+}
+
 #[test]
 fn defer_batch_is_atomic() {
     let (db, app) = setup();
