@@ -307,3 +307,15 @@ mod tests {
         );
     }
 }
+
+/// `column` as an array parameter of a statement that unnests its arrays side by side, or a
+/// NULL array of its type when every element is NULL: `unnest` with several arguments reads
+/// a NULL array as NULL for every row, and the server receives and unnests one array less
+/// of a value per row.
+pub(crate) fn array_or_null<T: ToSql + Sync>(column: &Vec<Option<T>>) -> &(dyn ToSql + Sync) {
+    if column.iter().all(Option::is_none) {
+        &None::<Vec<Option<T>>>
+    } else {
+        column
+    }
+}

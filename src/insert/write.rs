@@ -2,6 +2,7 @@
 //! the insert statements (plain, batch, unique) and the errors they map.
 
 use super::*;
+use crate::types::array_or_null;
 
 /// One job as its columns, defaults applied.
 pub(super) struct Row {
@@ -390,24 +391,23 @@ impl BatchColumns {
     }
 
     /// The parameters of `store::JOB_INSERT_BATCH`. A column that no job of the batch sets
-    /// goes as a NULL array, which `unnest` reads as NULL for every job: the server then
-    /// receives and unnests one array less of a value per job (a batch of 1,000 plain jobs
-    /// sends 4 arrays instead of 13).
+    /// goes as a NULL array ([`array_or_null`]): a batch of plain jobs sends 5 arrays
+    /// instead of 13.
     pub(super) fn params(&self) -> [&(dyn ToSql + Sync); 13] {
         [
             &self.queue,
             &self.task,
             &self.args,
             &self.priority,
-            or_null(&self.lock),
-            or_null(&self.queueing_lock),
-            or_null(&self.at),
+            array_or_null(&self.lock),
+            array_or_null(&self.queueing_lock),
+            array_or_null(&self.at),
             &self.delay,
-            or_null(&self.max_attempts),
-            or_null(&self.tags),
-            or_null(&self.meta),
-            or_null(&self.expires_at),
-            or_null(&self.expires_in),
+            array_or_null(&self.max_attempts),
+            array_or_null(&self.tags),
+            array_or_null(&self.meta),
+            array_or_null(&self.expires_at),
+            array_or_null(&self.expires_in),
         ]
     }
 
@@ -419,27 +419,18 @@ impl BatchColumns {
             &self.task,
             &self.args,
             &self.priority,
-            or_null(&self.lock),
-            or_null(&self.queueing_lock),
-            or_null(&self.at),
+            array_or_null(&self.lock),
+            array_or_null(&self.queueing_lock),
+            array_or_null(&self.at),
             &self.delay,
-            or_null(&self.max_attempts),
-            or_null(&self.tags),
-            or_null(&self.meta),
+            array_or_null(&self.max_attempts),
+            array_or_null(&self.tags),
+            array_or_null(&self.meta),
             &self.edge_job,
             &self.edge_dep,
             &self.edge_any,
-            or_null(&self.expires_at),
-            or_null(&self.expires_in),
+            array_or_null(&self.expires_at),
+            array_or_null(&self.expires_in),
         ]
-    }
-}
-
-/// `column` as an array parameter, or a NULL array of its type when no job sets it.
-fn or_null<T: ToSql + Sync + 'static>(column: &Vec<Option<T>>) -> &(dyn ToSql + Sync) {
-    if column.iter().all(Option::is_none) {
-        &None::<Vec<Option<T>>>
-    } else {
-        column
     }
 }

@@ -30,7 +30,7 @@ use crate::conn::Connection;
 use crate::error::{Error, Result};
 use crate::limits;
 use crate::store;
-use crate::types::RawJson;
+use crate::types::{array_or_null, RawJson};
 
 /// Whose attempts a [`write`] records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,8 +154,8 @@ impl<'a> FinishParams<'a> {
             &self.workers,
             &self.attempts,
             &self.kinds,
-            &self.errors,
-            &self.outputs,
+            array_or_null(&self.errors),
+            array_or_null(&self.outputs),
             &self.ran_us,
         ]
     }
