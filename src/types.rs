@@ -279,6 +279,18 @@ macro_rules! id_impls {
 }
 pub(crate) use id_impls;
 
+/// `column` as an array parameter of a statement that unnests its arrays side by side, or a
+/// NULL array of its type when every element is NULL: `unnest` with several arguments reads
+/// a NULL array as NULL for every row, and the server receives and unnests one array less
+/// of a value per row.
+pub(crate) fn array_or_null<T: ToSql + Sync>(column: &Vec<Option<T>>) -> &(dyn ToSql + Sync) {
+    if column.iter().all(Option::is_none) {
+        &None::<Vec<Option<T>>>
+    } else {
+        column
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,17 +317,5 @@ mod tests {
             "x".parse::<JobId>().unwrap_err().kind(),
             ErrorKind::InvalidInput
         );
-    }
-}
-
-/// `column` as an array parameter of a statement that unnests its arrays side by side, or a
-/// NULL array of its type when every element is NULL: `unnest` with several arguments reads
-/// a NULL array as NULL for every row, and the server receives and unnests one array less
-/// of a value per row.
-pub(crate) fn array_or_null<T: ToSql + Sync>(column: &Vec<Option<T>>) -> &(dyn ToSql + Sync) {
-    if column.iter().all(Option::is_none) {
-        &None::<Vec<Option<T>>>
-    } else {
-        column
     }
 }
