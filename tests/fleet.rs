@@ -405,6 +405,78 @@ fn an_idle_worker_process_holds_one_connection_and_two_while_it_drains() {
     }
 }
 
+/// The periodic thread holds a connection only while its next instant or prune is within the
+/// App's `pool_idle_timeout`: a worker whose schedule is yearly and whose retention prunes
+/// hourly holds one connection when idle, the lasting one. A schedule every two seconds still
+/// defers each instant, its thread connecting for each.
+#[test]
+fn a_periodic_thread_whose_next_instant_is_far_holds_no_connection() {
+    captured();
+    let db = TestDb::new();
+    let owner = App::builder(db.url()).pool_size(2).build().unwrap();
+    owner.migrate().unwrap();
+    let name = "fleet-periodic-far";
+    let app = App::builder(url_named(&db, name))
+        .pool_size(2)
+        .pool_idle_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let (mut tasks, _) = counting_tasks();
+    tasks.register("yearly", |_: &Job| -> Result<(), TaskError> { Ok(()) });
+    tasks.periodic("yearly", "0 0 1 1 *");
+    let worker = Worker::builder(&app, tasks)
+        .concurrency(2)
+        .vacuum(Vacuum::off())
+        .retention(
+            postpone::Retention::new(Duration::from_secs(60)).interval(Duration::from_secs(3600)),
+        )
+        .spawn()
+        .unwrap();
+    let settled = wait_until(Duration::from_secs(20), || {
+        connections_named(&db, name) == 1 && worker.open_sockets() == 1
+    });
+    assert!(
+        settled,
+        "{} connection(s), {} socket(s) of the worker: expected 1 (the lasting connection)",
+        connections_named(&db, name),
+        worker.open_sockets()
+    );
+    let report = worker.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+
+    // Every two seconds: more than pool_idle_timeout apart, so the thread connects for each.
+    let (mut tasks, _) = counting_tasks();
+    tasks.register("often", |_: &Job| -> Result<(), TaskError> { Ok(()) });
+    tasks.periodic("often", "*/2 * * * * *");
+    let worker = Worker::builder(&app, tasks)
+        .concurrency(2)
+        .vacuum(Vacuum::off())
+        .spawn()
+        .unwrap();
+    let count = || -> i64 {
+        db.client()
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE task = 'often' AND status = 'succeeded'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || count() >= 4),
+        "{} instants of a two-second schedule ran in 20 s",
+        count()
+    );
+    // Between instants its connection is closed: one connection is seen at times.
+    assert!(
+        wait_until(Duration::from_secs(10), || connections_named(&db, name)
+            == 1),
+        "the periodic thread kept its connection between instants two seconds apart"
+    );
+    let report = worker.shutdown(Duration::from_secs(5));
+    assert!(report.is_clean(), "{report}");
+}
+
 #[test]
 fn a_worker_without_listen_wakes_on_a_deferred_job_within_its_poll_interval() {
     captured();

@@ -2,8 +2,9 @@
 //! worker's code and those stored in the database for its tasks), and prunes old finished
 //! jobs when the worker was given a [`Retention`].
 //!
-//! Every worker runs it. It holds a connection only while it has something to do: a
-//! schedule to follow or a retention; otherwise it waits for a wake-up without one. The
+//! Every worker runs it. It holds a connection only while it has something to do soon: an
+//! instant to defer or a prune within the App's `pool_idle_timeout`; otherwise it closes
+//! it, waits for that time (or a wake-up) without one, and connects again then. The
 //! beat thread looks at the stored schedules of the worker's tasks every `poll_interval`
 //! (their number and highest revision, [`check_stored`]) and wakes this thread when that
 //! changed; it then reads the rows and follows them: a new or changed row starts afresh, a
@@ -382,7 +383,9 @@ fn apply_stored(shared: &Shared, schedules: &mut Vec<Schedule>, rows: Vec<Stored
     }
 }
 
-/// True when the thread has something to do and keeps its connection.
+/// True when the thread has schedules to follow or a retention: it wakes at least every
+/// `max_sleep` (a clock that jumps is noticed), and keeps its connection while their next
+/// instant or prune is near.
 fn busy(schedules: &[Schedule], opts: &WorkerOptions) -> bool {
     schedules.iter().any(|s| !s.replaced) || opts.periodic.retention.is_some()
 }
@@ -413,6 +416,7 @@ pub(crate) fn run(
         .as_ref()
         .map(|r| Instant::now() + r.interval.mul_f64(jitter_rand()));
     let mut link = Link::new(shared, "periodic tasks and retention");
+    let idle_close = shared.app.inner.pool.idle_timeout();
     let wake = shared.schedules.wake.1.clone();
     // The fingerprint of the stored rows this thread follows (`None`: none read yet).
     let mut applied: Option<Fingerprint> = None;
@@ -479,20 +483,26 @@ pub(crate) fn run(
         let busy = busy(&schedules, &shared.opts);
         let wait = match link.judge(result) {
             Ok(()) => {
-                if !busy {
-                    // Nothing to defer or prune: no connection held until there is.
-                    link.close();
-                }
-                let mut wait = if busy { max_sleep } else { IDLE_WAIT };
+                // The next instant to defer or prune, from now (`None`: none).
+                let mut work: Option<Duration> = None;
                 for s in schedules.iter().filter(|s| !s.replaced) {
                     if let Some(next) = s.next {
-                        wait = wait.min(next.duration_since(now).unwrap_or(Duration::ZERO));
+                        let d = next.duration_since(now).unwrap_or(Duration::ZERO);
+                        work = Some(work.map_or(d, |w| w.min(d)));
                     }
                 }
                 if let Some(at) = next_prune {
-                    wait = wait.min(at.saturating_duration_since(Instant::now()));
+                    let d = at.saturating_duration_since(Instant::now());
+                    work = Some(work.map_or(d, |w| w.min(d)));
                 }
-                wait
+                // Nothing to defer or prune within the App's pool_idle_timeout: no
+                // connection held until there is (a schedule of an hour, a retention's
+                // prune every few minutes: the thread connects when the time comes).
+                if !busy || work.is_none_or(|d| d >= idle_close) {
+                    link.close();
+                }
+                let wait = if busy { max_sleep } else { IDLE_WAIT };
+                work.map_or(wait, |d| wait.min(d))
             }
             Err(wait) => wait,
         };
