@@ -289,6 +289,25 @@ fn url_named(db: &TestDb, name: &str) -> String {
 }
 
 /// Succeeded jobs in `db`.
+/// A fresh database with the schema, and the App that migrated it.
+fn migrated_db() -> (TestDb, App) {
+    captured();
+    let db = TestDb::new();
+    let owner = App::builder(db.url()).pool_size(2).build().unwrap();
+    owner.migrate().unwrap();
+    (db, owner)
+}
+
+/// An App on `db` whose connections carry `name` as their application_name, closing its
+/// idle ones after 500 ms.
+fn app_named(db: &TestDb, name: &str, pool_size: u32) -> App {
+    App::builder(url_named(db, name))
+        .pool_size(pool_size)
+        .pool_idle_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap()
+}
+
 fn succeeded(db: &TestDb) -> i64 {
     db.client()
         .query_one(
@@ -301,20 +320,13 @@ fn succeeded(db: &TestDb) -> i64 {
 
 #[test]
 fn an_idle_worker_process_holds_one_connection_and_two_while_it_drains() {
-    captured();
-    let db = TestDb::new();
-    let owner = App::builder(db.url()).pool_size(2).build().unwrap();
-    owner.migrate().unwrap();
+    let (db, owner) = migrated_db();
     for listen in [true, false] {
         db.client()
             .batch_execute("DELETE FROM postpone_jobs")
             .unwrap();
         let name = format!("fleet-idle-{listen}");
-        let app = App::builder(url_named(&db, &name))
-            .pool_size(4)
-            .pool_idle_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
+        let app = app_named(&db, &name, 4);
         let (tasks, ran) = counting_tasks();
         // The task defers through the App's pool, so that the pool has connections to close.
         let mut tasks = tasks;
@@ -411,27 +423,25 @@ fn an_idle_worker_process_holds_one_connection_and_two_while_it_drains() {
 /// defers each instant, its thread connecting for each.
 #[test]
 fn a_periodic_thread_whose_next_instant_is_far_holds_no_connection() {
-    captured();
-    let db = TestDb::new();
-    let owner = App::builder(db.url()).pool_size(2).build().unwrap();
-    owner.migrate().unwrap();
+    let (db, _owner) = migrated_db();
     let name = "fleet-periodic-far";
-    let app = App::builder(url_named(&db, name))
-        .pool_size(2)
-        .pool_idle_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let (mut tasks, _) = counting_tasks();
-    tasks.register("yearly", |_: &Job| -> Result<(), TaskError> { Ok(()) });
-    tasks.periodic("yearly", "0 0 1 1 *");
-    let worker = Worker::builder(&app, tasks)
-        .concurrency(2)
-        .vacuum(Vacuum::off())
-        .retention(
-            postpone::Retention::new(Duration::from_secs(60)).interval(Duration::from_secs(3600)),
-        )
-        .spawn()
-        .unwrap();
+    let app = app_named(&db, name, 2);
+    // A worker whose one task `task` runs on `schedule`, with `retention` if given.
+    let spawn = |task: &str, schedule: &str, retention: Option<postpone::Retention>| {
+        let (mut tasks, _) = counting_tasks();
+        tasks.register(task, |_: &Job| -> Result<(), TaskError> { Ok(()) });
+        tasks.periodic(task, schedule);
+        let mut b = Worker::builder(&app, tasks)
+            .concurrency(2)
+            .vacuum(Vacuum::off());
+        if let Some(r) = retention {
+            b = b.retention(r);
+        }
+        b.spawn().unwrap()
+    };
+    let hourly =
+        postpone::Retention::new(Duration::from_secs(60)).interval(Duration::from_secs(3600));
+    let worker = spawn("yearly", "0 0 1 1 *", Some(hourly));
     let settled = wait_until(Duration::from_secs(20), || {
         connections_named(&db, name) == 1 && worker.open_sockets() == 1
     });
@@ -445,14 +455,7 @@ fn a_periodic_thread_whose_next_instant_is_far_holds_no_connection() {
     assert!(report.is_clean(), "{report}");
 
     // Every two seconds: more than pool_idle_timeout apart, so the thread connects for each.
-    let (mut tasks, _) = counting_tasks();
-    tasks.register("often", |_: &Job| -> Result<(), TaskError> { Ok(()) });
-    tasks.periodic("often", "*/2 * * * * *");
-    let worker = Worker::builder(&app, tasks)
-        .concurrency(2)
-        .vacuum(Vacuum::off())
-        .spawn()
-        .unwrap();
+    let worker = spawn("often", "*/2 * * * * *", None);
     let count = || -> i64 {
         db.client()
             .query_one(
