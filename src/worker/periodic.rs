@@ -484,17 +484,13 @@ pub(crate) fn run(
         let wait = match link.judge(result) {
             Ok(()) => {
                 // The next instant to defer or prune, from now (`None`: none).
-                let mut work: Option<Duration> = None;
-                for s in schedules.iter().filter(|s| !s.replaced) {
-                    if let Some(next) = s.next {
-                        let d = next.duration_since(now).unwrap_or(Duration::ZERO);
-                        work = Some(work.map_or(d, |w| w.min(d)));
-                    }
-                }
-                if let Some(at) = next_prune {
-                    let d = at.saturating_duration_since(Instant::now());
-                    work = Some(work.map_or(d, |w| w.min(d)));
-                }
+                let work = schedules
+                    .iter()
+                    .filter(|s| !s.replaced)
+                    .filter_map(|s| s.next)
+                    .map(|next| next.duration_since(now).unwrap_or(Duration::ZERO))
+                    .chain(next_prune.map(|at| at.saturating_duration_since(Instant::now())))
+                    .min();
                 // Nothing to defer or prune within the App's pool_idle_timeout: no
                 // connection held until there is (a schedule of an hour, a retention's
                 // prune every few minutes: the thread connects when the time comes).

@@ -82,8 +82,9 @@ impl Ride {
         self.idle.store(idle, Ordering::Relaxed);
     }
 
-    /// Whether the fetcher's last claim found less than it asked for: it now waits for a
-    /// notification (or its poll) before it claims again.
+    /// Whether the fetcher's last claim found less than it asked for: the queue ran short
+    /// (the fetcher now waits for a notification or its poll before it claims again) or the
+    /// byte budget cut it (it claims again once a waiting job starts).
     pub(crate) fn fetcher_waits(&self) -> bool {
         self.idle.load(Ordering::Relaxed)
     }
