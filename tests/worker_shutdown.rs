@@ -1,7 +1,8 @@
 //! Bounded shutdown (DESIGN.md promise 1, section 4) against the real PostgreSQL and the
 //! fault proxy: `shutdown(2 s)` returns in time (target 2.1 s, asserted ≤ 3 s) with idle
 //! threads, busy threads, every connection stranded mid-round-trip, the database gone, and
-//! a job stuck in user code; a clipped graceful timeout; `Drop` without `shutdown`; and what
+//! a job stuck in user code, the periodic thread connecting for an instant to a stranded
+//! server; a clipped graceful timeout; `Drop` without `shutdown`; and what
 //! the database holds afterwards. Every case prints its measured time (`--nocapture`).
 
 mod support;
@@ -596,4 +597,61 @@ fn every_connection_stranded_over_tls() {
     assert!(report.is_clean(), "every thread joined: {report}");
     assert_eq!(report.threads_joined(), worker_threads(2));
     assert!(report.sockets_severed() >= stuck, "{report}");
+}
+
+/// The periodic thread connects for each instant when they are further apart than the App's
+/// `pool_idle_timeout`. While new connections are refused it backs off and defers the
+/// instants once they are let through again; while they are stranded (accepted, never
+/// answered) at an instant, `shutdown(2 s)` still returns in time, every thread joined.
+#[test]
+fn a_periodic_thread_connecting_for_its_instant_keeps_the_deadlines() {
+    let _t = shared_threads();
+    let (db, _direct) = setup();
+    let proxy = FaultProxy::start(&db.server_addr());
+    let app = App::builder(db.url_via(&proxy))
+        .pool_size(2)
+        .io_timeout(Duration::from_secs(10))
+        .connect_timeout(Duration::from_secs(2))
+        .pool_idle_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let mut tasks = Tasks::new();
+    tasks.register("often", |_: &Job| -> Result<(), TaskError> { Ok(()) });
+    tasks.periodic("often", "*/2 * * * * *");
+    let handle = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
+    let ran = || -> i64 {
+        db.client()
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE task = 'often' AND status = 'succeeded'",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || ran() >= 1),
+        "no instant ran"
+    );
+
+    // Refused for 3 s (an instant or two), then let through: the instants go on.
+    proxy.set_new_conns(NewConns::Refuse);
+    thread::sleep(Duration::from_secs(3));
+    let before = ran();
+    proxy.set_new_conns(NewConns::Forward);
+    assert!(
+        wait_until(Duration::from_secs(20), || ran() >= before + 2),
+        "after the refusals: {} instants ran, {before} before",
+        ran()
+    );
+
+    // Stranded: the next instant's connection is accepted and never answered.
+    let accepted = proxy.accepted();
+    proxy.set_new_conns(NewConns::Strand);
+    assert!(
+        wait_until(Duration::from_secs(10), || proxy.accepted() > accepted),
+        "no connection was tried at an instant"
+    );
+    let report = timed_shutdown("periodic thread connecting to a stranded server", handle);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.threads_joined(), worker_threads(2));
 }
