@@ -104,7 +104,8 @@ impl WorkflowInfo {
 pub struct WorkflowJob {
     /// Its id.
     pub id: JobId,
-    /// The name of its step ([`StepBuilder::name`]), if it was given one.
+    /// The name of its step ([`StepBuilder::name`](crate::StepBuilder::name)), if it was
+    /// given one.
     pub step: Option<String>,
     /// Its task; `None` when its row is gone.
     pub task: Option<String>,
@@ -179,7 +180,7 @@ pub struct WorkflowRetry {
 const CANCEL_TRIES: usize = 3;
 
 impl crate::Admin {
-    /// Workflow `id` ([`App::workflow`]): its jobs counted by state, and the first
+    /// Workflow `id` ([`App::workflow`](crate::App::workflow)): its jobs counted by state, and the first
     /// [`WORKFLOW_JOBS_LISTED`] of them with their states and dependencies.
     /// [`NotFound`](ErrorKind::NotFound) if there is no such workflow. See
     /// [`WorkflowInfo`] for an example.
