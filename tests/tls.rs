@@ -103,16 +103,19 @@ fn sslmode_disable_prefer_require_against_the_local_server() {
 
 #[test]
 fn unix_sockets_never_use_tls_as_in_libpq() {
-    let dir = Path::new("/var/run/postgresql");
-    if !dir.join(".s.PGSQL.5432").exists() {
-        skip(&format!("no local PostgreSQL socket in {}", dir.display()));
-        return;
-    }
     let db = TestDb::new();
+    let server = db.server();
+    let Some(dir) = server.socket_dir() else {
+        skip(&format!(
+            "no socket of the test server's port {} in /var/run/postgresql or /tmp",
+            server.port
+        ));
+        return;
+    };
     let url = format!(
-        "host={} port=5432 user={} dbname={} sslmode=require",
-        dir.display(),
-        db.server().user,
+        "host={dir} port={} user={} dbname={} sslmode=require",
+        server.port,
+        server.user,
         db.name()
     );
     assert!(!connects_encrypted(&url), "require over a Unix socket");

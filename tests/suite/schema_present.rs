@@ -59,6 +59,9 @@ SELECT rtrim(pg_get_functiondef(p.oid), E'\n') || ';'
  ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)
 "#;
 
+/// The PostgreSQL major version whose descriptions the files hold.
+const PRESENT_WRITTEN_ON: i32 = 15;
+
 fn present_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/schema/present")
 }
@@ -95,6 +98,27 @@ fn the_present_files_equal_a_fresh_migrate() {
     app.migrate().unwrap();
     let version = app.schema_version().unwrap().unwrap();
     let mut c = app.connection().unwrap();
+    // The files are PostgreSQL 15's words, with lz4 (the server CI runs): another major
+    // version words some definitions otherwise, and a server built without lz4 keeps
+    // pglz for every column (the migrations allow both).
+    let server: (i32, bool) = c
+        .query_one(
+            "SELECT current_setting('server_version_num')::integer / 10000,
+                    EXISTS (SELECT 1 FROM pg_settings
+                             WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    if server != (PRESENT_WRITTEN_ON, true) {
+        eprintln!(
+            "skipped: src/schema/present is written on PostgreSQL {PRESENT_WRITTEN_ON} with lz4; \
+             this server is PostgreSQL {}{}",
+            server.0,
+            if server.1 { "" } else { " without lz4" }
+        );
+        return;
+    }
     let tables: Vec<String> = c
         .query(TABLES, &[])
         .unwrap()

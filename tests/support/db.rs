@@ -54,6 +54,15 @@ impl ServerSpec {
         }
     }
 
+    /// The directory holding this server's Unix socket (`.s.PGSQL.<port>`), among those
+    /// servers usually put it in; `None` when neither has it.
+    pub fn socket_dir(&self) -> Option<&'static str> {
+        let file = format!(".s.PGSQL.{}", self.port);
+        ["/var/run/postgresql", "/tmp"]
+            .into_iter()
+            .find(|d| std::path::Path::new(d).join(&file).exists())
+    }
+
     /// `host:port`, e.g. to give to [`FaultProxy::start`].
     pub fn addr(&self) -> String {
         if self.host.contains(':') {
