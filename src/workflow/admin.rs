@@ -180,8 +180,8 @@ pub struct WorkflowRetry {
 const CANCEL_TRIES: usize = 3;
 
 impl crate::Admin {
-    /// Workflow `id` ([`App::workflow`](crate::App::workflow)): its jobs counted by state, and the first
-    /// [`WORKFLOW_JOBS_LISTED`] of them with their states and dependencies.
+    /// Workflow `id` ([`App::workflow`](crate::App::workflow)): its jobs counted by state, and
+    /// the first [`WORKFLOW_JOBS_LISTED`] of them with their states and dependencies.
     /// [`NotFound`](ErrorKind::NotFound) if there is no such workflow. See
     /// [`WorkflowInfo`] for an example.
     pub fn workflow(&self, id: WorkflowId) -> Result<WorkflowInfo> {
