@@ -456,15 +456,7 @@ fn a_periodic_thread_whose_next_instant_is_far_holds_no_connection() {
 
     // Every two seconds: more than pool_idle_timeout apart, so the thread connects for each.
     let worker = spawn("often", "*/2 * * * * *", None);
-    let count = || -> i64 {
-        db.client()
-            .query_one(
-                "SELECT count(*) FROM postpone_jobs WHERE task = 'often' AND status = 'succeeded'",
-                &[],
-            )
-            .unwrap()
-            .get(0)
-    };
+    let count = || db.count_jobs("often", "succeeded");
     assert!(
         wait_until(Duration::from_secs(20), || count() >= 4),
         "{} instants of a two-second schedule ran in 20 s",

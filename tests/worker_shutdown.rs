@@ -619,15 +619,7 @@ fn a_periodic_thread_connecting_for_its_instant_keeps_the_deadlines() {
     tasks.register("often", |_: &Job| -> Result<(), TaskError> { Ok(()) });
     tasks.periodic("often", "*/2 * * * * *");
     let handle = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
-    let ran = || -> i64 {
-        db.client()
-            .query_one(
-                "SELECT count(*) FROM postpone_jobs WHERE task = 'often' AND status = 'succeeded'",
-                &[],
-            )
-            .unwrap()
-            .get(0)
-    };
+    let ran = || db.count_jobs("often", "succeeded");
     assert!(
         wait_until(Duration::from_secs(20), || ran() >= 1),
         "no instant ran"

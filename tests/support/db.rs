@@ -173,6 +173,17 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("cannot connect to test database {}: {e}", self.name))
     }
 
+    /// How many jobs of `task` in this database (default schema) have `status`.
+    pub fn count_jobs(&self, task: &str, status: &str) -> i64 {
+        self.client()
+            .query_one(
+                "SELECT count(*) FROM postpone_jobs WHERE task = $1 AND status = $2",
+                &[&task, &status],
+            )
+            .unwrap()
+            .get(0)
+    }
+
     /// pids of the client backends connected to this database, except the
     /// caller's own (from pg_stat_activity), in ascending order.
     pub fn backend_pids(&self) -> Vec<i32> {
