@@ -2,9 +2,16 @@
 //!
 //! # Cargo features
 //!
-//! - `cli` (default): builds the `postpone` command-line tool (migrate, defer, jobs, retry,
-//!   cancel, abort, stats, prune...). Libraries that only defer jobs can turn it off with
-//!   `default-features = false`.
+//! No feature is on by default: deferring jobs, running workers and the admin API need none.
+//!
+//! - `cli`: builds the `postpone` command-line tool (migrate, defer, jobs, retry, cancel,
+//!   abort, stats, prune, dashboard...): `cargo install postpone --features cli`, or
+//!   `cargo run --features cli -- --help` in a checkout. Turns on `web`.
+//! - `web`: the dashboard, `postpone::Dashboard`, served on threads of its own or mounted in a
+//!   program's web server.
+//! - `metrics`: counters, histograms and gauges through the `metrics` facade.
+//! - `tracing`: every task runs inside a `tracing` span carrying its job id, task, queue and
+//!   attempt.
 //! - `test-util`: helpers for the tests of programs that use postpone, in
 //!   `postpone::testing`: run the jobs a piece of code deferred, synchronously, and assert what was
 //!   deferred, against the real database.
