@@ -182,6 +182,12 @@ impl Error {
         self
     }
 
+    /// Appends what to do: `message (remedy)`.
+    pub(crate) fn remedy(mut self, remedy: &str) -> Error {
+        self.inner.message = format!("{} ({remedy})", self.inner.message);
+        self
+    }
+
     pub(crate) fn set_sqlstate(mut self, code: &str) -> Error {
         self.inner.sqlstate = Some(code.to_owned());
         self

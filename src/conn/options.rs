@@ -47,14 +47,20 @@ pub(crate) struct ConnectOptions {
     pub(crate) namespace: Namespace,
 }
 
+/// What a connection string looks like, for the error of one that does not parse.
+const URL_FORMS: &str =
+    "write a URL, postgres://USER:PASSWORD@HOST:5432/DATABASE?sslmode=require, \
+     or key=value pairs, host=HOST port=5432 user=USER dbname=DATABASE";
+
 impl ConnectOptions {
     /// Parses a URL or key=value connection string.
     pub(crate) fn parse(url: &str) -> Result<ConnectOptions> {
         let (url, routing) = Routing::extract(url)?;
         let (url, tls) = TlsSettings::extract(&url)?;
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| Error::with_source(ErrorKind::Config, "invalid database url", e))?;
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            // The driver says what it tripped on, not what it expected.
+            Error::with_source(ErrorKind::Config, "invalid database url", e).remedy(URL_FORMS)
+        })?;
         if config.get_hosts().is_empty() {
             // `hostaddr` alone says where to connect, as in libpq: the address is the host.
             for ip in config.get_hostaddrs().to_vec() {
@@ -230,6 +236,18 @@ mod tests {
             let e = ConnectOptions::parse(bad).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Config, "{bad}: {e}");
             assert!(e.to_string().starts_with("invalid database url"), "{e}");
+        }
+        // What the driver cannot parse comes with the forms it takes.
+        for bad in [
+            "postgresql//host/db",
+            "nonsense without equals",
+            "mysql://u@h/db",
+        ] {
+            let e = ConnectOptions::parse(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("(write a URL, postgres://USER:PASSWORD@HOST:5432/DATABASE"),
+                "{bad}: {e}"
+            );
         }
     }
 }
