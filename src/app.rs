@@ -381,6 +381,16 @@ impl AppBuilder {
                 if e.is_database_missing() {
                     // The server was reached: the message already says where and what.
                     e
+                } else if e.sqlstate().is_some_and(|c| c.starts_with("28")) {
+                    // Reached too, and it refused the role or its password (class 28).
+                    e.context(format_args!(
+                        "the server refused to log in to the database {}",
+                        opts.describe()
+                    ))
+                    .remedy(
+                        "check the user and password of the connection string, or the \
+                         server's pg_hba.conf",
+                    )
                 } else {
                     e.context(format_args!(
                         "cannot reach the database {}",

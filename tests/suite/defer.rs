@@ -731,7 +731,16 @@ fn an_unreachable_server_and_a_missing_database_are_told_apart() {
     ))
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Connect, "{e}");
-    assert!(e.to_string().contains("no_such_role_xyz"), "{e}");
+    assert_eq!(e.sqlstate(), Some("28000"), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("no_such_role_xyz"), "{text}");
+    // The server answered: a refused login is not an unreachable server, and says what to check.
+    assert!(!text.contains("cannot reach"), "{text}");
+    assert!(
+        text.starts_with("the server refused to log in to the database no_such_role_xyz@"),
+        "{text}"
+    );
+    assert!(text.contains("check the user and password"), "{text}");
 }
 
 #[test]
