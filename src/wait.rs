@@ -235,10 +235,17 @@ fn wait_registered(
         }
         let now = Instant::now();
         if now >= deadline {
+            // A job nobody takes is the usual surprise: say where to look.
+            let hint = if now_state.status == JobStatus::Todo {
+                "; it runs once it is due and a running worker serving its queue registers its \
+                 task (`postpone workers --json` lists each worker's queues and tasks)"
+            } else {
+                ""
+            };
             return Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "waiting for job {id}: still {} after {} (the wait's timeout)",
+                    "waiting for job {id}: still {} after {} (the wait's timeout){hint}",
                     now_state.status,
                     fmt_duration(timeout)
                 ),

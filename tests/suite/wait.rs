@@ -267,6 +267,11 @@ fn wait_times_out_naming_the_status_and_refuses_unknown_jobs() {
             .contains(&format!("waiting for job {id}: still todo after")),
         "{e}"
     );
+    assert!(
+        e.to_string()
+            .contains("a running worker serving its queue registers its task"),
+        "a job nobody takes says where to look: {e}"
+    );
     let e = app
         .wait(JobId(id.get() + 1000), Duration::from_secs(5))
         .unwrap_err();
