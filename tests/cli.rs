@@ -147,6 +147,13 @@ fn every_command_against_a_real_database() {
         7,
         "schema not installed: run `postpone migrate`",
     );
+    // It names the database, so that the migrate it advises reaches the one meant.
+    fails_with(
+        Some(url),
+        &["jobs"],
+        7,
+        &format!("error: database {}: schema not installed", db_name(url)),
+    );
 
     let v = postpone::SCHEMA_VERSION;
     // Every migration from 1 to the latest (their numbers may have gaps).

@@ -160,7 +160,11 @@ impl Context {
     /// Connects, and refuses a schema that is missing, older or newer than this postpone.
     pub fn connect(&self) -> Result<App, CliError> {
         let app = self.connect_unchecked()?;
-        app.admin().check_schema()?;
+        app.admin().check_schema().map_err(|e| {
+            // Which database: without a URL the tool reads the PG* variables' defaults, and a
+            // `postpone migrate` run on this advice should reach the database meant.
+            CliError::Failed(Exit::of(&e), format!("database {}: {e}", self.database))
+        })?;
         Ok(app)
     }
 }
