@@ -312,7 +312,11 @@ impl WorkerBuilder {
             return bad(format!("invalid task registry: {p}"));
         }
         if self.tasks.map.is_empty() {
-            return bad("invalid worker: no task is registered".into());
+            return bad(
+                "invalid worker: no task is registered (give its Tasks at least one, \
+                 with Tasks::register(name, f) or Tasks::add(task))"
+                    .into(),
+            );
         }
         let o = &self.opts;
         if o.concurrency == 0 || o.concurrency > 1024 {
@@ -691,4 +695,22 @@ fn default_name() -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{App, ErrorKind, Tasks, Worker};
+
+    #[test]
+    fn a_worker_without_tasks_says_how_to_give_it_one() {
+        // Checked before any connection: a lazy App on a closed port will do.
+        let app = App::builder("postgres://postgres@127.0.0.1:1/none")
+            .lazy(true)
+            .build()
+            .unwrap();
+        let e = Worker::builder(&app, Tasks::new()).spawn().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Config, "{e}");
+        assert!(e.to_string().contains("no task is registered"), "{e}");
+        assert!(e.to_string().contains("Tasks::register"), "{e}");
+    }
 }
