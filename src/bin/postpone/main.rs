@@ -130,7 +130,7 @@ enum Command {
     Priority(PriorityArgs),
     /// Jobs per queue (or task) and status, failure rate, run times, lag.
     Stats(StatsArgs),
-    /// Registered workers, their heartbeat and claimed jobs.
+    /// Registered workers: their queues, heartbeat, lease and running jobs (--json: tasks too).
     Workers(WorkersArgs),
     /// Running jobs whose worker is silent or gone; requeue or fail them.
     Stalled(StalledArgs),
