@@ -513,6 +513,43 @@ fn the_dashboard_command_serves_until_killed_and_checks_its_auth_settings() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("set either POSTPONE_DASHBOARD_TOKEN"), "{err}");
+
+    // Served beyond the loopback without access control, it warns (and on the loopback not).
+    for (listen, warns) in [("0.0.0.0:0", true), ("127.0.0.1:0", false)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_postpone"))
+            .args(["dashboard", "--listen", listen])
+            .env("DATABASE_URL", db.url())
+            .env_remove("POSTPONE_DASHBOARD_TOKEN")
+            .env_remove("POSTPONE_DASHBOARD_USER")
+            .env_remove("POSTPONE_DASHBOARD_PASSWORD")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The warning is written before the line that says where it serves.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            line.starts_with("postpone dashboard on"),
+            "{listen}: {line}"
+        );
+        assert_eq!(
+            err.contains("warning: no access control on 0.0.0.0:"),
+            warns,
+            "{listen}: {err}"
+        );
+        if warns {
+            assert!(
+                err.contains("can retry, cancel and delete jobs; set POSTPONE_DASHBOARD_TOKEN"),
+                "{err}"
+            );
+        }
+    }
 }
 
 #[test]

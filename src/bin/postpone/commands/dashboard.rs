@@ -55,6 +55,25 @@ pub(crate) fn run(
         .threads(usize::from(args.threads))
         .stalled_after(args.stalled_after.unwrap_or_default())
         .spawn()?;
+    if !protected && !handle.addr().ip().is_loopback() {
+        // Other machines can reach it, and nothing asks them who they are.
+        eprintln!(
+            "postpone dashboard: warning: no access control on {}: anyone who can reach it \
+             sees every job{}; set POSTPONE_DASHBOARD_TOKEN (or POSTPONE_DASHBOARD_USER and \
+             POSTPONE_DASHBOARD_PASSWORD){}",
+            handle.addr(),
+            if args.read_only {
+                ""
+            } else {
+                " and can retry, cancel and delete jobs"
+            },
+            if args.read_only {
+                ""
+            } else {
+                ", or add --read-only"
+            }
+        );
+    }
     writeln!(
         out,
         "postpone dashboard on {}{}{} (Ctrl-C stops it)",
