@@ -237,8 +237,9 @@ fn wait_registered(
         if now >= deadline {
             // A job nobody takes is the usual surprise: say where to look.
             let hint = if now_state.status == JobStatus::Todo {
-                "; it runs once it is due and a running worker serving its queue registers its \
-                 task (`postpone workers --json` lists each worker's queues and tasks)"
+                "; no job starts before it is due, nor without a running worker that serves its \
+                 queue and registers its task (`postpone workers --json` lists each worker's \
+                 queues and tasks, `postpone stats` says why due jobs wait)"
             } else {
                 ""
             };

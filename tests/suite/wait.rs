@@ -269,7 +269,7 @@ fn wait_times_out_naming_the_status_and_refuses_unknown_jobs() {
     );
     assert!(
         e.to_string()
-            .contains("a running worker serving its queue registers its task"),
+            .contains("without a running worker that serves its queue and registers its task"),
         "a job nobody takes says where to look: {e}"
     );
     let e = app
