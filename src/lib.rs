@@ -124,3 +124,8 @@ pub struct ConnectionsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/batches.md")]
 pub struct BatchesDoctests;
+
+/// See [`GuideDoctests`]; its code mounts the dashboard, which needs the `web` feature.
+#[cfg(all(doctest, feature = "web"))]
+#[doc = include_str!("../docs/dashboard.md")]
+pub struct DashboardDoctests;
