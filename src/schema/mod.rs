@@ -205,10 +205,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claim_generic_plans",
         sql: include_str!("0038_claim_generic_plans.sql"),
     },
+    Migration {
+        version: 39,
+        name: "lease_end_of_time",
+        sql: include_str!("0039_lease_end_of_time.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 38;
+pub(crate) const LATEST: i32 = 39;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -328,3 +328,35 @@ fn a_periodic_record_a_little_ahead_still_counts_as_deferred() {
         .get(0);
     assert_eq!(before, 0);
 }
+
+/// A worker row whose heartbeat was written by hand at the end of PostgreSQL's time
+/// (294276 AD): its lease end, that heartbeat plus at least 30 s, is "timestamp out of
+/// range", which failed the rescue's one DELETE of dead workers for every worker row: a
+/// dead worker's running job was never requeued, and the workers listing failed too.
+#[test]
+fn a_worker_row_whose_heartbeat_is_at_the_end_of_time_does_not_stop_the_rescue_of_others() {
+    let (db, app) = setup();
+    let mut c = db.client();
+    c.execute(
+        "INSERT INTO postpone_workers (id, name, last_heartbeat) VALUES
+             (901, 'ghost', now() - interval '1 hour'),
+             (902, 'end-of-time', '294276-12-31 23:59:59+00')",
+        &[],
+    )
+    .unwrap();
+    let id = raw_job(
+        &db,
+        "status = 'doing', worker_id = 901, attempts = 1, started_at = now()",
+    );
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    wait_status(&db, JobId(id), "succeeded", Duration::from_secs(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let workers = no_panic("Admin::workers", || app.admin().workers()).expect("Admin::workers");
+    assert!(
+        workers.iter().any(|w| w.name == "end-of-time"),
+        "{workers:?}"
+    );
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
