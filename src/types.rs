@@ -182,12 +182,137 @@ pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> crate::error::R
             e,
         )
     })?;
-    if text.contains("\\u0000") {
-        return Err(Error::invalid(
-            "job arguments contain a NUL character (\\u0000), which PostgreSQL jsonb cannot store",
-        ));
+    if let Some(why) = jsonb_refusal(&text) {
+        return Err(Error::invalid(format!(
+            "the JSON holds {why}, which PostgreSQL jsonb cannot store"
+        )));
     }
     Ok(RawJson(text))
+}
+
+/// Most decimal digits numeric holds after the point (`NUMERIC_DSCALE_MAX`).
+const NUMERIC_MAX_SCALE: i64 = 16383;
+/// Highest power of ten of a nonzero digit numeric holds (131,072 digits before the point).
+const NUMERIC_MAX_POWER: i64 = 131_071;
+/// An exponent numeric refuses whatever its digits (`INT_MAX / 2`).
+const NUMERIC_MAX_EXPONENT: i64 = 1_073_741_823;
+
+/// What in `json` (valid JSON text) PostgreSQL's jsonb input refuses, if anything: a NUL
+/// character (`\u0000`), a UTF-16 surrogate escape that is not half of a pair, a number
+/// past numeric's range (a raw value can hold `1e1000000`). Nesting deeper than the
+/// server's stack allows is the server's to judge, and is not looked for here.
+pub(crate) fn jsonb_refusal(json: &str) -> Option<&'static str> {
+    const NUL: &str = "a NUL character (\\u0000)";
+    const LONE: &str = "a UTF-16 surrogate escape that is not half of a pair";
+    const NUMBER: &str = "a number past the range of PostgreSQL's numeric";
+    let b = json.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                // A high surrogate escape just read: a low one must follow at once.
+                let mut high = false;
+                loop {
+                    i += memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+                    if b[i] == b'"' {
+                        if high {
+                            return Some(LONE);
+                        }
+                        i += 1;
+                        break;
+                    }
+                    if b.get(i + 1) != Some(&b'u') {
+                        if high {
+                            return Some(LONE);
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    let hex = std::str::from_utf8(b.get(i + 2..i + 6)?).ok()?;
+                    let code = u16::from_str_radix(hex, 16).ok()?;
+                    i += 6;
+                    let low = (0xDC00..=0xDFFF).contains(&code);
+                    if high != low {
+                        return Some(LONE);
+                    }
+                    if high {
+                        high = false;
+                        continue;
+                    }
+                    if code == 0 {
+                        return Some(NUL);
+                    }
+                    high = (0xD800..=0xDBFF).contains(&code);
+                    // A high one is half of a pair only with a low escape right after it.
+                    if high && b.get(i..i + 2) != Some(b"\\u") {
+                        return Some(LONE);
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let (end, refused) = number_refused(b, i);
+                if refused {
+                    return Some(NUMBER);
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Reads the JSON number at `b[start..]`; returns where it ends and whether numeric
+/// refuses it (as `numeric_in` judges: the written exponent, the digits after the point
+/// once it is applied, trailing zeros included, and the power of the first nonzero digit).
+fn number_refused(b: &[u8], start: usize) -> (usize, bool) {
+    let mut i = start + usize::from(b[start] == b'-');
+    let digits = |i: &mut usize| {
+        let from = *i;
+        while b.get(*i).is_some_and(u8::is_ascii_digit) {
+            *i += 1;
+        }
+        from..*i
+    };
+    let int = digits(&mut i);
+    let frac = if b.get(i) == Some(&b'.') {
+        i += 1;
+        digits(&mut i)
+    } else {
+        i..i
+    };
+    let mut exp: i64 = 0;
+    if matches!(b.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        let negative = b.get(i) == Some(&b'-');
+        if matches!(b.get(i), Some(b'-' | b'+')) {
+            i += 1;
+        }
+        for d in &b[digits(&mut i)] {
+            exp = (exp * 10 + i64::from(d - b'0')).min(i64::from(i32::MAX));
+        }
+        if negative {
+            exp = -exp;
+        }
+    }
+    if exp.abs() >= NUMERIC_MAX_EXPONENT {
+        return (i, true);
+    }
+    let scale = frac.len() as i64 - exp;
+    // The power of ten of the first nonzero digit, before the exponent.
+    let first = b[int.clone()]
+        .iter()
+        .position(|d| *d != b'0')
+        .map(|k| (int.len() - 1 - k) as i64)
+        .or_else(|| {
+            b[frac.clone()]
+                .iter()
+                .position(|d| *d != b'0')
+                .map(|k| -(k as i64) - 1)
+        });
+    let too_big = first.is_some_and(|p| p + exp > NUMERIC_MAX_POWER);
+    (i, scale > NUMERIC_MAX_SCALE || too_big)
 }
 
 /// The arguments of a typed task: a serializable type that knows the name of its task, so

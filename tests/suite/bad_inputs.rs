@@ -216,3 +216,107 @@ fn the_jobs_page_with_a_nul_in_the_lock_filter_is_a_400() {
     let r = web_util::get(dash.addr(), "/jobs?lock=%00");
     assert!(r.status < 500, "{} {}", r.status, r.body);
 }
+
+/// An output the task set with `set_output` is JSON that serde accepts but jsonb cannot
+/// store (a number past numeric's range, a lone UTF-16 surrogate escape): `set_output`
+/// said Ok, and the success was refused by the database when recorded, so the job ended
+/// `failed` although its task succeeded (an operator's retry would run it twice).
+#[test]
+fn an_output_jsonb_cannot_store_is_refused_by_set_output_not_the_success() {
+    use postpone::{Job, TaskError, Tasks};
+    use serde_json::value::RawValue;
+    use std::sync::{Arc, Mutex};
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let seen: Arc<Mutex<Vec<Option<ErrorKind>>>> = Arc::default();
+    let s = seen.clone();
+    tasks.register("out", move |job: &Job| -> Result<(), TaskError> {
+        let text: String = job.args()?;
+        let raw = RawValue::from_string(text).unwrap();
+        let r = job.set_output(&*raw);
+        s.lock().unwrap().push(r.err().map(|e| e.kind()));
+        Ok(())
+    });
+    let ids: Vec<_> = ["1e1000000", "\"\\ud800\"", "{\"k\\udc00\": 1}"]
+        .iter()
+        .map(|t| app.defer("out", &t.to_string()).unwrap())
+        .collect();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    for id in ids {
+        let row = wait_status(&db, id, "succeeded", Duration::from_secs(10));
+        assert!(row.errors.is_empty(), "{:?}", row.errors);
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![Some(ErrorKind::InvalidInput); 3],
+        "set_output refuses what jsonb cannot store"
+    );
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
+
+/// `defer` refuses (InvalidInput) exactly the JSON jsonb refuses, as the server judges each
+/// text: before, a raw value's number past numeric's range or lone surrogate escape was a
+/// raw database error, and a text holding a backslash followed by `u0000` (stored fine,
+/// as `"\\u0000"`) was refused as a NUL.
+#[test]
+fn defer_refuses_exactly_the_json_jsonb_refuses() {
+    use serde_json::value::RawValue;
+    let (db, app) = setup();
+    let zeros = |n: usize| "0".repeat(n);
+    let texts: Vec<String> = [
+        "1e131071",
+        "1e131072",
+        "9e131071",
+        "0.5e131072",
+        "-1e-16383",
+        "1e-16384",
+        "0e-16384",
+        "0e999999",
+        "0E+1073741822",
+        "0e1073741823",
+        "1.5e-16382",
+        "1.25e-16382",
+        "123.456e-3",
+        "[1, {\"a\": -0.0e-5}]",
+        "\"\\u0000\"",
+        "\"\\\\u0000\"",
+        "\"a\\\\\\u0000\"",
+        "\"\\ud83d\\ude00\"",
+        "\"\\uD83D\\uDE00 and \\ud800\"",
+        "\"\\ud800\"",
+        "\"\\ud800x\\udc00\"",
+        "\"\\ud800\\u0041\"",
+        "\"\\udc00\"",
+        "{\"k\\udfff\": 1}",
+        "{\"k\": \"\\\"\\u00e9\\n\"}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        format!("1.{}", zeros(16383)),
+        format!("1.{}", zeros(16384)),
+        format!("1{}", zeros(131071)),
+        format!("1{}", zeros(131072)),
+        format!("1{}e-5", zeros(131074)),
+    ])
+    .collect();
+    let mut c = db.client();
+    for text in texts {
+        let server = c
+            .query_one("SELECT $1::text::jsonb IS NOT NULL", &[&text])
+            .is_ok();
+        let raw = RawValue::from_string(text.clone()).unwrap();
+        let r = app.defer("ok", &*raw);
+        let short: String = text.chars().take(40).collect();
+        match r {
+            Ok(_) => assert!(server, "{short:?}: the server refuses it, defer took it"),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::InvalidInput, "{short:?}: {e}");
+                assert!(
+                    !server,
+                    "{short:?}: the server stores it, defer refused it: {e}"
+                );
+            }
+        }
+    }
+}
