@@ -244,3 +244,80 @@ fn a_worker_whose_connections_are_all_reset_keeps_every_thread_working() {
     }
     stop(handle);
 }
+
+/// Any role that can connect can NOTIFY on the workers' channel: a flood of notifications
+/// (here bursts of 500,000 per transaction for 4 s, payloads that mean nothing to postpone)
+/// must not stop the heartbeat. The beat thread hears notifications on its own connection,
+/// and drained whatever had arrived before going back to its duties: while the flood
+/// lasted, no heartbeat was sent, the worker's lease ran out (its executors may not start
+/// jobs then) and other workers would have presumed it dead.
+#[test]
+fn a_flood_of_notifications_does_not_stop_the_heartbeat() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let mut c = db.client();
+    assert!(wait_until(Duration::from_secs(5), || worker_rows(&mut c) == 1));
+    let flooding = Duration::from_secs(4);
+    let url = db.url();
+    let flood = thread::spawn(move || {
+        let mut f = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < flooding {
+            let n: i64 = f
+                .query_one(
+                    "SELECT count(pg_notify('postpone', 'flood:' || g))
+                       FROM generate_series(1, 500000) g",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            sent += n as u64;
+        }
+        sent
+    });
+    let start = Instant::now();
+    let mut worst = 0.0f64;
+    let mut deferred = None;
+    let mut done_after = None;
+    while start.elapsed() < flooding + Duration::from_secs(1) {
+        let age: f64 = c
+            .query_one(
+                "SELECT coalesce(max(extract(epoch FROM now() - last_heartbeat))::float8, 99)
+                   FROM postpone_workers",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        worst = worst.max(age);
+        match deferred {
+            None if start.elapsed() > Duration::from_secs(1) => {
+                deferred = Some((app.defer("ok", &1).unwrap(), Instant::now()));
+            }
+            Some((id, at))
+                if done_after.is_none() && job_row(&mut c, id).unwrap().status == "succeeded" =>
+            {
+                done_after = Some(at.elapsed());
+            }
+            _ => {}
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sent = flood.join().unwrap();
+    println!(
+        "  {sent} notifications sent; the heartbeat's oldest age seen: {worst:.2} s; \
+         a job deferred during the flood succeeded after {done_after:?}"
+    );
+    assert!(
+        worst < 1.0,
+        "the heartbeat was {worst:.2} s old at worst, past stalled_after (1 s)"
+    );
+    assert!(
+        done_after.is_some_and(|d| d < Duration::from_secs(2)),
+        "a job deferred during the flood succeeded after {done_after:?}"
+    );
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    stop(w);
+}

@@ -64,6 +64,16 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 /// The most jobs one statement of the sweep ends: a statement of this size takes tens of
 /// milliseconds, so the heartbeat and the abort polls never wait long behind it.
 pub(crate) const EXPIRE_BATCH: i32 = 5000;
+/// Most notifications the beat acts on at a time. Any role that can connect can NOTIFY, and
+/// the server sends a listening session every notification before the answer to its next
+/// statement: a flood (millions a second) held the heartbeat and the recording of outcomes,
+/// on the same connection, behind it, for as long as it lasted (the lease ran out). More
+/// than this many at once is a flood: the beat drops the connection, with what it had not
+/// read yet, and listens again on a fresh one after [`FLOOD_MUTE`]; the fetcher polls
+/// meanwhile, and aborts and pauses are read from the table anyway (notifications are hints).
+const HEAR_AT_MOST: usize = 10_000;
+/// How long the beat does not listen after a flood of notifications.
+const FLOOD_MUTE: Duration = Duration::from_secs(5);
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 
@@ -97,7 +107,14 @@ pub(crate) fn run(
     // The last sweep ended a full batch: more may wait, sweep again without the tick, from
     // the deadline it reached.
     let mut expire_more: Option<SystemTime> = None;
+    // After a flood of notifications: when the beat listens again (see HEAR_AT_MOST).
+    let mut muted_until: Option<Instant> = None;
     loop {
+        if muted_until.is_some_and(|t| Instant::now() >= t) {
+            // The next duty round LISTENs again on the connection (or a new one does).
+            muted_until = None;
+            shared.shelf.mute(false);
+        }
         let stopping = shared.stopping();
         if stopping {
             // While the shutdown lets running jobs finish, the heartbeat, the task timeouts
@@ -116,7 +133,7 @@ pub(crate) fn run(
             };
             // The completer waits for the connection: its turn first.
             link.yield_if_wanted();
-            let listen_now = listens && Instant::now() >= retry_at;
+            let listen_now = listens && Instant::now() >= retry_at && muted_until.is_none();
             let heard = if listen_now {
                 // Notifications are heard while the connection is free; while the completer
                 // records, it acts on those that arrive (`complete.rs`).
@@ -137,10 +154,22 @@ pub(crate) fn run(
                                 continue;
                             }
                             // A LISTEN link that failed once is not trusted again.
-                            if let Err(wait) = link.judge(heard) {
+                            if let Err(wait) = link.judge(heard.map(drop)) {
                                 retry_at = Instant::now() + wait;
                             }
                             link.drop_connection();
+                            continue;
+                        }
+                        if heard.is_ok_and(|flood| flood) {
+                            // What the server still has to send this session dies with it.
+                            log::warn!(
+                                "worker {}: more than {HEAR_AT_MOST} notifications at once (a bulk abort, or a flood: any role that can connect can NOTIFY); not listening for {FLOOD_MUTE:?}, the fetcher polls meanwhile",
+                                shared.name
+                            );
+                            shared.shelf.mute(true);
+                            muted_until = Some(Instant::now() + FLOOD_MUTE);
+                            link.drop_connection();
+                            shared.news(news);
                             continue;
                         }
                         while shared.beat_wake.1.try_recv().is_ok() {}
@@ -190,6 +219,7 @@ pub(crate) fn run(
         // Silence proves nothing on a half-open link: a LISTEN link unused that long gets a
         // round-trip (the expiry sweep uses it every second anyway).
         let due_ping = listens
+            && muted_until.is_none()
             && link
                 .idle_for()
                 .is_some_and(|d| d >= shared.opts.listen_ping_interval);
@@ -247,7 +277,7 @@ pub(crate) fn run(
                 super::periodic::check_stored(shared, c)?;
                 next_schedules = Instant::now() + shared.opts.poll_interval;
             }
-            if listens {
+            if listens && muted_until.is_none() {
                 // LISTEN again (nothing changes on the server): a round-trip that proves the
                 // link (`due_ping`), and pg_stat_activity shows this connection, between
                 // duties, as the worker's listener.
@@ -276,8 +306,8 @@ fn fresh_listen(shared: &Shared, listening: Option<&Sender<()>>, news: &Sender<(
 
 /// Waits up to `wait` for notifications on the beat's LISTEN connection (the shutdown,
 /// [`Shared::wake_beat`] and a completer waiting for the connection interrupt it) and acts
-/// on those that came.
-fn hear(shared: &Shared, c: &mut Connection, wait: Duration, news: &Sender<()>) -> Result<()> {
+/// on those that came. True when more than [`HEAR_AT_MOST`] came at once: a flood.
+fn hear(shared: &Shared, c: &mut Connection, wait: Duration, news: &Sender<()>) -> Result<bool> {
     let interrupt = shared.listen_wake.clone();
     let wanted = shared.shelf.wanted.clone();
     let got = c.wait_notification_or(wait, async move {
@@ -295,12 +325,16 @@ fn hear(shared: &Shared, c: &mut Connection, wait: Duration, news: &Sender<()>) 
     })?;
     if let Some(n) = got {
         super::listen::handle(shared, &n, news);
-        // Whatever else arrived, without waiting.
-        while let Some(n) = c.wait_notification(Duration::ZERO)? {
-            super::listen::handle(shared, &n, news);
+        // Whatever else arrived, without waiting: at most HEAR_AT_MOST.
+        for _ in 1..HEAR_AT_MOST {
+            match c.wait_notification(Duration::ZERO)? {
+                Some(n) => super::listen::handle(shared, &n, news),
+                None => return Ok(false),
+            }
         }
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// How long the beat may wait before its next claim for a sleeping fetcher (at most a

@@ -66,6 +66,9 @@ pub(crate) struct Shelf<S = bool> {
     /// Runs on every connection opened for the shelf (LISTEN, for the worker's).
     setup: ShelfSetup<S>,
     listens: bool,
+    /// True while the beat does not listen (a flood of notifications, see `beat.rs`): the
+    /// connections opened meanwhile do not LISTEN.
+    muted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct ShelfState<S> {
@@ -205,7 +208,10 @@ impl Shelf<bool> {
     /// and LISTENing when it should, by the caller) to begin with.
     pub(crate) fn new(listen: Option<String>, conn: Option<Connection>) -> Shelf<bool> {
         let fresh = listen.is_some();
+        let muted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let quiet = muted.clone();
         let setup = move |c: &mut Connection| match &listen {
+            Some(_) if quiet.load(std::sync::atomic::Ordering::SeqCst) => Ok(false),
             Some(channel) => c.listen(channel).map(|()| true),
             None => Ok(false),
         };
@@ -224,7 +230,14 @@ impl Shelf<bool> {
             want: crossbeam_channel::bounded(1),
             setup: Box::new(setup),
             listens: fresh,
+            muted,
         }
+    }
+
+    /// While `on`, the connections opened for the shelf do not LISTEN (the beat stops
+    /// listening for a while: a flood of notifications).
+    pub(crate) fn mute(&self, on: bool) {
+        self.muted.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Whether the shelf's connections LISTEN.
