@@ -210,10 +210,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "lease_end_of_time",
         sql: include_str!("0039_lease_end_of_time.sql"),
     },
+    Migration {
+        version: 40,
+        name: "stats_saturate",
+        sql: include_str!("0040_stats_saturate.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 39;
+pub(crate) const LATEST: i32 = 40;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -360,3 +360,38 @@ fn a_worker_row_whose_heartbeat_is_at_the_end_of_time_does_not_stop_the_rescue_o
     );
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// Rows of the throughput statistics at the top of their counters (written by hand, as by
+/// a restore or a tool that sums): every statement that finished a job of that queue added
+/// to them from its statement trigger, which failed with "integer out of range", and the
+/// worker failed each job whose task had succeeded ("could not be recorded ... failed
+/// instead"), for the rest of the hour.
+#[test]
+fn statistics_rows_at_the_top_of_their_counters_do_not_fail_the_successes() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let mut cols = String::new();
+    let mut vals = String::new();
+    for b in 0..24 {
+        cols.push_str(&format!(", w{b}"));
+        vals.push_str(", 2147483647");
+    }
+    db.client()
+        .batch_execute(&format!(
+            "INSERT INTO postpone_stats (span, at, queue, outcome, shard, jobs{cols})
+             SELECT sp, date_trunc(sp, now() + d * interval '1 minute'), 'default', 'succeeded',
+                    sh, 9223372036854775807{vals}
+               FROM unnest(ARRAY['hour', 'minute']) AS sp,
+                    generate_series(0, 3) AS sh,
+                    generate_series(0, 2) AS d
+             ON CONFLICT DO NOTHING"
+        ))
+        .unwrap();
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let id = app.defer("ok", &1).unwrap();
+    let row = wait_status(&db, id, "succeeded", Duration::from_secs(10));
+    assert!(row.errors.is_empty(), "{:?}", row.errors);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
