@@ -215,10 +215,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "stats_saturate",
         sql: include_str!("0040_stats_saturate.sql"),
     },
+    Migration {
+        version: 41,
+        name: "late_start_end_of_time",
+        sql: include_str!("0041_late_start_end_of_time.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 40;
+pub(crate) const LATEST: i32 = 41;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -395,3 +395,27 @@ fn statistics_rows_at_the_top_of_their_counters_do_not_fail_the_successes() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// A job deferred by SQL with a deadline in PostgreSQL's last second (294276 AD): the check
+/// of a late start added a second to the deadline, "timestamp out of range", which failed
+/// the statement recording the job's outcome (and the batch of starts written with it):
+/// the job ended failed although its task succeeded.
+#[test]
+fn a_deadline_in_the_last_second_of_time_does_not_fail_the_success() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let id: i64 = db
+        .client()
+        .query_one(
+            "SELECT postpone_defer('ok', expires_at => '294276-12-31 23:59:59.5+00')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let row = wait_status(&db, JobId(id), "succeeded", Duration::from_secs(10));
+    assert!(row.errors.is_empty(), "{:?}", row.errors);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
