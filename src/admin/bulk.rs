@@ -236,42 +236,7 @@ impl Admin {
         // job is touched twice however fast workers send it back.
         let mut changed = 0u64;
         for chunk in ids.chunks(BATCH) {
-            let mut q = Query::default();
-            let cond = filter.conditions(&mut q);
-            let chunk_p = q.bind(chunk.to_vec());
-            let select = format!(
-                "WITH c AS (
-    SELECT j.id FROM postpone_jobs j
-     WHERE j.id = ANY({chunk_p}::bigint[])
-       AND {cond}
-       AND {eligible}
-       FOR UPDATE SKIP LOCKED
-), low AS (SELECT min(id) AS id, count(*) AS n, coalesce(array_agg(id), '{{}}') AS ids FROM c)"
-            );
-            let sql = if let Some(change) = action.change(&mut q) {
-                format!(
-                    "{select},
-b AS (SELECT id FROM c),
-done AS ({change})
-SELECT (SELECT id FROM low), (SELECT n FROM low), count(*),
-       (SELECT count(postpone_wake(q.queue))
-          FROM (SELECT DISTINCT queue FROM done) q WHERE {wake})
-  FROM done",
-                    wake = action.wakes()
-                )
-            } else {
-                // The one way back to todo (schema 2): a queueing-lock collision or a row
-                // the database refuses is reported for that job alone, never fails the batch.
-                format!(
-                    "{select}
-SELECT low.id, low.n,
-       (SELECT count(*) FROM postpone_requeue(low.ids, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', true) r
-         WHERE r.outcome = 'todo')
-  FROM low"
-                )
-            };
-            let rows = conn.query_named("changing jobs in bulk", &sql, &q.params())?;
-            changed += rows.first().map_or(0, |r| r.get::<_, i64>(2).max(0) as u64);
+            changed += change_isolating(&mut conn, action, filter, chunk)?;
         }
         log::info!(
             "{} of {matched} matching job(s): {changed} changed by the admin API",
@@ -284,5 +249,97 @@ SELECT low.id, low.n,
             changed,
             skipped: matched.saturating_sub(changed),
         })
+    }
+}
+
+/// How long a statement of a bulk operation waits for a row lock: the rows it changes are
+/// taken with `SKIP LOCKED`, but changing them may lock others (the dependents of a job it
+/// cancels or deletes, the dependencies of one it retries).
+const BULK_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '200ms'";
+
+/// Applies `action` to the jobs of `ids` (one statement); a lock another session holds past
+/// [`BULK_LOCK_TIMEOUT`] fails only the half that needs it, down to the one job, which is
+/// skipped. Returns how many jobs changed.
+fn change_isolating(
+    conn: &mut crate::conn::Connection,
+    action: BulkAction,
+    filter: &JobFilter,
+    ids: &[i64],
+) -> Result<u64> {
+    match change_once(conn, action, filter, ids) {
+        Err(e) if e.sqlstate() == Some("55P03") && !conn.is_broken() => {
+            if let [id] = ids {
+                log::warn!(
+                    "{}: job {id} skipped: changing it needs a row another session holds locked",
+                    action.as_str()
+                );
+                return Ok(0);
+            }
+            let (a, b) = ids.split_at(ids.len() / 2);
+            Ok(change_isolating(conn, action, filter, a)?
+                + change_isolating(conn, action, filter, b)?)
+        }
+        r => r,
+    }
+}
+
+/// One statement changing the jobs of `ids` that still match `filter` and the action's
+/// rule, in a transaction of its own under [`BULK_LOCK_TIMEOUT`].
+fn change_once(
+    conn: &mut crate::conn::Connection,
+    action: BulkAction,
+    filter: &JobFilter,
+    ids: &[i64],
+) -> Result<u64> {
+    let eligible = action.eligible();
+    let mut q = Query::default();
+    let cond = filter.conditions(&mut q);
+    let chunk_p = q.bind(ids.to_vec());
+    let select = format!(
+        "WITH c AS (
+    SELECT j.id FROM postpone_jobs j
+     WHERE j.id = ANY({chunk_p}::bigint[])
+       AND {cond}
+       AND {eligible}
+       FOR UPDATE SKIP LOCKED
+), low AS (SELECT min(id) AS id, count(*) AS n, coalesce(array_agg(id), '{{}}') AS ids FROM c)"
+    );
+    let sql = if let Some(change) = action.change(&mut q) {
+        format!(
+            "{select},
+b AS (SELECT id FROM c),
+done AS ({change})
+SELECT (SELECT id FROM low), (SELECT n FROM low), count(*),
+       (SELECT count(postpone_wake(q.queue))
+          FROM (SELECT DISTINCT queue FROM done) q WHERE {wake})
+  FROM done",
+            wake = action.wakes()
+        )
+    } else {
+        // The one way back to todo (schema 2): a queueing-lock collision or a row the
+        // database refuses is reported for that job alone, never fails the batch.
+        format!(
+            "{select}
+SELECT low.id, low.n,
+       (SELECT count(*) FROM postpone_requeue(low.ids, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', true) r
+         WHERE r.outcome = 'todo')
+  FROM low"
+        )
+    };
+    conn.begin()?;
+    let res = conn
+        .batch_execute(BULK_LOCK_TIMEOUT)
+        .and_then(|()| conn.query_named("changing jobs in bulk", &sql, &q.params()));
+    match res {
+        Ok(rows) => {
+            conn.commit()?;
+            Ok(rows.first().map_or(0, |r| r.get::<_, i64>(2).max(0) as u64))
+        }
+        Err(e) => {
+            if !conn.is_broken() {
+                let _ = conn.rollback();
+            }
+            Err(e)
+        }
     }
 }

@@ -419,3 +419,47 @@ fn a_deadline_in_the_last_second_of_time_does_not_fail_the_success() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// A bulk cancel skips the rows other sessions hold locked, but cancelling a job that others
+/// wait for settles its dependents in the same statement, and one of those held locked by a
+/// long transaction (an operator's open session) made the statement wait for it: the whole
+/// call failed at the App's io_timeout, and the other jobs of its batch were not cancelled.
+#[test]
+fn a_bulk_cancel_is_not_failed_by_a_locked_dependent_of_one_job() {
+    let (db, app) = setup();
+    let later = Duration::from_secs(3600);
+    let head = app.job("a").schedule_in(later).defer(&0).unwrap();
+    let others: Vec<JobId> = (1..=3)
+        .map(|i| app.job("a").schedule_in(later).defer(&i).unwrap())
+        .collect();
+    let dependent = app.job("b").after(&[head]).defer(&0).unwrap();
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+        &[&dependent.get()],
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let r = app.admin().bulk(
+        postpone::BulkAction::Cancel,
+        &JobFilter::new().task("a"),
+        false,
+    );
+    let took = started.elapsed();
+    let mut c = db.client();
+    let cancelled: Vec<bool> = others
+        .iter()
+        .map(|id| job_row(&mut c, *id).unwrap().status == "cancelled")
+        .collect();
+    let head_status = job_row(&mut c, head).unwrap().status;
+    tx.rollback().unwrap();
+    let report = r.expect("the bulk cancel");
+    assert_eq!(cancelled, vec![true; 3], "{report}");
+    assert_eq!(
+        head_status, "todo",
+        "the job whose dependent is held is skipped"
+    );
+    assert_eq!((report.changed, report.skipped), (3, 1), "{report}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
