@@ -220,10 +220,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "late_start_end_of_time",
         sql: include_str!("0041_late_start_end_of_time.sql"),
     },
+    Migration {
+        version: 42,
+        name: "requeue_lock_timeout",
+        sql: include_str!("0042_requeue_lock_timeout.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 41;
+pub(crate) const LATEST: i32 = 42;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

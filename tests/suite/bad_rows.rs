@@ -463,3 +463,78 @@ fn a_bulk_cancel_is_not_failed_by_a_locked_dependent_of_one_job() {
     assert_eq!((report.changed, report.skipped), (3, 1), "{report}");
     assert!(took < Duration::from_secs(3), "took {took:?}");
 }
+
+/// A task asks for a retry while another session (an operator's open transaction) holds its
+/// job's row locked. Final outcomes wait at most 200 ms for a lock and are set aside, but
+/// the requeue had no lock timeout: the worker's outcome recording waited until the
+/// io_timeout severed its connection, again and again, and the heartbeat, which shares that
+/// connection, waited behind it (the lease ran out).
+#[test]
+fn a_retry_whose_row_is_locked_holds_up_neither_the_heartbeat_nor_other_outcomes() {
+    use postpone::{Job, TaskError};
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let (locked_tx, locked_rx) = crossbeam_channel::bounded::<()>(1);
+    let url = db.url();
+    tasks
+        .register("again", move |job: &Job| -> Result<(), TaskError> {
+            if job.attempts() == 1 {
+                // Another session takes the row while the task runs, and keeps it 6 s.
+                let id = job.id().get();
+                let url = url.clone();
+                let locked_tx = locked_tx.clone();
+                std::thread::spawn(move || {
+                    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                    let mut tx = c.transaction().unwrap();
+                    tx.execute(
+                        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+                        &[&id],
+                    )
+                    .unwrap();
+                    locked_tx.send(()).unwrap();
+                    std::thread::sleep(Duration::from_secs(6));
+                    tx.rollback().unwrap();
+                });
+                let _ = locked_rx.recv_timeout(Duration::from_secs(5));
+                return Err(TaskError::retry("once more"));
+            }
+            Ok(())
+        })
+        .retry(postpone::RetryStrategy::fixed(Duration::ZERO, 3));
+    let w = fast_worker(&app, tasks).concurrency(2).spawn().unwrap();
+    let again = app.defer("again", &0).unwrap();
+    let mut c = db.client();
+    let start = std::time::Instant::now();
+    let mut worst = 0.0f64;
+    let mut slowest = Duration::ZERO;
+    while start.elapsed() < Duration::from_secs(5) {
+        let age: f64 = c
+            .query_one(
+                "SELECT coalesce(max(extract(epoch FROM now() - last_heartbeat))::float8, 0)
+                   FROM postpone_workers",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        worst = worst.max(age);
+        let t = std::time::Instant::now();
+        let id = app.defer("ok", &0).unwrap();
+        while job_row(&mut c, id).unwrap().status != "succeeded"
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Once the lock is gone, the retry is recorded and the job runs again.
+    let row = wait_status(&db, again, "succeeded", Duration::from_secs(15));
+    assert_eq!(row.attempts, 2);
+    assert!(runs.load(Ordering::SeqCst) > 0);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(
+        worst < 1.0 && slowest < Duration::from_secs(1),
+        "the heartbeat was {worst:.2} s old at worst; a job took {slowest:?} to be recorded"
+    );
+}
