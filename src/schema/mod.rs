@@ -225,10 +225,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "requeue_lock_timeout",
         sql: include_str!("0042_requeue_lock_timeout.sql"),
     },
+    Migration {
+        version: 43,
+        name: "expire_lock_timeout",
+        sql: include_str!("0043_expire_lock_timeout.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 42;
+pub(crate) const LATEST: i32 = 43;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

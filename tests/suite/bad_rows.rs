@@ -538,3 +538,79 @@ fn a_retry_whose_row_is_locked_holds_up_neither_the_heartbeat_nor_other_outcomes
         "the heartbeat was {worst:.2} s old at worst; a job took {slowest:?} to be recorded"
     );
 }
+
+/// The beat's sweep of expired jobs cancels a job others wait for, which settles its
+/// dependents in the same statement: one of those held locked by a long transaction made the
+/// sweep wait until the io_timeout severed the worker's connection, again at every sweep
+/// (the held one first each time). No other job expired, and the heartbeat and the outcomes,
+/// which share that connection, waited behind it.
+#[test]
+fn a_locked_dependent_of_an_expired_job_does_not_stop_the_sweep_nor_the_worker() {
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let head = app
+        .job("a")
+        .queue("slow")
+        .expires_in(Duration::from_millis(500))
+        .defer(&0)
+        .unwrap();
+    let dependent = app.job("b").queue("slow").after(&[head]).defer(&0).unwrap();
+    let other = app
+        .job("a")
+        .queue("slow")
+        .expires_in(Duration::from_millis(1500))
+        .defer(&1)
+        .unwrap();
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+        &[&dependent.get()],
+    )
+    .unwrap();
+    let w = fast_worker(&app, tasks).queues(["main"]).spawn().unwrap();
+    let mut c = db.client();
+    let start = std::time::Instant::now();
+    let mut worst = 0.0f64;
+    let mut slowest = Duration::ZERO;
+    let mut other_expired = None;
+    while start.elapsed() < Duration::from_secs(8) {
+        let age: f64 = c
+            .query_one(
+                "SELECT coalesce(max(extract(epoch FROM now() - last_heartbeat))::float8, 0)
+                   FROM postpone_workers",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        worst = worst.max(age);
+        let t = std::time::Instant::now();
+        let id = app.job("ok").queue("main").defer(&0).unwrap();
+        while job_row(&mut c, id).unwrap().status != "succeeded"
+            && t.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        slowest = slowest.max(t.elapsed());
+        if other_expired.is_none() && job_row(&mut c, other).unwrap().status == "cancelled" {
+            other_expired = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tx.rollback().unwrap();
+    // Once the lock is gone, a later sweep ends the held-up job, and its dependent with it.
+    wait_status(&db, head, "cancelled", Duration::from_secs(5));
+    wait_status(&db, dependent, "cancelled", Duration::from_secs(5));
+    assert!(runs.load(Ordering::SeqCst) > 0);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+    assert!(
+        other_expired.is_some_and(|d| d < Duration::from_secs(4)),
+        "the other expired job was cancelled after {other_expired:?} (heartbeat {worst:.2} s old at worst, a job recorded after {slowest:?} at worst)"
+    );
+    assert!(worst < 1.0, "the heartbeat was {worst:.2} s old at worst");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a job took {slowest:?} to be recorded"
+    );
+}
