@@ -230,10 +230,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "expire_lock_timeout",
         sql: include_str!("0043_expire_lock_timeout.sql"),
     },
+    Migration {
+        version: 44,
+        name: "rescue_around_locks",
+        sql: include_str!("0044_rescue_around_locks.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 43;
+pub(crate) const LATEST: i32 = 44;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

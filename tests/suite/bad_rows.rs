@@ -614,3 +614,51 @@ fn a_locked_dependent_of_an_expired_job_does_not_stop_the_sweep_nor_the_worker()
         "a job took {slowest:?} to be recorded"
     );
 }
+
+/// The rescue requeues the running jobs of every dead worker in one statement: one of those
+/// jobs held locked by another session (an operator's open transaction) failed it for all,
+/// at every heartbeat for as long as the lock was held (before schema 42 the statement
+/// waited for the lock until the io_timeout), so no other dead worker's job was requeued.
+#[test]
+fn a_locked_job_of_a_dead_worker_does_not_stop_the_rescue_of_others() {
+    let (db, app) = setup();
+    let mut c = db.client();
+    c.execute(
+        "INSERT INTO postpone_workers (id, name, last_heartbeat) VALUES
+             (901, 'ghost-1', now() - interval '1 hour'),
+             (902, 'ghost-2', now() - interval '1 hour')",
+        &[],
+    )
+    .unwrap();
+    let held = raw_job(
+        &db,
+        "status = 'doing', worker_id = 901, attempts = 1, started_at = now() - interval '1 hour'",
+    );
+    let free = raw_job(
+        &db,
+        "status = 'doing', worker_id = 902, attempts = 1, started_at = now() - interval '1 hour'",
+    );
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+        &[&held],
+    )
+    .unwrap();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let w = fast_worker(&app, tasks).spawn().unwrap();
+    let ok = support::wait_until(Duration::from_secs(6), || {
+        job_row(&mut c, JobId(free)).unwrap().status == "succeeded"
+    });
+    let free_row = job_row(&mut c, JobId(free)).unwrap();
+    tx.rollback().unwrap();
+    // Once the lock is gone, the held job is rescued too.
+    wait_status(&db, JobId(held), "succeeded", Duration::from_secs(10));
+    assert!(
+        ok,
+        "the free job was not rescued while the other was held: {free_row:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(w.shutdown(Duration::from_secs(5)).is_clean());
+}
