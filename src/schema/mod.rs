@@ -235,10 +235,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "rescue_around_locks",
         sql: include_str!("0044_rescue_around_locks.sql"),
     },
+    Migration {
+        version: 45,
+        name: "less_per_job",
+        sql: include_str!("0045_less_per_job.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 44;
+pub(crate) const LATEST: i32 = 45;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -1,4 +1,4 @@
-//! The statistics trigger's roll-up (`postpone_stats_record`, schema versions 19, 31 and 35):
+//! The statistics trigger's roll-up (`postpone_stats_record`, schema versions 19, 31, 35, 40 and 45):
 //! each finished job counted once, in its queue and outcome, and in the bucket of its wait
 //! (b = 0 under 1 ms, else 1 + floor(log2(ms)), at most 23; no bucket when a time is missing
 //! or infinite), whether the statement updates or deletes it; rows that were already
@@ -54,6 +54,13 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
         ("1000", Some(10)),
         ("70000", Some(17)),
         ("5000000", Some(23)),
+        // Bounds exactly: 2^(b-1) ms is the first wait of bucket b.
+        ("1", Some(1)),
+        ("2", Some(2)),
+        ("8", Some(4)),
+        ("1024", Some(11)),
+        ("4194303.999", Some(22)),
+        ("4194304", Some(23)),
         ("NULL", None),
         ("inf", None),
     ];
@@ -124,7 +131,8 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
             span.to_owned(),
             "default".to_owned(),
             "succeeded".to_owned(),
-            10,
+            // Every job but the failed one: the deleted ones count as successes.
+            waits.len() as i64 - 1,
             want_ok.clone(),
         ));
     }
