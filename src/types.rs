@@ -194,7 +194,8 @@ pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> crate::error::R
 const NUMERIC_MAX_SCALE: i64 = 16383;
 /// Highest power of ten of a nonzero digit numeric holds (131,072 digits before the point).
 const NUMERIC_MAX_POWER: i64 = 131_071;
-/// An exponent numeric refuses whatever its digits (`INT_MAX / 2`).
+/// An exponent numeric refuses whatever its digits (`INT_MAX / 2`), on PostgreSQL 15
+/// (18 stores a zero with this exponent: the check keeps the lower bound).
 const NUMERIC_MAX_EXPONENT: i64 = 1_073_741_823;
 
 /// What in `json` (valid JSON text) PostgreSQL's jsonb input refuses, if anything: a NUL

@@ -312,8 +312,11 @@ fn defer_refuses_exactly_the_json_jsonb_refuses() {
             Ok(_) => assert!(server, "{short:?}: the server refuses it, defer took it"),
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::InvalidInput, "{short:?}: {e}");
+                // PostgreSQL 18 stores a zero with an exponent of INT_MAX / 2, which 15
+                // refuses: the check keeps 15's bound there.
+                let fifteens_bound = text == "0e1073741823";
                 assert!(
-                    !server,
+                    !server || fifteens_bound,
                     "{short:?}: the server stores it, defer refused it: {e}"
                 );
             }
