@@ -289,9 +289,10 @@ impl Job {
     /// cancelled attempt records none). A later call replaces an earlier one. Readers get it
     /// from [`App::wait`](crate::App::wait) and the admin API's job detail.
     ///
-    /// Nothing is written yet, so this never blocks; a value that does not serialize, or
-    /// whose JSON is larger than [`MAX_OUTPUT_BYTES`], is an error of kind `InvalidInput`
-    /// (and the output set before, if any, is kept).
+    /// Nothing is written yet, so this never blocks; a value that does not serialize, whose
+    /// JSON is larger than [`MAX_OUTPUT_BYTES`], or whose JSON jsonb cannot store (as for a
+    /// job's arguments: see [`NewJob::new`](crate::NewJob::new)), is an error of kind
+    /// `InvalidInput` (and the output set before, if any, is kept).
     ///
     /// ```
     /// # use postpone::{Job, TaskError};

@@ -183,9 +183,7 @@ pub(crate) fn serialize_args<A: Serialize + ?Sized>(args: &A) -> crate::error::R
         )
     })?;
     if let Some(why) = jsonb_refusal(&text) {
-        return Err(Error::invalid(format!(
-            "the JSON holds {why}, which PostgreSQL jsonb cannot store"
-        )));
+        return Err(Error::invalid(format!("the JSON holds {why}")));
     }
     Ok(RawJson(text))
 }
@@ -198,18 +196,42 @@ const NUMERIC_MAX_POWER: i64 = 131_071;
 /// (18 stores a zero with this exponent: the check keeps the lower bound).
 const NUMERIC_MAX_EXPONENT: i64 = 1_073_741_823;
 
-/// What in `json` (valid JSON text) PostgreSQL's jsonb input refuses, if anything: a NUL
-/// character (`\u0000`), a UTF-16 surrogate escape that is not half of a pair, a number
-/// past numeric's range (a raw value can hold `1e1000000`). Nesting deeper than the
-/// server's stack allows is the server's to judge, and is not looked for here.
+/// Deepest nesting of arrays and objects a value may have. PostgreSQL's jsonb parser
+/// recurses once a level and refuses a value past its stack (`max_stack_depth`, 2 MB by
+/// default: some 13,000 levels in a plain statement, fewer inside functions or with a
+/// smaller setting), which made a deeper value a raw "stack depth limit exceeded" error.
+/// A thousand levels is far from both that and any real job's arguments.
+pub(crate) const JSON_MAX_DEPTH: usize = 1000;
+
+/// What in `json` (valid JSON text) PostgreSQL's jsonb input refuses, if anything, said as
+/// what the text holds: a NUL character (`\u0000`), a UTF-16 surrogate escape that is not
+/// half of a pair, a number past numeric's range (a raw value can hold `1e1000000`), or
+/// arrays and objects nested deeper than [`JSON_MAX_DEPTH`].
 pub(crate) fn jsonb_refusal(json: &str) -> Option<&'static str> {
-    const NUL: &str = "a NUL character (\\u0000)";
-    const LONE: &str = "a UTF-16 surrogate escape that is not half of a pair";
-    const NUMBER: &str = "a number past the range of PostgreSQL's numeric";
+    const NUL: &str = "a NUL character (\\u0000), which PostgreSQL jsonb cannot store";
+    const LONE: &str =
+        "a UTF-16 surrogate escape that is not half of a pair, which PostgreSQL jsonb cannot store";
+    const NUMBER: &str =
+        "a number past the range of PostgreSQL's numeric, which PostgreSQL jsonb cannot store";
+    const DEEP: &str = "arrays or objects nested more than 1,000 levels deep, more than postpone \
+                        stores (PostgreSQL's jsonb parser recurses once a level, up to the \
+                        server's max_stack_depth)";
     let b = json.as_bytes();
     let mut i = 0;
+    let mut depth = 0usize;
     while i < b.len() {
         match b[i] {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > JSON_MAX_DEPTH {
+                    return Some(DEEP);
+                }
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
             b'"' => {
                 i += 1;
                 // A high surrogate escape just read: a low one must follow at once.
@@ -442,6 +464,26 @@ mod tests {
         assert_eq!(
             "x".parse::<JobId>().unwrap_err().kind(),
             ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn nesting_is_counted_outside_strings_only() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(jsonb_refusal(&deep(JSON_MAX_DEPTH)), None);
+        assert!(jsonb_refusal(&deep(JSON_MAX_DEPTH + 1))
+            .unwrap()
+            .contains("nested more than 1,000 levels"));
+        // Objects count as arrays do, and closed levels are given back.
+        let objects = format!("{}1{}", "{\"a\":".repeat(600), "}".repeat(600));
+        assert_eq!(jsonb_refusal(&format!("[{objects},{objects}]")), None);
+        let both = format!("{}{objects}{}", "[".repeat(401), "]".repeat(401));
+        assert!(jsonb_refusal(&both).is_some());
+        // Brackets in strings (escaped quotes among them) are text.
+        let text = format!("\"\\\"{}\"", "[{".repeat(3000));
+        assert_eq!(
+            jsonb_refusal(&format!("[{text}, {{\"{}\": 1}}]", "[".repeat(2000))),
+            None
         );
     }
 }

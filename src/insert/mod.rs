@@ -171,8 +171,10 @@ impl<S> fmt::Debug for NewJob<S> {
 }
 
 impl NewJob<Detached> {
-    /// A job of `task` with `args`, serialized now (an argument that does not serialize to
-    /// JSON is an error of kind `InvalidInput`).
+    /// A job of `task` with `args`, serialized now. An argument that does not serialize to
+    /// JSON, or whose JSON PostgreSQL's jsonb cannot store (a NUL character, a lone
+    /// surrogate escape, a number past numeric's range, arrays or objects nested more than
+    /// 1,000 levels deep), is an error of kind `InvalidInput`.
     pub fn new<A: Serialize + ?Sized>(task: impl Into<String>, args: &A) -> Result<NewJob> {
         Ok(NewJob::blank(Detached, task.into()).with_args(serialize_args(args)?))
     }

@@ -237,10 +237,13 @@ fn an_output_jsonb_cannot_store_is_refused_by_set_output_not_the_success() {
         s.lock().unwrap().push(r.err().map(|e| e.kind()));
         Ok(())
     });
-    let ids: Vec<_> = ["1e1000000", "\"\\ud800\"", "{\"k\\udc00\": 1}"]
-        .iter()
-        .map(|t| app.defer("out", &t.to_string()).unwrap())
-        .collect();
+    let texts = [
+        "1e1000000".to_string(),
+        "\"\\ud800\"".to_string(),
+        "{\"k\\udc00\": 1}".to_string(),
+        nested(20_000),
+    ];
+    let ids: Vec<_> = texts.iter().map(|t| app.defer("out", t).unwrap()).collect();
     let w = fast_worker(&app, tasks).spawn().unwrap();
     for id in ids {
         let row = wait_status(&db, id, "succeeded", Duration::from_secs(10));
@@ -248,7 +251,7 @@ fn an_output_jsonb_cannot_store_is_refused_by_set_output_not_the_success() {
     }
     assert_eq!(
         *seen.lock().unwrap(),
-        vec![Some(ErrorKind::InvalidInput); 3],
+        vec![Some(ErrorKind::InvalidInput); 4],
         "set_output refuses what jsonb cannot store"
     );
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
@@ -322,4 +325,56 @@ fn defer_refuses_exactly_the_json_jsonb_refuses() {
             }
         }
     }
+}
+
+/// JSON nested `depth` levels deep (`[[[...1...]]]`), built without recursion.
+fn nested(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+/// A value that serializes as the given JSON text as it is (no parsing, so no depth limit).
+struct Verbatim(String);
+impl serde::Serialize for Verbatim {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde_json::value::RawValue::from_string(self.0.clone())
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
+    }
+}
+
+/// Arrays and objects nested past what the server's jsonb parser can follow were a raw
+/// "stack depth limit exceeded" error, with a hint to raise a server setting; `defer` and
+/// `defer_batch` now refuse them (InvalidInput) past 1,000 levels, and store what is under.
+#[test]
+fn defer_refuses_json_nested_past_a_thousand_levels() {
+    let (db, app) = setup();
+    let id = app.defer("ok", &Verbatim(nested(1000))).unwrap();
+    let mut c = db.client();
+    let stored: String = c
+        .query_one(
+            "SELECT jsonb_array_length(args)::text || ':' || length(args::text)::text
+               FROM postpone_jobs WHERE id = $1",
+            &[&id.0],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, "1:2001", "1,000 levels are stored as they are");
+    // Brackets inside strings are text, not nesting.
+    app.defer("ok", &"[{".repeat(5000)).unwrap();
+    for depth in [1001, 20_000] {
+        let e = app.defer("ok", &Verbatim(nested(depth))).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "depth {depth}: {e}");
+        assert!(
+            e.to_string().contains("nested more than 1,000 levels"),
+            "{e}"
+        );
+    }
+    // A batch's job is refused as it is built, before anything is sent.
+    let e = postpone::NewJob::new("ok", &Verbatim(nested(20_000))).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let jobs: i64 = c
+        .query_one("SELECT count(*) FROM postpone_jobs", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(jobs, 2, "only the two jobs accepted above are stored");
 }
