@@ -4,6 +4,7 @@
 # server's CPU a job, where two runs of the same timed bench differ by more).
 #
 #   benches/instructions.sh [--cli PATH] [--n N] [--batch B] [--setup SQL] [--keep]
+#                           [--outcome succeeded|delete] [--prune]
 #
 # A cluster of its own (benches/cluster.sh) is migrated by the CLI (`--cli`, default
 # target/release/postpone: `cargo build --release --features cli --bin postpone`), then
@@ -16,6 +17,11 @@
 #   1  + N no-op jobs deferred in batches of B (the batch defer's statement, JOB_INSERT_BATCH)
 #   2  + claimed B at a time (the worker's claim statement, JOB_CLAIM, with a byte budget)
 #   3  + recorded `succeeded` B at a time (the outcome statement, JOB_FINISH_BATCH)
+#   4  with `--prune`: + deleted B at a time as retention deletes finished jobs (JOBS_PRUNE)
+#
+# `--outcome delete` records the outcome `DeleteJobs::Always` records (the row deleted
+# instead of kept; no `--prune` then). `--outcome succeeded --prune` against `--outcome
+# delete` is what retention costs PostgreSQL a job over deleting at once.
 #
 # and prints each phase's instructions per job: the difference between two runs over N.
 # Each statement is a transaction of its own, as the worker's are, and returns only how many
@@ -39,6 +45,8 @@ N=10000
 B=1000
 SETUP=""
 KEEP=0
+OUTCOME=succeeded
+PRUNE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --cli) CLI=$2; shift 2 ;;
@@ -46,12 +54,16 @@ while [ $# -gt 0 ]; do
     --batch) B=$2; shift 2 ;;
     --setup) SETUP=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --outcome) OUTCOME=$2; shift 2 ;;
+    --prune) PRUNE=1; shift ;;
     *) echo "instructions.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is missing (apt-get install valgrind)" >&2; exit 3; }
 [ -x "$CLI" ] || { echo "instructions.sh: no CLI at $CLI (cargo build --release --features cli --bin postpone)" >&2; exit 3; }
 [ $((N % B)) = 0 ] || { echo "instructions.sh: --n must be a multiple of --batch" >&2; exit 2; }
+case "$OUTCOME" in succeeded | delete) ;; *) echo "instructions.sh: --outcome succeeded or delete" >&2; exit 2 ;; esac
+[ "$OUTCOME" = succeeded ] || [ "$PRUNE" = 0 ] || { echo "instructions.sh: --prune needs --outcome succeeded" >&2; exit 2; }
 
 as_pg() {
     if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
@@ -85,6 +97,7 @@ EOF
 INSERT_BATCH=$(stmt jobs.rs JOB_INSERT_BATCH)
 CLAIM=$(stmt attempts.rs JOB_CLAIM)
 FINISH=$(stmt attempts.rs JOB_FINISH_BATCH)
+PRUNE_STMT=$(stmt admin.rs JOBS_PRUNE)
 
 phase_sql() {
     local p=$1 i
@@ -94,11 +107,13 @@ phase_sql() {
     printf '%s\n\n' "PREPARE d(text[], text[], jsonb[], int[], text[], text[], timestamptz[], bigint[], int[], jsonb[], jsonb[], timestamptz[], bigint[]) AS WITH x AS ($INSERT_BATCH) SELECT count(*) FROM x;"
     printf '%s\n\n' "PREPARE c(bigint, int, text[], text[], int, bigint, boolean) AS SELECT count(*) FROM ($CLAIM) x;"
     printf '%s\n\n' "PREPARE f(bigint[], bigint[], int[], text[], text[], jsonb[], bigint[]) AS SELECT count(*) FROM ($FINISH) x;"
+    printf '%s\n\n' "PREPARE p(text[], bigint, int) AS WITH x AS ($PRUNE_STMT RETURNING 1) SELECT count(*) FROM x;"
     # A warm-up batch in every run, the first: the server's caches (catalogues, plans,
     # PL/pgSQL functions) are filled before what is counted apart.
     defer_stmt
     printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true);"
-    printf '%s\n\n' "EXECUTE f(pg_temp.ids(1, $B), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('succeeded'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+    printf '%s\n\n' "EXECUTE f(pg_temp.ids(1, $B), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+    [ "$PRUNE" = 0 ] || printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
     [ "$p" -ge 1 ] || return 0
     for ((i = 0; i < N / B; i++)); do
         defer_stmt
@@ -109,8 +124,13 @@ phase_sql() {
     done
     [ "$p" -ge 3 ] || return 0
     for ((i = 1; i <= N / B; i++)); do
-        printf '%s\n\n' "EXECUTE f(pg_temp.ids($((i * B + 1)), $(((i + 1) * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('succeeded'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+        printf '%s\n\n' "EXECUTE f(pg_temp.ids($((i * B + 1)), $(((i + 1) * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
     done
+    if [ "$p" -ge 4 ]; then
+        for ((i = 1; i <= N / B; i++)); do
+            printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
+        done
+    fi
     printf '%s\n\n' "SELECT 'check', count(*) FILTER (WHERE status = 'succeeded') AS succeeded, count(*) AS jobs FROM postpone_jobs;"
 }
 
@@ -123,7 +143,9 @@ chmod 755 "$WORK"
 [ "$(id -u)" = 0 ] && chown postgres "$WORK"
 trap '"$HERE/cluster.sh" stop "$DIR" >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
 declare -a IR
-for p in 0 1 2 3; do
+PHASES="0 1 2 3"
+[ "$PRUNE" = 0 ] || PHASES="0 1 2 3 4"
+for p in $PHASES; do
     rm -rf "$WORK/data"
     as_pg cp -a "$DIR/data" "$WORK/data"
     phase_sql "$p" >"$WORK/phase$p.sql"
@@ -136,20 +158,34 @@ for p in 0 1 2 3; do
         exit 1
     fi
 done
-if ! grep -q "succeeded = \"$((N + B))\"" "$WORK/out.3"; then
-    echo "instructions.sh: phase 3 did not finish every job:" >&2
-    grep -A4 '"check"' "$WORK/out.3" >&2 || true
+# What phase 3 leaves: every job succeeded and kept (the warm-up's too, unless pruned), or
+# none left (deleted at once); phase 4 prunes them all.
+if [ "$OUTCOME" = delete ]; then
+    want='succeeded = "0"'
+elif [ "$PRUNE" = 1 ]; then
+    want="succeeded = \"$N\""
+else
+    want="succeeded = \"$((N + B))\""
+fi
+if ! grep -q "$want" "$WORK/out.3" || { [ "$PRUNE" = 1 ] && ! grep -q 'jobs = "0"' "$WORK/out.4"; }; then
+    echo "instructions.sh: the jobs did not end as they should ($want after phase 3; none left after a prune):" >&2
+    grep -A4 '"check"' "$WORK/out.3" "$WORK/out.4" >&2 2>/dev/null || true
     exit 1
 fi
 per() { python3 -c "print(f'{($1 - $2) / $N:,.0f}')"; }
-echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B; instructions a job"
+LAST=3
+[ "$PRUNE" = 0 ] || LAST=4
+echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B, outcome $OUTCOME; instructions a job"
 echo "  defer  $(per "${IR[1]}" "${IR[0]}")"
 echo "  claim  $(per "${IR[2]}" "${IR[1]}")"
 echo "  finish $(per "${IR[3]}" "${IR[2]}")"
-echo "  total  $(per "${IR[3]}" "${IR[0]}")"
-printf '{"what": "instructions", "n": %s, "batch": %s, "schema": "%s", "defer": %s, "claim": %s, "finish": %s}\n' \
-    "$N" "$B" "$VERSION" \
-    "$(((IR[1] - IR[0]) / N))" "$(((IR[2] - IR[1]) / N))" "$(((IR[3] - IR[2]) / N))"
+[ "$PRUNE" = 0 ] || echo "  prune  $(per "${IR[4]}" "${IR[3]}")"
+echo "  total  $(per "${IR[$LAST]}" "${IR[0]}")"
+prune_json=""
+[ "$PRUNE" = 0 ] || prune_json=", \"prune\": $(((IR[4] - IR[3]) / N))"
+printf '{"what": "instructions", "n": %s, "batch": %s, "schema": "%s", "outcome": "%s", "defer": %s, "claim": %s, "finish": %s%s}\n' \
+    "$N" "$B" "$VERSION" "$OUTCOME" \
+    "$(((IR[1] - IR[0]) / N))" "$(((IR[2] - IR[1]) / N))" "$(((IR[3] - IR[2]) / N))" "$prune_json"
 if [ "$KEEP" = 1 ]; then
     keep=$(mktemp -d /tmp/postpone-instructions-kept.XXXXXX)
     cp "$WORK"/cg.* "$WORK"/out.* "$WORK"/phase*.sql "$keep"/
