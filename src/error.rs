@@ -45,7 +45,8 @@ pub enum ErrorKind {
     Config,
     /// The server could not be reached, refused the connection, or rejected the startup.
     Connect,
-    /// A deadline fired (`connect_timeout`, `io_timeout` or `pool_timeout`); the message names it.
+    /// A deadline fired (`connect_timeout`, `io_timeout` or `pool_timeout`, or the admin
+    /// API's wait for a job's row that another session holds locked); the message names it.
     Timeout,
     /// The connection was closed, reset or severed while it was in use.
     Closed,

@@ -90,6 +90,13 @@ impl App {
 }
 
 /// Administration of jobs, queues and workers; from [`App::admin`]. Cheap to clone.
+///
+/// A call on one job ([`retry`](Self::retry), [`cancel`](Self::cancel),
+/// [`abort`](Self::abort), [`reschedule`](Self::reschedule), ...) waits at most a second for
+/// a row another session holds locked (the job's, or a job it depends on or that depends on
+/// it: an operator's open transaction, say), then fails with
+/// [`Timeout`](ErrorKind::Timeout), having changed nothing. [`bulk`](Self::bulk) skips such
+/// jobs instead and counts them as skipped.
 #[derive(Clone, Debug)]
 pub struct Admin {
     app: App,
@@ -176,7 +183,7 @@ impl Admin {
     /// is already waiting.
     pub fn retry(&self, id: JobId) -> Result<()> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named("retrying a job", store::JOB_RETRY, &[&id.0])?;
+        let rows = one_job(&mut conn, id, "retrying a job", store::JOB_RETRY, &[&id.0])?;
         if rows.is_empty() {
             return Err(wrong_state(
                 &mut conn,
@@ -232,22 +239,23 @@ impl Admin {
 
     fn cancel_with(&self, id: JobId, what: &str, sql: &str, done: &str) -> Result<()> {
         let mut conn = self.conn()?;
-        let mut rows = conn.query_named(what, sql, &[&id.0])?;
+        let mut rows = one_job(&mut conn, id, what, sql, &[&id.0])?;
         if rows.is_empty()
-            && !conn
-                .query_named(
-                    what,
-                    store::JOB_CANCEL_HELD,
-                    &[&id.0, &self.app.namespace().channel()],
-                )?
-                .is_empty()
+            && !one_job(
+                &mut conn,
+                id,
+                what,
+                store::JOB_CANCEL_HELD,
+                &[&id.0, &self.app.namespace().channel()],
+            )?
+            .is_empty()
         {
             // Held by a worker, not started: it ends the job without running it, or gives
             // it back (then it is cancelled here), or it started meanwhile.
             let until = std::time::Instant::now() + Self::CANCEL_HELD_WAIT;
             loop {
                 std::thread::sleep(std::time::Duration::from_millis(5));
-                rows = conn.query_named(what, sql, &[&id.0])?;
+                rows = one_job(&mut conn, id, what, sql, &[&id.0])?;
                 if !rows.is_empty() {
                     break;
                 }
@@ -261,7 +269,7 @@ impl Admin {
                         return Ok(());
                     }
                     Some("cancelled") => {
-                        rows = conn.query_named(what, store::JOB_DELETE_CANCELLED, &[&id.0])?;
+                        rows = one_job(&mut conn, id, what, store::JOB_DELETE_CANCELLED, &[&id.0])?;
                         break;
                     }
                     _ if held && std::time::Instant::now() < until => continue,
@@ -278,7 +286,13 @@ impl Admin {
         if rows.is_empty() {
             // A cancel asked of a job held then started meanwhile is not left to take effect
             // later (after a retry, say): the job was not cancelled.
-            conn.query_named(what, store::JOB_CANCEL_REQUEST_CLEAR, &[&id.0])?;
+            one_job(
+                &mut conn,
+                id,
+                what,
+                store::JOB_CANCEL_REQUEST_CLEAR,
+                &[&id.0],
+            )?;
             return Err(wrong_state(
                 &mut conn,
                 id,
@@ -298,7 +312,9 @@ impl Admin {
     /// [`InvalidState`](ErrorKind::InvalidState) error.
     pub fn abort(&self, id: JobId) -> Result<AbortOutcome> {
         let mut conn = self.conn()?;
-        let rows = conn.query_named(
+        let rows = one_job(
+            &mut conn,
+            id,
             "aborting a job",
             store::JOB_ABORT,
             &[&id.0, &self.app.namespace().channel()],
@@ -337,6 +353,11 @@ impl Admin {
         let r = self.bulk(action, &JobFilter::new().id(id), false)?;
         if r.changed == 0 {
             let mut conn = self.conn()?;
+            // The bulk path skips rows other sessions hold: a job it could change but did
+            // not is one of those (or changed meanwhile: then its status says why).
+            // Waits for its row as the other calls on one job do (a held row: a Timeout).
+            let what = format!("the {op}");
+            one_job(&mut conn, id, &what, store::JOB_LOCK_ONE, &[&id.0])?;
             return Err(wrong_state(&mut conn, id, op, action.rule()));
         }
         Ok(())
@@ -439,6 +460,55 @@ fn not_found(id: JobId) -> Error {
 }
 
 /// Why an operation on job `id` changed nothing: it does not exist, or its status.
+/// How long a call of the admin API on one job waits for a row lock another session holds
+/// (the job's own row, or one its change reaches: the dependents a cancel settles, the
+/// dependencies a retry reads) before giving up.
+const ONE_JOB_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '1s'";
+
+/// Runs one statement of a call on job `id` in a transaction of its own under
+/// [`ONE_JOB_LOCK_TIMEOUT`]; a lock it could not get is a [`Timeout`](ErrorKind::Timeout)
+/// error saying so, and nothing is changed.
+fn one_job(
+    conn: &mut crate::Connection,
+    id: JobId,
+    what: &str,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Result<Vec<postgres::Row>> {
+    conn.begin()?;
+    let res = conn
+        .batch_execute(ONE_JOB_LOCK_TIMEOUT)
+        .and_then(|()| conn.query_named(what, sql, params));
+    match res {
+        Ok(rows) => {
+            conn.commit()?;
+            Ok(rows)
+        }
+        Err(e) => {
+            if !conn.is_broken() {
+                let _ = conn.rollback();
+            }
+            if e.sqlstate() == Some("55P03") && !conn.is_broken() {
+                return Err(held_locked(id, what));
+            }
+            Err(e)
+        }
+    }
+}
+
+fn held_locked(id: JobId, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!(
+            "job {id} ({what}): gave up waiting for a row another session holds locked (the \
+             job's own, or a job that depends on it or that it depends on); nothing was \
+             changed: try again once that session's transaction ends (pg_locks and \
+             pg_stat_activity show which)"
+        ),
+    )
+    .set_sqlstate("55P03")
+}
+
 fn wrong_state(conn: &mut crate::Connection, id: JobId, op: &str, rule: &str) -> Error {
     match conn.query_named("reading a job's status", store::JOB_STATUS, &[&id.0]) {
         Ok(rows) => match rows.first() {

@@ -57,6 +57,9 @@ SELECT CASE WHEN status = 'doing' AND started_at IS NULL
 pub(crate) const JOB_RETRY: &str = "
 SELECT outcome FROM postpone_requeue(ARRAY[$1::bigint], '{}', '{}', '{}', '{}', '{}', true)";
 
+/// Locks job `$1`'s row (its id if it exists): waits for a session that holds it.
+pub(crate) const JOB_LOCK_ONE: &str = "SELECT id FROM postpone_jobs WHERE id = $1 FOR UPDATE";
+
 /// Cancels job `$1` if it is waiting (`todo`).
 pub(crate) const JOB_CANCEL: &str = "
 UPDATE postpone_jobs SET status = 'cancelled', finished_at = now(), cancel_requested = false

@@ -662,3 +662,90 @@ fn a_locked_job_of_a_dead_worker_does_not_stop_the_rescue_of_others() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     assert!(w.shutdown(Duration::from_secs(5)).is_clean());
 }
+
+/// Calls of the admin API on one job whose row, or a row their change reaches (a dependent
+/// a cancel settles), another session holds locked: each must give up within seconds with
+/// a clear error and change nothing, and succeed once the lock is gone. Before, `cancel`,
+/// `cancel_and_delete` and `abort` waited for the lock until the App's `io_timeout`
+/// severed their connection, `retry` failed with the raw lock error of its 200 ms wait,
+/// and `reschedule` and `set_priority` (which skip locked rows) said the job was in a
+/// state it was not.
+#[test]
+fn admin_calls_on_one_job_held_locked_give_up_with_a_clear_error() {
+    use postpone::ErrorKind;
+    let (db, app) = setup();
+    let later = Duration::from_secs(3600);
+    let admin = app.admin();
+    let waiting = app.job("a").schedule_in(later).defer(&0).unwrap();
+    let failed = app.job("a").schedule_in(later).defer(&1).unwrap();
+    let head = app.job("a").schedule_in(later).defer(&2).unwrap();
+    let dependent = app.job("b").after(&[head]).defer(&0).unwrap();
+    let mut c = db.client();
+    c.execute(
+        "UPDATE postpone_jobs SET status = 'failed', finished_at = now() WHERE id = $1",
+        &[&failed.get()],
+    )
+    .unwrap();
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = ANY($1) FOR UPDATE",
+        &[&vec![waiting.get(), failed.get(), dependent.get()]],
+    )
+    .unwrap();
+    type Call<'a> = Box<dyn Fn() -> postpone::Result<()> + 'a>;
+    let calls: Vec<(&str, Call)> = vec![
+        ("cancel", Box::new(|| admin.cancel(waiting))),
+        (
+            "cancel_and_delete",
+            Box::new(|| admin.cancel_and_delete(waiting)),
+        ),
+        ("abort", Box::new(|| admin.abort(waiting).map(drop))),
+        ("retry", Box::new(|| admin.retry(failed))),
+        (
+            "reschedule",
+            Box::new(|| admin.reschedule(waiting, std::time::SystemTime::now())),
+        ),
+        ("set_priority", Box::new(|| admin.set_priority(waiting, 5))),
+        (
+            "cancel of a job whose dependent is held",
+            Box::new(|| admin.cancel(head)),
+        ),
+    ];
+    for (name, call) in &calls {
+        let started = std::time::Instant::now();
+        let r = call();
+        let took = started.elapsed();
+        let e = r.expect_err(name);
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{name}: {e}");
+        assert!(e.to_string().contains("locked"), "{name}: {e}");
+        assert!(took < Duration::from_secs(4), "{name} took {took:?}");
+    }
+    // The dashboard's cancel: the job's page with the reason, a conflict (409).
+    let dash = web_util::dashboard(&app);
+    let page = web_util::get(dash.addr(), &format!("/jobs/{waiting}")).body;
+    let r = web_util::request(
+        dash.addr(),
+        "POST",
+        &format!("/jobs/{waiting}/cancel"),
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &format!("csrf={}", web_util::csrf_of(&page)),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("locked"), "{}", r.body);
+    dash.shutdown();
+    let statuses: Vec<String> = [waiting, failed, head, dependent]
+        .iter()
+        .map(|id| job_row(&mut c, *id).unwrap().status)
+        .collect();
+    assert_eq!(
+        statuses,
+        ["todo", "failed", "todo", "todo"],
+        "nothing changed"
+    );
+    tx.rollback().unwrap();
+    admin.set_priority(waiting, 5).unwrap();
+    admin.cancel(head).unwrap();
+    admin.retry(failed).unwrap();
+    admin.cancel(waiting).unwrap();
+}

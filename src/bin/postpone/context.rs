@@ -17,7 +17,8 @@ pub enum Exit {
     Usage = 2,
     /// 3: the job (or other named thing) does not exist.
     NotFound = 3,
-    /// 4: the job's status does not allow the operation (or its queueing lock is taken).
+    /// 4: the job's status does not allow the operation (or its queueing lock is taken, or
+    /// another session holds its row locked).
     WrongState = 4,
     /// 5: the database could not be reached, or did not answer within `--timeout`.
     Unreachable = 5,
@@ -40,7 +41,7 @@ impl Exit {
         (
             Exit::WrongState,
             "wrong_state",
-            "the job's status does not allow it (or its queueing lock is taken)",
+            "the job's status does not allow it (or its queueing lock is taken, or another session holds its row locked)",
         ),
         (
             Exit::Unreachable,
@@ -83,6 +84,11 @@ impl Exit {
             // insufficient_privilege, invalid_authorization_specification, invalid_password
             if code == "42501" || code.starts_with("28") {
                 return Exit::PermissionDenied;
+            }
+            // lock_not_available: another session holds the job's row (the admin API gave
+            // up waiting for it), not an unreachable server.
+            if code == "55P03" {
+                return Exit::WrongState;
             }
         }
         match e.kind() {

@@ -222,11 +222,13 @@ pub(super) fn act(st: &State, req: &Request, id: JobId, action: &str) -> Result<
         Ok(done) => Ok(Response::redirect(
             st.link(&format!("/jobs/{id}?done={done}")),
         )),
+        // The status does not allow it, or another session holds the row (55P03: the admin
+        // API gave up waiting): the job's page with the reason, as a conflict.
         Err(e)
             if matches!(
                 e.kind(),
                 ErrorKind::InvalidState | ErrorKind::AlreadyEnqueued
-            ) =>
+            ) || e.sqlstate() == Some("55P03") =>
         {
             let mut resp = job(st, id, Some(&e.to_string()), None)?;
             resp.status = 409;

@@ -295,6 +295,8 @@ fn parse_id(s: &str) -> Result<JobId, Error> {
 
 fn error_page(st: &State, e: &Error) -> Response {
     let code = match e.kind() {
+        // Another session holds the job's row locked: a conflict to retry, not a gateway's.
+        _ if e.sqlstate() == Some("55P03") => 409,
         ErrorKind::NotFound => 404,
         ErrorKind::InvalidInput => 400,
         ErrorKind::InvalidState | ErrorKind::AlreadyEnqueued => 409,
