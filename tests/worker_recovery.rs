@@ -245,6 +245,11 @@ fn a_worker_whose_connections_are_all_reset_keeps_every_thread_working() {
     stop(handle);
 }
 
+/// The two flood tests take turns: the server's queue of notifications is one for the whole
+/// cluster, and every listening session reads past the entries of other databases too, so
+/// a flood in one test's database slows the listeners of the other.
+static FLOODS: Mutex<()> = Mutex::new(());
+
 /// Any role that can connect can NOTIFY on the workers' channel: a flood of notifications
 /// (here bursts of 500,000 per transaction for 4 s, payloads that mean nothing to postpone)
 /// must not stop the heartbeat. The beat thread hears notifications on its own connection,
@@ -253,6 +258,7 @@ fn a_worker_whose_connections_are_all_reset_keeps_every_thread_working() {
 /// jobs then) and other workers would have presumed it dead.
 #[test]
 fn a_flood_of_notifications_does_not_stop_the_heartbeat() {
+    let _turn = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
     let (db, app) = setup();
     let mut tasks = Tasks::new();
     let runs = ok_task(&mut tasks);
@@ -320,4 +326,71 @@ fn a_flood_of_notifications_does_not_stop_the_heartbeat() {
     );
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
     stop(w);
+}
+
+/// The same flood on a worker whose notifications come through a listener of its own
+/// (`listen_via`): the listener read every notification the server had queued for it
+/// before it looked whether the worker was stopping, so a shutdown right after 3 million
+/// waited 4.1 s and severed its socket. The listener now stops listening for a while after
+/// more than 10,000 at once, as the beat does (the server drops what it queued), and the
+/// fetcher polls meanwhile. The flood must not make the fetcher claim at every
+/// notification either.
+#[test]
+fn a_flood_of_notifications_on_a_dedicated_listener_does_not_hold_up_a_shutdown() {
+    let _turn = FLOODS.lock().unwrap_or_else(|e| e.into_inner());
+    let (db, app) = setup();
+    let mut tasks = Tasks::new();
+    let runs = ok_task(&mut tasks);
+    let w = fast_worker(&app, tasks).listen_via(&app).spawn().unwrap();
+    let mut c = db.client();
+    assert!(wait_until(Duration::from_secs(5), || worker_rows(&mut c) == 1));
+    let commits = |c: &mut postgres::Client| -> i64 {
+        c.query_one(
+            "SELECT pg_stat_clear_snapshot()::text || '', xact_commit
+               FROM pg_stat_database WHERE datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get(1)
+    };
+    let flooding = Duration::from_secs(3);
+    let url = db.url();
+    let before = commits(&mut c);
+    let flood = thread::spawn(move || {
+        let mut f = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < flooding {
+            // Distinct payloads: a transaction folds identical notifications into one.
+            let n: i64 = f
+                .query_one(
+                    "SELECT count(pg_notify('postpone', 'job:q' || g))
+                       FROM generate_series(1, 200000) g",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            sent += n as u64;
+        }
+        sent
+    });
+    let sent = flood.join().unwrap();
+    // The server's statistics reach the view within a second or so.
+    thread::sleep(Duration::from_millis(1500));
+    let during = commits(&mut c) - before;
+    let id = app.defer("ok", &1).unwrap();
+    wait_status(&db, id, "succeeded", Duration::from_secs(10));
+    println!(
+        "  {sent} notifications sent; {during} transactions committed in the database meanwhile"
+    );
+    assert!(
+        during < 1500,
+        "{during} transactions in {flooding:?} of flood: the fetcher claimed at every notification"
+    );
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let report = w.shutdown(Duration::from_secs(5));
+    println!("  shutdown: {report}");
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.sockets_severed(), 0, "{report}");
+    assert!(report.elapsed() < Duration::from_secs(1), "{report}");
 }

@@ -71,9 +71,9 @@ pub(crate) const EXPIRE_BATCH: i32 = 5000;
 /// than this many at once is a flood: the beat drops the connection, with what it had not
 /// read yet, and listens again on a fresh one after [`FLOOD_MUTE`]; the fetcher polls
 /// meanwhile, and aborts and pauses are read from the table anyway (notifications are hints).
-const HEAR_AT_MOST: usize = 10_000;
+pub(super) const HEAR_AT_MOST: usize = 10_000;
 /// How long the beat does not listen after a flood of notifications.
-const FLOOD_MUTE: Duration = Duration::from_secs(5);
+pub(super) const FLOOD_MUTE: Duration = Duration::from_secs(5);
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 

@@ -9,10 +9,14 @@
 //! half-open link, so after every `listen_ping_interval` without a notification it pings
 //! under `io_timeout`; a failed ping or wait drops the connection, and the listener
 //! reconnects with backoff. After every (re)connect it wakes the fetcher once, since
-//! notifications may have been missed; the fetcher's polling covers the gap anyway.
+//! notifications may have been missed; the fetcher's polling covers the gap anyway. More
+//! than [`HEAR_AT_MOST`] notifications at once are a flood (any role can NOTIFY): the
+//! listener drops its connection, with what the server still had to send it, and listens
+//! again after [`FLOOD_MUTE`].
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::beat::{FLOOD_MUTE, HEAR_AT_MOST};
 use super::link::Link;
 use super::{sleep_or_stop, Shared};
 use crate::conn::{Connection, Notification};
@@ -54,23 +58,46 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
         let result = match got {
             Ok(Some(n)) => {
                 handle(shared, &n, wake);
-                // Drain what else arrived without waiting.
+                // What else arrived, without waiting: at most HEAR_AT_MOST, as the beat.
+                let mut heard = 1;
                 loop {
+                    if heard >= HEAR_AT_MOST {
+                        break Err(None);
+                    }
+                    heard += 1;
                     match c.wait_notification(std::time::Duration::ZERO) {
                         Ok(Some(n)) => handle(shared, &n, wake),
                         Ok(None) => break Ok(()),
-                        Err(e) => break Err(e),
+                        Err(e) => break Err(Some(e)),
                     }
                 }
             }
             Ok(None) if shared.stopping() => return,
             // Silence proves nothing on a half-open link: ping it.
-            Ok(None) => c.ping(c.io_timeout()),
-            Err(e) => Err(e),
+            Ok(None) => c.ping(c.io_timeout()).map_err(Some),
+            Err(e) => Err(Some(e)),
         };
         if result.is_err() && shared.stopping() {
             return;
         }
+        let result = match result {
+            Err(None) => {
+                // A flood: what the server still has to send this session dies with it.
+                log::warn!(
+                    "worker {}: more than {HEAR_AT_MOST} notifications at once (a bulk abort, or a flood: any role that can connect can NOTIFY); not listening for {FLOOD_MUTE:?}, the fetcher polls meanwhile",
+                    shared.name
+                );
+                link.drop_connection();
+                fresh = true;
+                shared.news(wake);
+                if sleep_or_stop(stop, FLOOD_MUTE) {
+                    return;
+                }
+                continue;
+            }
+            Err(Some(e)) => Err(e),
+            Ok(()) => Ok(()),
+        };
         if let Err(wait) = link.judge(result) {
             // A LISTEN link that failed once is not trusted again, broken or not.
             link.drop_connection();
