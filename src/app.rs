@@ -612,14 +612,28 @@ impl App {
     /// # }
     /// ```
     pub fn wait(&self, id: JobId, timeout: Duration) -> Result<JobResult> {
+        let deadline = std::time::Instant::now() + timeout;
         let mut conn = self.dedicated()?;
-        wait::wait(
+        let res = wait::wait(
             &mut conn,
             self.namespace().done_channel(),
             id,
             timeout,
             self.inner.wait_poll,
-        )
+        );
+        match res {
+            // A flood of notifications (any role can NOTIFY) dropped the listening
+            // connection: the row is the truth, read it at every poll instead.
+            Err(e) if conn.flooded() => {
+                log::warn!(
+                    "{e}; reading the job's row every {:?} instead",
+                    self.inner.wait_poll
+                );
+                let mut conn = self.dedicated()?;
+                wait::wait_polling(&mut conn, id, deadline, timeout, self.inner.wait_poll)
+            }
+            r => r,
+        }
     }
 
     /// Defers a job of the typed task whose arguments are `args`, then [`wait`](Self::wait)s

@@ -220,6 +220,21 @@ pub(crate) fn wait(
     res
 }
 
+/// Waits for job `id` on `conn` without listening: reads its row every `poll` until it is
+/// finished or `deadline` (after a flood of notifications dropped the listening
+/// connection).
+pub(crate) fn wait_polling(
+    conn: &mut Connection,
+    id: JobId,
+    deadline: Instant,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<JobResult> {
+    let half = (conn.io_timeout() / 2).max(Duration::from_millis(1));
+    conn.set_io_timeout(half);
+    wait_registered(conn, id, deadline, timeout, poll.min(half))
+}
+
 fn wait_registered(
     conn: &mut Connection,
     id: JobId,

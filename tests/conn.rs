@@ -1297,3 +1297,43 @@ fn a_reply_out_of_step_breaks_the_connection() {
         "the out-of-step session was reused"
     );
 }
+
+/// Any role that can connect can NOTIFY, and the server sends a listening session every
+/// pending notification before the answer to its next statement: the driver kept them all
+/// in memory until read, and a statement waited behind them for as long as a flood faster
+/// than the client lasted. A connection now holds at most 100,000 unread: past that it is
+/// dropped, its round-trip fails as closed naming the flood. Under the bound nothing
+/// changes.
+#[test]
+fn a_connection_drops_itself_past_a_hundred_thousand_unread_notifications() {
+    let _shared = shared_fds();
+    init_logging();
+    let db = TestDb::new();
+    let app = App::connect(&db.url()).unwrap();
+    app.migrate().unwrap();
+    let mut sender = db.client();
+    let send = |sender: &mut postgres::Client, n: i32| {
+        sender
+            .execute(
+                "SELECT count(pg_notify('x', 'n' || g)) FROM generate_series(1, $1) g",
+                &[&n],
+            )
+            .unwrap();
+    };
+
+    let mut conn = app.connection().unwrap();
+    conn.listen("x").unwrap();
+    send(&mut sender, 50_000);
+    conn.query_one("SELECT 1", &[]).unwrap();
+    let mut read = 0;
+    while conn.wait_notification(Duration::ZERO).unwrap().is_some() {
+        read += 1;
+    }
+    assert_eq!(read, 50_000, "under the bound every notification is kept");
+
+    send(&mut sender, 150_000);
+    let err = conn.query_one("SELECT 1", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    assert!(err.to_string().contains("100000 notifications"), "{err}");
+    assert!(conn.is_broken());
+}

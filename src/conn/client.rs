@@ -102,8 +102,77 @@ pub struct Connection {
     inner: Inner,
 }
 
+/// Most notifications a connection holds unread (received during round-trips or before a
+/// wait reads them), and most bytes of them: any role that can connect can NOTIFY, and the
+/// server sends a listening session every notification before the answer to its next
+/// statement, so a flood faster than the client reads held that statement for as long as
+/// the flood lasted and filled memory. Past either bound the connection is dropped (its
+/// round-trip fails as closed, naming the flood; [`Connection::flooded`] says so).
+pub(crate) const NOTIFY_UNREAD_MAX: usize = 100_000;
+/// See [`NOTIFY_UNREAD_MAX`].
+pub(crate) const NOTIFY_UNREAD_BYTES: usize = 16 << 20;
+
+/// What the driver's task and the connection share about unread notifications.
+#[derive(Default)]
+pub(crate) struct NotifyGauge {
+    unread: std::sync::atomic::AtomicUsize,
+    bytes: std::sync::atomic::AtomicUsize,
+    flooded: std::sync::atomic::AtomicBool,
+}
+
+impl NotifyGauge {
+    fn size(n: &Notification) -> usize {
+        n.channel.len() + n.payload.len() + 32
+    }
+
+    /// Counts one more unread notification; false once past the bounds (a flood: the
+    /// connection is to be dropped).
+    pub(crate) fn arrived(&self, n: &Notification) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let count = self.unread.fetch_add(1, SeqCst) + 1;
+        let bytes = self.bytes.fetch_add(Self::size(n), SeqCst) + Self::size(n);
+        if count > NOTIFY_UNREAD_MAX || bytes > NOTIFY_UNREAD_BYTES {
+            self.flooded.store(true, SeqCst);
+            return false;
+        }
+        true
+    }
+
+    fn read(&self, n: &Notification) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.unread.fetch_sub(1, SeqCst);
+        self.bytes.fetch_sub(Self::size(n), SeqCst);
+    }
+}
+
+/// The notifications the driver received for this connection, not read yet.
+pub(crate) struct Inbox {
+    pub(crate) rx: mpsc::UnboundedReceiver<Notification>,
+    pub(crate) gauge: std::sync::Arc<NotifyGauge>,
+}
+
+impl Inbox {
+    fn try_recv(&mut self) -> std::result::Result<Notification, mpsc::error::TryRecvError> {
+        let n = self.rx.try_recv()?;
+        self.gauge.read(&n);
+        Ok(n)
+    }
+
+    fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Notification>> {
+        let got = self.rx.poll_recv(cx);
+        if let Poll::Ready(Some(n)) = &got {
+            self.gauge.read(n);
+        }
+        got
+    }
+
+    fn flooded(&self) -> bool {
+        self.gauge.flooded.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 struct Inner {
-    notifications: mpsc::UnboundedReceiver<Notification>,
+    notifications: Inbox,
     rt: ConnRuntime,
     reg: Registration,
     io_timeout: Duration,
@@ -447,6 +516,12 @@ impl Connection {
     /// round-trips).
     pub(crate) fn buffered_notification(&mut self) -> Option<Notification> {
         self.inner.notifications.try_recv().ok()
+    }
+
+    /// True once the server sent more notifications than this connection holds unread
+    /// ([`NOTIFY_UNREAD_MAX`]): it was dropped, and its round-trips fail as closed.
+    pub(crate) fn flooded(&self) -> bool {
+        self.inner.notifications.flooded()
     }
 
     /// Like [`wait_notification`](Self::wait_notification), but also returns `Ok(None)` as soon

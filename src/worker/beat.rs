@@ -277,7 +277,7 @@ pub(crate) fn run(
                 super::periodic::check_stored(shared, c)?;
                 next_schedules = Instant::now() + shared.opts.poll_interval;
             }
-            if listens && muted_until.is_none() {
+            if listens && muted_until.is_none() && !shared.shelf.flood_muted() {
                 // LISTEN again (nothing changes on the server): a round-trip that proves the
                 // link (`due_ping`), and pg_stat_activity shows this connection, between
                 // duties, as the worker's listener.

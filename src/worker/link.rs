@@ -69,6 +69,9 @@ pub(crate) struct Shelf<S = bool> {
     /// True while the beat does not listen (a flood of notifications, see `beat.rs`): the
     /// connections opened meanwhile do not LISTEN.
     muted: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Until when the connections opened do not LISTEN, after one was dropped for a flood of
+    /// notifications that came during a round-trip (see `conn`'s `NOTIFY_UNREAD_MAX`).
+    flood_until: std::sync::Arc<Mutex<Option<std::time::Instant>>>,
 }
 
 struct ShelfState<S> {
@@ -178,6 +181,22 @@ impl<S> Shelf<S> {
         s.conn.as_ref().map(|(c, _)| c.idle_for())
     }
 
+    /// The shelf's connection was dropped for a flood of notifications: the connections
+    /// opened for the next [`FLOOD_MUTE`](super::beat::FLOOD_MUTE) do not LISTEN (the
+    /// fetcher polls meanwhile).
+    pub(crate) fn flood_mute(&self) {
+        *self.flood_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(std::time::Instant::now() + super::beat::FLOOD_MUTE);
+    }
+
+    /// Whether a flood of notifications keeps the shelf's connections from listening now.
+    pub(crate) fn flood_muted(&self) -> bool {
+        self.flood_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|t| std::time::Instant::now() < t)
+    }
+
     /// Closes the shelf (the shutdown's hard deadline): takers get no connection, the one
     /// parked (or put back later) is dropped.
     pub(crate) fn close(&self) {
@@ -210,10 +229,18 @@ impl Shelf<bool> {
         let fresh = listen.is_some();
         let muted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let quiet = muted.clone();
-        let setup = move |c: &mut Connection| match &listen {
-            Some(_) if quiet.load(std::sync::atomic::Ordering::SeqCst) => Ok(false),
-            Some(channel) => c.listen(channel).map(|()| true),
-            None => Ok(false),
+        let flood_until = std::sync::Arc::<Mutex<Option<std::time::Instant>>>::default();
+        let flooding = flood_until.clone();
+        let setup = move |c: &mut Connection| {
+            let flood = flooding
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|t| std::time::Instant::now() < t);
+            match &listen {
+                Some(_) if flood || quiet.load(std::sync::atomic::Ordering::SeqCst) => Ok(false),
+                Some(channel) => c.listen(channel).map(|()| true),
+                None => Ok(false),
+            }
         };
         Shelf {
             state: Mutex::new(ShelfState {
@@ -231,6 +258,7 @@ impl Shelf<bool> {
             setup: Box::new(setup),
             listens: fresh,
             muted,
+            flood_until,
         }
     }
 
@@ -499,6 +527,11 @@ impl<'a, S> Link<'a, S> {
                 }
                 self.shared
                     .log_db_error(self.what, &e, self.backoff.failures() + 1);
+                if self.flooded() {
+                    if let Some((shelf, _)) = self.shelf {
+                        shelf.flood_mute();
+                    }
+                }
                 if self.conn.as_ref().is_some_and(|(c, _)| c.is_broken()) {
                     self.conn = None;
                 }
@@ -516,6 +549,12 @@ impl<'a, S> Link<'a, S> {
             (Some((shelf, _)), None) if !self.holding => shelf.idle_for(),
             _ => None,
         }
+    }
+
+    /// Whether the connection was dropped for a flood of notifications that came during a
+    /// round-trip (more than it holds unread).
+    pub(crate) fn flooded(&self) -> bool {
+        self.conn.as_ref().is_some_and(|(c, _)| c.flooded())
     }
 
     /// Drops the connection (the caller knows it cannot be trusted any more).

@@ -80,6 +80,11 @@ pub(crate) fn run(shared: &Shared, stop: &Receiver<()>, wake: &Sender<()>, liste
         if result.is_err() && shared.stopping() {
             return;
         }
+        // Dropped for a flood that came while it waited or pinged: the same as one counted.
+        let result = match result {
+            Err(Some(_)) if link.flooded() => Err(None),
+            r => r,
+        };
         let result = match result {
             Err(None) => {
                 // A flood: what the server still has to send this session dies with it.

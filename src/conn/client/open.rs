@@ -261,7 +261,7 @@ fn handshake<T>(
     stream: Stream,
     tls: T,
     deadline: Instant,
-) -> Result<(Client, mpsc::UnboundedReceiver<Notification>)>
+) -> Result<(Client, Inbox)>
 where
     T: TlsConnect<Stream> + Send + 'static,
     T::Stream: Send + 'static,
@@ -318,15 +318,24 @@ where
         Err(_) => return Err(Error::new(ErrorKind::Timeout, "startup handshake")),
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    let gauge = std::sync::Arc::new(NotifyGauge::default());
+    let counted = gauge.clone();
     rt.spawn(async move {
         let end = std::future::poll_fn(|cx| loop {
             match connection.poll_message(cx) {
                 Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
-                    let _ = tx.send(Notification {
+                    let n = Notification {
                         channel: n.channel().to_owned(),
                         payload: n.payload().to_owned(),
                         process_id: n.process_id(),
-                    });
+                    };
+                    if !counted.arrived(&n) {
+                        // A flood: ending the driver closes the socket, and the round-trip
+                        // waiting behind the notifications fails as closed.
+                        log::debug!("connection dropped: a flood of notifications");
+                        return Poll::Ready(Ok(()));
+                    }
+                    let _ = tx.send(n);
                 }
                 Poll::Ready(Some(Ok(AsyncMessage::Notice(n)))) => {
                     log::debug!("server notice: {}: {}", n.severity(), n.message());
@@ -342,5 +351,5 @@ where
             log::debug!("connection ended: {e}");
         }
     });
-    Ok((client, rx))
+    Ok((client, Inbox { rx, gauge }))
 }

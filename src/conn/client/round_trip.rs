@@ -124,6 +124,12 @@ impl Inner {
         let why = match self.reg.severed() {
             SeverReason::Shutdown => "connection severed by shutdown".to_owned(),
             SeverReason::Backstop => "connection severed by the watchdog".to_owned(),
+            _ if self.notifications.flooded() => format!(
+                "connection to {} dropped: the server sent more than {} notifications it had \
+                 not read yet (a flood: any role that can connect can NOTIFY)",
+                self.peer,
+                super::NOTIFY_UNREAD_MAX
+            ),
             _ => format!("connection to {} closed", self.peer),
         };
         self.broken.get_or_insert_with(|| why.clone());
