@@ -104,9 +104,9 @@ pub struct Connection {
 
 /// Most notifications a connection holds unread (received during round-trips or before a
 /// wait reads them), and most bytes of them: any role that can connect can NOTIFY, and the
-/// server sends a listening session every notification before the answer to its next
-/// statement, so a flood faster than the client reads held that statement for as long as
-/// the flood lasted and filled memory. Past either bound the connection is dropped (its
+/// server sends a listening session every pending notification before the answer to its
+/// next statement, so a flood held that statement until millions had been received and
+/// kept them all in memory. Past either bound the connection is dropped (its
 /// round-trip fails as closed, naming the flood; [`Connection::flooded`] says so).
 pub(crate) const NOTIFY_UNREAD_MAX: usize = 100_000;
 /// See [`NOTIFY_UNREAD_MAX`].
