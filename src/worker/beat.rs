@@ -48,7 +48,7 @@ use crossbeam_channel::{select, Receiver, Sender, TryRecvError};
 
 use super::ledger::{Paused, Unstarted};
 use super::link::{Link, Party};
-use super::{Outcome, Shared};
+use super::{Outcome, Shared, FLOOD_MUTE, HEAR_AT_MOST};
 use crate::conn::Connection;
 use crate::error::Result;
 use crate::job::{JobId, ABORT_TIMEOUT};
@@ -64,16 +64,6 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 /// The most jobs one statement of the sweep ends: a statement of this size takes tens of
 /// milliseconds, so the heartbeat and the abort polls never wait long behind it.
 pub(crate) const EXPIRE_BATCH: i32 = 5000;
-/// Most notifications the beat acts on at a time. Any role that can connect can NOTIFY, and
-/// the server sends a listening session every notification before the answer to its next
-/// statement: a flood (millions a second) held the heartbeat and the recording of outcomes,
-/// on the same connection, behind it, for as long as it lasted (the lease ran out). More
-/// than this many at once is a flood: the beat drops the connection, with what it had not
-/// read yet, and listens again on a fresh one after [`FLOOD_MUTE`]; the fetcher polls
-/// meanwhile, and aborts and pauses are read from the table anyway (notifications are hints).
-pub(super) const HEAR_AT_MOST: usize = 10_000;
-/// How long the beat does not listen after a flood of notifications.
-pub(super) const FLOOD_MUTE: Duration = Duration::from_secs(5);
 /// How often a stopping worker's beat looks whether its executors are all gone.
 const STOPPING_TICK: Duration = Duration::from_millis(10);
 

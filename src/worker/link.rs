@@ -182,11 +182,11 @@ impl<S> Shelf<S> {
     }
 
     /// The shelf's connection was dropped for a flood of notifications: the connections
-    /// opened for the next [`FLOOD_MUTE`](super::beat::FLOOD_MUTE) do not LISTEN (the
+    /// opened for the next [`FLOOD_MUTE`](super::FLOOD_MUTE) do not LISTEN (the
     /// fetcher polls meanwhile).
     pub(crate) fn flood_mute(&self) {
         *self.flood_until.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(std::time::Instant::now() + super::beat::FLOOD_MUTE);
+            Some(std::time::Instant::now() + super::FLOOD_MUTE);
     }
 
     /// Whether a flood of notifications keeps the shelf's connections from listening now.

@@ -16,9 +16,8 @@
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::beat::{FLOOD_MUTE, HEAR_AT_MOST};
 use super::link::Link;
-use super::{sleep_or_stop, Shared};
+use super::{sleep_or_stop, Shared, FLOOD_MUTE, HEAR_AT_MOST};
 use crate::conn::{Connection, Notification};
 use crate::job::JobId;
 

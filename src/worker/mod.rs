@@ -198,6 +198,17 @@ pub(crate) struct Stats {
 }
 
 /// Everything the worker's threads share.
+/// Most notifications a worker's listening connection (the beat's, or a dedicated
+/// listener's: `listen.rs`) acts on at a time. Any role that can connect can NOTIFY, and
+/// the server sends a listening session every notification before the answer to its next
+/// statement: a flood (millions a second) held the heartbeat and the recording of outcomes,
+/// on the same connection, behind it, for as long as it lasted (the lease ran out). More
+/// than this many at once is a flood: the listener drops the connection, with what it had not
+/// read yet, and listens again on a fresh one after [`FLOOD_MUTE`]; the fetcher polls
+/// meanwhile, and aborts and pauses are read from the table anyway (notifications are hints).
+pub(crate) const HEAR_AT_MOST: usize = 10_000;
+/// How long a worker does not listen after a flood of notifications.
+pub(crate) const FLOOD_MUTE: Duration = Duration::from_secs(5);
 pub(crate) struct Shared {
     pub(crate) app: App,
     pub(crate) tasks: HashMap<String, Arc<Registered>>,
