@@ -200,9 +200,7 @@ pub(crate) fn wait(
     poll: Duration,
 ) -> Result<JobResult> {
     let deadline = Instant::now() + timeout;
-    let half = (conn.io_timeout() / 2).max(Duration::from_millis(1));
-    conn.set_io_timeout(half);
-    let poll = poll.min(half);
+    let poll = halve_io_timeout(conn, poll);
     let ctx = |e: Error| e.context(format_args!("waiting for job {id}"));
     conn.listen(channel).map_err(ctx)?;
     // Completions notify only the jobs in postpone_waiters (migration 10). The row goes in
@@ -230,9 +228,16 @@ pub(crate) fn wait_polling(
     timeout: Duration,
     poll: Duration,
 ) -> Result<JobResult> {
+    let poll = halve_io_timeout(conn, poll);
+    wait_registered(conn, id, deadline, timeout, poll)
+}
+
+/// Gives `conn`'s round-trips half its `io_timeout`, and returns `poll` bounded by that half
+/// (see [`wait`]).
+fn halve_io_timeout(conn: &mut Connection, poll: Duration) -> Duration {
     let half = (conn.io_timeout() / 2).max(Duration::from_millis(1));
     conn.set_io_timeout(half);
-    wait_registered(conn, id, deadline, timeout, poll.min(half))
+    poll.min(half)
 }
 
 fn wait_registered(

@@ -250,6 +250,25 @@ fn a_worker_whose_connections_are_all_reset_keeps_every_thread_working() {
 /// a flood in one test's database slows the listeners of the other.
 static FLOODS: Mutex<()> = Mutex::new(());
 
+/// Sends notifications on the workers' channel from a session of its own, `per_txn` at a
+/// time (each payload the SQL expression `payload` of `g`, 1 to `per_txn`: distinct, since
+/// a transaction folds identical notifications into one), for `lasting`; returns how many.
+fn flood(url: String, payload: &str, per_txn: i32, lasting: Duration) -> thread::JoinHandle<u64> {
+    let sql = format!(
+        "SELECT count(pg_notify('postpone', {payload})) FROM generate_series(1, $1::int) g"
+    );
+    thread::spawn(move || {
+        let mut f = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed() < lasting {
+            let n: i64 = f.query_one(&sql, &[&per_txn]).unwrap().get(0);
+            sent += n as u64;
+        }
+        sent
+    })
+}
+
 /// Any role that can connect can NOTIFY on the workers' channel: a flood of notifications
 /// (here bursts of 500,000 per transaction for 4 s, payloads that mean nothing to postpone)
 /// must not stop the heartbeat. The beat thread hears notifications on its own connection,
@@ -266,24 +285,7 @@ fn a_flood_of_notifications_does_not_stop_the_heartbeat() {
     let mut c = db.client();
     assert!(wait_until(Duration::from_secs(5), || worker_rows(&mut c) == 1));
     let flooding = Duration::from_secs(4);
-    let url = db.url();
-    let flood = thread::spawn(move || {
-        let mut f = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let start = Instant::now();
-        let mut sent = 0u64;
-        while start.elapsed() < flooding {
-            let n: i64 = f
-                .query_one(
-                    "SELECT count(pg_notify('postpone', 'flood:' || g))
-                       FROM generate_series(1, 500000) g",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
-            sent += n as u64;
-        }
-        sent
-    });
+    let flood = flood(db.url(), "'flood:' || g", 500_000, flooding);
     let start = Instant::now();
     let mut worst = 0.0f64;
     let mut deferred = None;
@@ -356,24 +358,7 @@ fn a_flood_of_notifications_on_a_dedicated_listener_does_not_hold_up_a_shutdown(
     let flooding = Duration::from_secs(3);
     let url = db.url();
     let before = commits(&mut c);
-    let flood = thread::spawn(move || {
-        let mut f = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-        let start = Instant::now();
-        let mut sent = 0u64;
-        while start.elapsed() < flooding {
-            // Distinct payloads: a transaction folds identical notifications into one.
-            let n: i64 = f
-                .query_one(
-                    "SELECT count(pg_notify('postpone', 'job:q' || g))
-                       FROM generate_series(1, 200000) g",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
-            sent += n as u64;
-        }
-        sent
-    });
+    let flood = flood(url, "'job:q' || g", 200_000, flooding);
     let sent = flood.join().unwrap();
     // The server's statistics reach the view within a second or so.
     thread::sleep(Duration::from_millis(1500));
