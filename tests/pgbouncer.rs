@@ -295,6 +295,27 @@ fn what_needs_a_session_is_refused_through_a_transaction_pooler() {
     );
     let report = worker.shutdown(Duration::from_secs(3));
     assert!(report.is_clean(), "{report}");
+    // The admin API's calls on one job run each statement in a transaction of its own
+    // under a lock timeout: they work through the pooler, and one whose job another
+    // session holds gives up with the reason.
+    let admin = app.admin();
+    let later = || app.job("noop").schedule_in(Duration::from_secs(3600));
+    let (a, b) = (later().defer(&1).unwrap(), later().defer(&2).unwrap());
+    admin.set_priority(a, 3).unwrap();
+    assert_eq!(admin.abort(a).unwrap(), postpone::AbortOutcome::Cancelled);
+    admin.retry(a).unwrap();
+    admin.cancel(a).unwrap();
+    let mut holder = db.client();
+    let mut tx = holder.transaction().unwrap();
+    tx.execute(
+        "SELECT 1 FROM postpone_jobs WHERE id = $1 FOR UPDATE",
+        &[&b.get()],
+    )
+    .unwrap();
+    let e = admin.cancel(b).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    tx.rollback().unwrap();
+    admin.cancel(b).unwrap();
     drop(bouncer);
 }
 
