@@ -353,9 +353,8 @@ impl Admin {
         let r = self.bulk(action, &JobFilter::new().id(id), false)?;
         if r.changed == 0 {
             let mut conn = self.conn()?;
-            // The bulk path skips rows other sessions hold: a job it could change but did
-            // not is one of those (or changed meanwhile: then its status says why).
-            // Waits for its row as the other calls on one job do (a held row: a Timeout).
+            // The bulk path skips rows other sessions hold: wait for this one's as the other
+            // calls on one job do (held past the timeout: a Timeout), then say its status.
             let what = format!("the {op}");
             one_job(&mut conn, id, &what, store::JOB_LOCK_ONE, &[&id.0])?;
             return Err(wrong_state(&mut conn, id, op, action.rule()));
@@ -459,7 +458,6 @@ fn not_found(id: JobId) -> Error {
     Error::new(ErrorKind::NotFound, format!("job {id} not found"))
 }
 
-/// Why an operation on job `id` changed nothing: it does not exist, or its status.
 /// How long a call of the admin API on one job waits for a row lock another session holds
 /// (the job's own row, or one its change reaches: the dependents a cancel settles, the
 /// dependencies a retry reads) before giving up.
@@ -509,6 +507,7 @@ fn held_locked(id: JobId, what: &str) -> Error {
     .set_sqlstate("55P03")
 }
 
+/// Why an operation on job `id` changed nothing: it does not exist, or its status.
 fn wrong_state(conn: &mut crate::Connection, id: JobId, op: &str, rule: &str) -> Error {
     match conn.query_named("reading a job's status", store::JOB_STATUS, &[&id.0]) {
         Ok(rows) => match rows.first() {
