@@ -48,7 +48,7 @@ move_last() { # table: the changed columns to the end of the row
                   ADD COLUMN attempts integer NOT NULL DEFAULT 0, ADD COLUMN worker_id bigint,
                   ADD COLUMN started_at timestamptz, ADD COLUMN finished_at timestamptz" 2>/dev/null
 }
-for m in ${MODELS:-as-is ff50 ff50-last queue-table queue-table-1 one-txn}; do
+for m in ${MODELS:-as-is ff50 ff50-last queue-table queue-table-1 one-txn hot-claim}; do
     db=m_${m//-/_}
     q -c "CREATE DATABASE $db"
     DATABASE_URL=postgres://postgres@127.0.0.1:$port/$db "$bin" migrate >/dev/null
