@@ -326,20 +326,12 @@ SELECT low.id, low.n,
   FROM low"
         )
     };
-    conn.begin()?;
-    let res = conn
-        .batch_execute(BULK_LOCK_TIMEOUT)
-        .and_then(|()| conn.query_named("changing jobs in bulk", &sql, &q.params()));
-    match res {
-        Ok(rows) => {
-            conn.commit()?;
-            Ok(rows.first().map_or(0, |r| r.get::<_, i64>(2).max(0) as u64))
-        }
-        Err(e) => {
-            if !conn.is_broken() {
-                let _ = conn.rollback();
-            }
-            Err(e)
-        }
-    }
+    let rows = super::query_in_tx(
+        conn,
+        BULK_LOCK_TIMEOUT,
+        "changing jobs in bulk",
+        &sql,
+        &q.params(),
+    )?;
+    Ok(rows.first().map_or(0, |r| r.get::<_, i64>(2).max(0) as u64))
 }

@@ -473,9 +473,27 @@ fn one_job(
     sql: &str,
     params: &[&(dyn postgres::types::ToSql + Sync)],
 ) -> Result<Vec<postgres::Row>> {
+    query_in_tx(conn, ONE_JOB_LOCK_TIMEOUT, what, sql, params).map_err(|e| {
+        if e.sqlstate() == Some("55P03") && !conn.is_broken() {
+            held_locked(id, what)
+        } else {
+            e
+        }
+    })
+}
+
+/// Runs `sql` in a transaction of its own after `lock_timeout` (a `SET LOCAL lock_timeout`
+/// statement): committed when it succeeds, rolled back (on a link still usable) when not.
+fn query_in_tx(
+    conn: &mut crate::Connection,
+    lock_timeout: &str,
+    what: &str,
+    sql: &str,
+    params: &[&(dyn postgres::types::ToSql + Sync)],
+) -> Result<Vec<postgres::Row>> {
     conn.begin()?;
     let res = conn
-        .batch_execute(ONE_JOB_LOCK_TIMEOUT)
+        .batch_execute(lock_timeout)
         .and_then(|()| conn.query_named(what, sql, params));
     match res {
         Ok(rows) => {
@@ -485,9 +503,6 @@ fn one_job(
         Err(e) => {
             if !conn.is_broken() {
                 let _ = conn.rollback();
-            }
-            if e.sqlstate() == Some("55P03") && !conn.is_broken() {
-                return Err(held_locked(id, what));
             }
             Err(e)
         }

@@ -191,10 +191,7 @@ impl<S> Shelf<S> {
 
     /// Whether a flood of notifications keeps the shelf's connections from listening now.
     pub(crate) fn flood_muted(&self) -> bool {
-        self.flood_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|t| std::time::Instant::now() < t)
+        not_yet(&self.flood_until)
     }
 
     /// Closes the shelf (the shutdown's hard deadline): takers get no connection, the one
@@ -232,10 +229,7 @@ impl Shelf<bool> {
         let flood_until = std::sync::Arc::<Mutex<Option<std::time::Instant>>>::default();
         let flooding = flood_until.clone();
         let setup = move |c: &mut Connection| {
-            let flood = flooding
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some_and(|t| std::time::Instant::now() < t);
+            let flood = not_yet(&flooding);
             match &listen {
                 Some(_) if flood || quiet.load(std::sync::atomic::Ordering::SeqCst) => Ok(false),
                 Some(channel) => c.listen(channel).map(|()| true),
@@ -570,4 +564,12 @@ impl<S> Drop for Link<'_, S> {
             shelf.leave();
         }
     }
+}
+
+/// Whether the instant in `until`, if any, is still to come.
+fn not_yet(until: &Mutex<Option<std::time::Instant>>) -> bool {
+    until
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_some_and(|t| std::time::Instant::now() < t)
 }
