@@ -128,7 +128,8 @@ impl FromStr for JobStatus {
     }
 }
 
-/// JSON text read from or written to a `jsonb` column without going through `serde_json::Value`.
+/// JSON text read from or written to a `json` or `jsonb` column without going through
+/// `serde_json::Value`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RawJson(pub(crate) String);
 

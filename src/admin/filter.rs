@@ -256,6 +256,8 @@ impl JobFilter {
     /// object matches when it holds these keys with these values (recursively), an array
     /// when it holds these elements. `json!({"user": 42})` matches `{"user": 42, "x": 1}`.
     /// No index serves it: combine it with a status, queue or task on a large table.
+    /// Arguments PostgreSQL's jsonb cannot read (stored by a raw `INSERT`; the library
+    /// refuses them at the defer) never match.
     pub fn args_contain(mut self, value: serde_json::Value) -> JobFilter {
         self.args_contain = Some(value);
         self
@@ -377,7 +379,10 @@ impl JobFilter {
             ));
         }
         if let Some(v) = &self.args_contain {
-            c.push(format!("j.args @> {}::jsonb", q.bind(v.clone())));
+            c.push(format!(
+                "postpone_args_jsonb(j.args) @> {}::jsonb",
+                q.bind(v.clone())
+            ));
         }
         c.join("\n   AND ")
     }

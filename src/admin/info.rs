@@ -266,8 +266,9 @@ fn null() -> Box<RawValue> {
     RawValue::from_string("null".to_owned()).expect("null is JSON")
 }
 
-/// A jsonb column as its exact text. Text the JSON parser would refuse (it never comes
-/// from PostgreSQL, but be safe) is returned as a JSON string of itself.
+/// A json or jsonb column as its exact text. Text serde_json refuses (a lone surrogate
+/// escape, which a json column accepts from a raw INSERT) is returned as a JSON string of
+/// itself.
 pub(crate) fn raw_column(r: &Row, i: usize) -> Option<Box<RawValue>> {
     let raw: Option<RawJson> = r.get(i);
     raw.map(|RawJson(text)| {
@@ -278,7 +279,7 @@ pub(crate) fn raw_column(r: &Row, i: usize) -> Option<Box<RawValue>> {
     })
 }
 
-/// A jsonb column parsed into a value; `None` when absent or not parseable.
+/// A json or jsonb column parsed into a value; `None` when absent or not parseable.
 pub(crate) fn json_column(r: &Row, i: usize) -> Option<serde_json::Value> {
     let raw: Option<RawJson> = r.get(i);
     raw.and_then(|RawJson(text)| serde_json::from_str(&text).ok())

@@ -108,6 +108,11 @@ impl Admin {
     /// jobs are never stopped. The queue need not have been seen
     /// ([`queue_seen`](Self::queue_seen) tells).
     ///
+    /// Two jobs share a key when the field's value has the same JSON text: `42` and
+    /// `"bob"` as any serializer writes them; an object or an array as the same text (the
+    /// library writes it compactly, with the keys in the order it serialized them). Jobs
+    /// without the field share one key.
+    ///
     /// A limit under 1 or above `i32::MAX` is an
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput) error (to stop a queue, use
     /// [`pause`](Self::pause)); so is an empty queue name or `key_arg`, a NUL, or a name over

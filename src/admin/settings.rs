@@ -4,7 +4,7 @@
 //! The limit on a job's arguments lives in the database, so that it binds every way a job
 //! enters: `defer` and its kin from Rust, `postpone defer`, `postpone_defer(...)` and any
 //! `INSERT INTO postpone_jobs` written by hand. The jobs table's insert trigger (one run per
-//! statement) measures each new row's arguments as JSON text, as PostgreSQL writes them
+//! statement) measures each new row's arguments as the JSON text stored
 //! (`octet_length(args::text)`, what a worker receives), and refuses the statement when one
 //! is larger than the limit: SQLSTATE 54000, which the library reports as an
 //! [`InvalidInput`](crate::ErrorKind::InvalidInput) error naming the size and the limit.
@@ -16,8 +16,8 @@ use crate::store;
 
 /// The default limit on a job's arguments: 16 MiB of JSON text. A worker holds at most
 /// 64 MiB of arguments of jobs it has claimed and not started (its prefetch budget) beside
-/// those of its running jobs, so four of the largest jobs fill a budget; PostgreSQL itself
-/// stores at most about 255 MB of `jsonb`. Raise it with [`Admin::set_max_args_bytes`].
+/// those of its running jobs, so four of the largest jobs fill a budget. Raise it with
+/// [`Admin::set_max_args_bytes`].
 pub const DEFAULT_MAX_ARGS_BYTES: u64 = 16 << 20;
 
 /// The highest limit that can be set: 1 GiB less a byte, the most PostgreSQL can hold in one

@@ -240,10 +240,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "less_per_job",
         sql: include_str!("0045_less_per_job.sql"),
     },
+    Migration {
+        version: 46,
+        name: "args_json",
+        sql: include_str!("0046_args_json.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 45;
+pub(crate) const LATEST: i32 = 46;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

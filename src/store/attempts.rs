@@ -3,7 +3,7 @@
 //! `postpone_requeue`), expiry, and the release of claims whose reply was lost; then the
 //! claim and finish of `testing`, which runs jobs in the test's own thread.
 
-/// Claims due jobs for a worker through `postpone_claim_jobs`.
+/// Claims due jobs for a worker through `postpone_claim_batch`.
 ///
 /// Parameters: `$1` the worker's id, `$2` the most jobs to take, `$3` its queues and `$4` its
 /// task names (each NULL: no filter), `$5` how many of them it can start at once (its free
@@ -40,7 +40,7 @@
 /// register again, under a new id, first.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
-    SELECT * FROM postpone_claim_jobs($1::bigint, $2::int, $3::text[], $4::text[], $5::int,
+    SELECT * FROM postpone_claim_batch($1::bigint, $2::int, $3::text[], $4::text[], $5::int,
                                       $6::bigint, $7::boolean)
 ), n AS MATERIALIZED (
         SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,

@@ -21,7 +21,7 @@ RETURNING id";
 pub(crate) const JOB_INSERT_QUIET: &str = "
 INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,
                            max_attempts, tags, meta, expires_at)
-SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::text,
+SELECT $1::text, $2::text, $3::json, $4::int, $5::text, $6::text,
        COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond'), $9::int,
        $10::text[], $11::jsonb,
        COALESCE($12::timestamptz, now() + $13::bigint * interval '1 microsecond')
@@ -42,7 +42,7 @@ SELECT u.queue, u.task, u.args, u.priority, u.lock, u.queueing_lock,
             THEN ARRAY(SELECT jsonb_array_elements_text(u.tags)) END,
        u.meta,
        COALESCE(u.expires_at, now() + u.expires_in_us * interval '1 microsecond')
-  FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
+  FROM unnest($1::text[], $2::text[], $3::json[], $4::int[], $5::text[], $6::text[],
               $7::timestamptz[], $8::bigint[], $9::int[], $10::jsonb[], $11::jsonb[],
               $12::timestamptz[], $13::bigint[])
        WITH ORDINALITY AS u(queue, task, args, priority, lock, queueing_lock, at, delay_us,

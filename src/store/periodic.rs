@@ -21,7 +21,7 @@ WITH fresh AS (
          WHERE task = $1::text AND periodic_id = $2::text AND instant = $3::timestamptz)
 ), job AS (
     INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at)
-    SELECT $4::text, $1::text, $5::jsonb, $6::int, $7::text, $8::text, $3::timestamptz
+    SELECT $4::text, $1::text, $5::json, $6::int, $7::text, $8::text, $3::timestamptz
       FROM fresh
     -- Matches the queueing-lock index whether or not its predicate also says
     -- `queueing_lock IS NOT NULL` (a later schema may add it: each defer then writes one

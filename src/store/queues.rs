@@ -85,13 +85,13 @@ SELECT l.queue, l.key_arg, l.max_per_key,
        (SELECT count(*) FROM postpone_jobs d WHERE d.queue = l.queue AND d.status = 'doing'),
        (SELECT count(*) FROM (SELECT 1 FROM postpone_jobs d
                                WHERE d.queue = l.queue AND d.status = 'doing'
-                               GROUP BY d.args -> l.key_arg
+                               GROUP BY (d.args -> l.key_arg)::text
                               HAVING count(*) >= l.max_per_key) f),
        (SELECT count(*) FROM postpone_jobs c
          WHERE c.queue = l.queue AND c.status = 'todo' AND c.scheduled_at <= now()
            AND (SELECT count(*) FROM postpone_jobs d
                  WHERE d.queue = l.queue AND d.status = 'doing'
-                   AND (d.args -> l.key_arg) IS NOT DISTINCT FROM (c.args -> l.key_arg))
+                   AND (d.args -> l.key_arg)::text IS NOT DISTINCT FROM (c.args -> l.key_arg)::text)
                >= l.max_per_key),
        l.set_at
   FROM postpone_key_limits l ORDER BY l.queue";

@@ -352,7 +352,7 @@ fn defer_refuses_json_nested_past_a_thousand_levels() {
     let mut c = db.client();
     let stored: String = c
         .query_one(
-            "SELECT jsonb_array_length(args)::text || ':' || length(args::text)::text
+            "SELECT json_array_length(args)::text || ':' || length(args::text)::text
                FROM postpone_jobs WHERE id = $1",
             &[&id.0],
         )

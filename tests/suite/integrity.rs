@@ -231,7 +231,7 @@ fn an_outcome_the_database_refuses_is_isolated_from_its_batch() {
         .batch_execute(
             "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
-                 IF NEW.status = 'succeeded' AND NEW.args = '\"poison\"'::jsonb THEN
+                 IF NEW.status = 'succeeded' AND NEW.args::jsonb = '\"poison\"'::jsonb THEN
                      RAISE EXCEPTION 'this job may not succeed';
                  END IF;
                  RETURN NEW;
@@ -755,7 +755,7 @@ fn a_requeue_the_database_refuses_fails_that_job_alone() {
             "CREATE FUNCTION refuse_requeue() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
                  IF NEW.status = 'todo' AND OLD.status = 'doing'
-                    AND NEW.args = '\"poison\"'::jsonb THEN
+                    AND NEW.args::jsonb = '\"poison\"'::jsonb THEN
                      RAISE EXCEPTION 'this job may not be retried';
                  END IF;
                  RETURN NEW;

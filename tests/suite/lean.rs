@@ -290,7 +290,7 @@ fn a_short_claim_looks_for_the_next_due_job_once() {
             .query_one(
                 "SELECT pg_stat_clear_snapshot()::text,
                         coalesce((SELECT sum(calls) FROM pg_stat_user_functions
-                                   WHERE funcname = 'postpone_claim_jobs'), 0)::bigint,
+                                   WHERE funcname = 'postpone_claim_batch'), 0)::bigint,
                         coalesce((SELECT sum(calls) FROM pg_stat_user_functions
                                    WHERE funcname = 'postpone_next_due'), 0)::bigint",
                 &[],

@@ -48,6 +48,7 @@ mod deploy;
 
 // Clear errors on bad input (promise 6), and every parser fed generated input; bounded inputs.
 mod args_limit;
+mod args_text;
 mod bad_inputs;
 mod fuzz_props;
 mod stats_waits;

@@ -48,7 +48,7 @@ const V1_HEARTBEAT: &str = "UPDATE postpone_workers SET last_heartbeat = now() W
 
 fn status(c: &mut postgres::Client, arg: i32) -> String {
     c.query_one(
-        "SELECT status FROM postpone_jobs WHERE args = to_jsonb($1::int)",
+        "SELECT status FROM postpone_jobs WHERE args::jsonb = to_jsonb($1::int)",
         &[&arg],
     )
     .unwrap()

@@ -120,7 +120,7 @@ fn job_instants(db: &TestDb, args: &serde_json::Value) -> Vec<u64> {
     db.client()
         .query(
             "SELECT extract(epoch FROM scheduled_at)::bigint FROM postpone_jobs
-              WHERE task = 'tick' AND args = $1 ORDER BY scheduled_at",
+              WHERE task = 'tick' AND args::jsonb = $1 ORDER BY scheduled_at",
             &[args],
         )
         .unwrap()

@@ -131,7 +131,7 @@ fn a_key_limit_is_never_exceeded_by_many_workers() {
                 .query_one(
                     "SELECT coalesce(max(n), 0) FROM (
                          SELECT count(*) AS n FROM postpone_jobs
-                          WHERE queue = 'k' AND status = 'doing' GROUP BY args -> 'user') s",
+                          WHERE queue = 'k' AND status = 'doing' GROUP BY (args -> 'user')::text) s",
                     &[],
                 )
                 .unwrap()
@@ -356,7 +356,7 @@ fn a_rate_limited_worker_polls_and_does_not_spin() {
             .query_one(
                 "SELECT pg_stat_clear_snapshot()::text,
                         coalesce((SELECT sum(calls) FROM pg_stat_user_functions
-                                   WHERE funcname = 'postpone_claim_jobs'), 0)::bigint",
+                                   WHERE funcname = 'postpone_claim_batch'), 0)::bigint",
                 &[],
             )
             .unwrap()

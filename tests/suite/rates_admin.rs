@@ -119,7 +119,7 @@ fn simultaneous_claims_obey_rate_and_key_limits() {
         let most: i64 = c
             .query_one(
                 "SELECT max(n) FROM (SELECT count(*) AS n FROM postpone_jobs
-                  WHERE queue = 'keyed' AND status = 'doing' GROUP BY args -> 'u') s",
+                  WHERE queue = 'keyed' AND status = 'doing' GROUP BY (args -> 'u')::text) s",
                 &[],
             )
             .unwrap()

@@ -83,7 +83,7 @@ fn fetcher_pid(c: &mut postgres::Client) -> i32 {
             .query(
                 "SELECT pid FROM pg_stat_activity
                   WHERE datname = current_database() AND pid <> pg_backend_pid()
-                    AND query LIKE '%postpone_claim_jobs%'",
+                    AND query LIKE '%postpone_claim_batch%'",
                 &[],
             )
             .unwrap()
@@ -375,7 +375,7 @@ fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
          BEGIN
              IF pg_backend_pid() <> {0} THEN
                  PERFORM pg_sleep(0.5);
-             ELSIF current_query() NOT LIKE '%postpone_claim_jobs%' THEN
+             ELSIF current_query() NOT LIKE '%postpone_claim_batch%' THEN
                  INSERT INTO fetcher_statements VALUES (current_query());
              END IF;
              RETURN NULL;

@@ -1756,7 +1756,7 @@ fn the_handler_mounts_under_a_path_and_streams_downloads() {
     assert!(page.contains(&format!("href=\"/admin/queue/jobs/{id}/args.json\"")));
     let (status, _, raw) = get(&format!("/admin/queue/jobs/{id}/args.json"));
     assert_eq!(status, 200);
-    assert_eq!(raw.len(), 600_000 + "{\"blob\": \"\"}".len());
+    assert_eq!(raw.len(), 600_000 + "{\"blob\":\"\"}".len());
     assert_eq!(
         get("/admin/queue").0,
         200,

@@ -61,7 +61,7 @@ pub struct DeferArgs {
 }
 
 pub fn run(ctx: &Context, app: &App, a: &DeferArgs, out: &mut dyn Write) -> Result<(), CliError> {
-    // Kept as written: numbers of any size or precision reach jsonb exactly.
+    // Kept as written: stored as this text, numbers of any size or precision exactly.
     let text = a.args.as_deref().unwrap_or("null");
     let args: Box<RawValue> = serde_json::from_str(text).map_err(|e| {
         CliError::usage(format!(
