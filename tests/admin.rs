@@ -258,7 +258,7 @@ fn listing_counts_workers_and_stalled_jobs() {
     let j = &admin.jobs(&JobFilter::new().id(b1)).unwrap()[0];
     assert_eq!(
         (j.queue.as_str(), j.task.as_str(), j.priority, j.args.get()),
-        ("images", "resize", 5, "[1, 2]")
+        ("images", "resize", 5, "[1,2]")
     );
 
     let counts = admin.counts().unwrap();

@@ -261,12 +261,12 @@ fn every_command_against_a_real_database() {
             "-",
             "-",
             "-",
-            "[1, 2]"
+            "[1,2]"
         ]
     );
     assert_eq!(t[2][..4], ["2", "todo", "default", "resize"]);
     assert_eq!(t[3][..6], ["1", "todo", "emails", "send_email", "0", "5"]);
-    assert_eq!(t[3][9..], ["user:1", "-", r#"{"to": "a@b.c"}"#]);
+    assert_eq!(t[3][9..], ["user:1", "-", r#"{"to":"a@b.c"}"#]);
     let t = table(&ok(url, &["jobs", "--status", "todo", "--queue", "emails"]));
     assert_eq!(t.len(), 2);
     assert_eq!(t[1][0], "1");
@@ -307,7 +307,7 @@ fn every_command_against_a_real_database() {
         "priority:        5",
         "lock:            user:1",
         "queueing lock:   -",
-        r#"args:            {"to": "a@b.c"}"#,
+        r#"args:            {"to":"a@b.c"}"#,
         "started (UTC):   -",
         "worker:          -",
         "abort requested: no",
@@ -625,12 +625,9 @@ fn bad_input_exits_2_with_a_message() {
     assert_eq!(t[1][6], "infinity");
     let shown = ok(&url, &["job", "3"]);
     assert!(shown.contains("created (UTC):   -infinity"), "{shown}");
-    // The number is printed exactly as stored (401 digits), not rounded or quoted.
+    // The number is printed exactly as stored, not rounded or quoted.
     let raw = ok(&url, &["job", "3", "--json"]);
-    assert!(
-        raw.contains(&format!("\"args\": {{\"n\": 1{}}}", "0".repeat(400))),
-        "{raw}"
-    );
+    assert!(raw.contains("\"args\": {\"n\": 1e400}"), "{raw}");
     assert!(raw.contains("\"scheduled_at\": \"infinity\""), "{raw}");
     ok(&url, &["stats"]);
 
