@@ -2,10 +2,12 @@
 --
 -- `postpone_jobs.args` becomes `json` (it was `jsonb`). jsonb keeps a parsed binary form: the
 -- server parses the text at the defer, and prints it back to text at every claim, for every
--- reader, and for the size column `args_bytes` at the defer. For large arguments that
--- printing and parsing were most of the server's work a job: 64 KiB of arguments cost about
--- 200 microseconds to print as text and 140 to parse, where `json` is stored and sent as it
--- came (measured with `SELECT octet_length(args::text)` over 500 rows of each type).
+-- reader, and for the size column `args_bytes` at the defer. For large arguments that was
+-- much of the server's work a job: 64 KiB of arguments cost about 140 microseconds to parse
+-- and 90-200 to print (psql over 500-1,000 rows of each type held in shared buffers), where
+-- `json` is checked at the insert and sent as stored. `defer_batch` of such jobs went from
+-- about 950 to 1,500 a second on the project's machine; drains did not change (reading the
+-- arguments back and receiving them bound them: docs/performance-log.md).
 --
 -- * The library defers through `json` parameters; `postpone_defer`, `postpone_defer_jobs`
 --   and the schedules keep their `jsonb` parameters (PostgreSQL casts jsonb to json on the
