@@ -85,7 +85,7 @@ pub(crate) const MAX_ARGS_CONSTRAINT: &str = "postpone_max_args_bytes";
 pub(crate) const JOB_INSERT_UNIQUE: &str = "
 WITH k AS (
     SELECT s.at, postpone_unique_key($14::text, $2::text, CASE WHEN $15::bool THEN $1::text END,
-                                     $3::jsonb, $16::bigint, s.at) AS key
+                                     $3::json::jsonb, $16::bigint, s.at) AS key
       FROM (SELECT COALESCE($7::timestamptz, now() + $8::bigint * interval '1 microsecond') AS at) s
 ), ins AS (
     INSERT INTO postpone_jobs (queue, task, args, priority, lock, queueing_lock, scheduled_at,

@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use postpone::{App, JobFilter};
+use postpone::{App, Deferred, JobFilter, Unique};
 use serde::Serialize;
 use serde_json::json;
 use support::*;
@@ -56,6 +56,26 @@ fn arguments_are_stored_as_deferred_and_earlier_claims_read_them_as_jsonb() {
         .unwrap()
         .get(0);
     assert_eq!(ty, "json");
+
+    // A unique job keeps its text too; its key reads the value, so the same object with its
+    // keys in another order is the same job (as before schema 46, whose keys stay valid).
+    let unique = app
+        .job("u")
+        .unique(Unique::by_args())
+        .defer_unique(&Order { zebra: 3, a: "y" })
+        .unwrap();
+    let Deferred::Inserted(unique) = unique else {
+        panic!("{unique:?}")
+    };
+    assert_eq!(text(&mut c, unique.0), r#"{"zebra":3,"a":"y"}"#);
+    let again = app
+        .job("u")
+        .unique(Unique::by_args())
+        .defer_unique(&json!({"a": "y", "zebra": 3}))
+        .unwrap();
+    assert_eq!(again, Deferred::Duplicate(unique));
+    c.execute("DELETE FROM postpone_jobs WHERE id = $1", &[&unique.0])
+        .unwrap();
 
     // A build of schema 45 claims through the seven-argument postpone_claim_jobs: the same
     // jobs, the arguments as jsonb with the same values.
