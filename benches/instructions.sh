@@ -104,7 +104,7 @@ phase_sql() {
     # Single-user mode reads statements ended by a semicolon and a blank line (-j).
     printf '%s\n\n' "INSERT INTO postpone_workers (id, name, host, pid, queues, concurrency) VALUES (1, 'instructions', 'bench', 1, NULL, 4);"
     printf '%s\n\n' "CREATE FUNCTION pg_temp.ids(a bigint, b bigint) RETURNS bigint[] LANGUAGE sql AS 'SELECT array_agg(g ORDER BY g) FROM generate_series(a, b) g';"
-    printf '%s\n\n' "PREPARE d(text[], text[], jsonb[], int[], text[], text[], timestamptz[], bigint[], int[], jsonb[], jsonb[], timestamptz[], bigint[]) AS WITH x AS ($INSERT_BATCH) SELECT count(*) FROM x;"
+    printf '%s\n\n' "PREPARE d(text[], text[], json[], int[], text[], text[], timestamptz[], bigint[], int[], jsonb[], jsonb[], timestamptz[], bigint[]) AS WITH x AS ($INSERT_BATCH) SELECT count(*) FROM x;"
     printf '%s\n\n' "PREPARE c(bigint, int, text[], text[], int, bigint, boolean) AS SELECT count(*) FROM ($CLAIM) x;"
     printf '%s\n\n' "PREPARE f(bigint[], bigint[], int[], text[], text[], jsonb[], bigint[]) AS SELECT count(*) FROM ($FINISH) x;"
     printf '%s\n\n' "PREPARE p(text[], bigint, int) AS WITH x AS ($PRUNE_STMT RETURNING 1) SELECT count(*) FROM x;"
@@ -135,7 +135,7 @@ phase_sql() {
 }
 
 defer_stmt() {
-    printf '%s\n\n' "EXECUTE d(array_fill('default'::text, ARRAY[$B]), array_fill('noop'::text, ARRAY[$B]), array_fill('{}'::jsonb, ARRAY[$B]), array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
+    printf '%s\n\n' "EXECUTE d(array_fill('default'::text, ARRAY[$B]), array_fill('noop'::text, ARRAY[$B]), array_fill('{}'::json, ARRAY[$B]), array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
 }
 
 WORK=$(mktemp -d /tmp/postpone-instructions.XXXXXX)

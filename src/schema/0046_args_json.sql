@@ -21,11 +21,14 @@
 --   them, and cast the arguments back to jsonb.
 -- * json accepts text that PostgreSQL cannot read back as text: a \u0000 escape, a lone
 --   surrogate (`->` and `->>` fail on them, as jsonb's input did). The library refuses them at
---   the defer; `postpone_jobs_args_check` refuses them from any other writer, so that no
---   row's arguments can fail a statement over many jobs (a claim of a queue with a key
---   limit reads `args -> key`). It parses the arguments as jsonb only when their text holds
---   a `\u` escape: 55 microseconds a job of 64 KiB without one, under a tenth of one for a
---   small job.
+--   the defer; the insert trigger (`postpone_notify_jobs`) and a trigger on updates that set
+--   `args` refuse them from any other writer, so that no row's arguments can fail a
+--   statement over many jobs (a claim of a queue with a key limit reads `args -> key`).
+--   They read the arguments as jsonb only when their text holds a `\u` escape: 55
+--   microseconds a job of 64 KiB without one, under a tenth of one for a small job. (A
+--   CHECK constraint did the same, but PostgreSQL evaluates every CHECK on every update:
+--   the claim's and the outcome's too, about 1,000 instructions a job each, counted with
+--   benches/instructions.sh.)
 -- * Per-key concurrency limits compare a key's value as the JSON text stored for it: two
 --   jobs share a key when `args -> key` prints the same text (jsonb compared values).
 -- * `postpone_args_jsonb` reads arguments as jsonb for the filters that need it (the admin
@@ -51,10 +54,6 @@ BEGIN
     END IF;
 END
 $$;
--- 5c 75: a backslash and a "u".
-ALTER TABLE postpone_jobs ADD CONSTRAINT postpone_jobs_args_check
-    CHECK (position(decode('5c75', 'hex') IN textsend(args::text)) = 0
-           OR args::jsonb IS NOT NULL);
 
 CREATE FUNCTION postpone_claim_batch(p_worker bigint, p_limit integer, p_queues text[], p_tasks text[])
  RETURNS TABLE(id bigint, queue text, task text, args json, attempts integer, priority integer, lock text, abort_requested boolean, scheduled_at timestamp with time zone, queue_wait double precision, max_attempts integer, expires_in double precision)
@@ -749,3 +748,75 @@ EXCEPTION WHEN others THEN
     RETURN NULL;
 END
 $function$;
+
+CREATE OR REPLACE FUNCTION postpone_notify_jobs()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    q text;
+    v_now boolean;
+    v_at timestamptz;
+    v_max bigint;
+    v_size bigint;
+    v_task text;
+BEGIN
+    -- A missing row (deleted by hand) means the default.
+    SELECT coalesce((SELECT s.max_args_bytes FROM postpone_settings s), 16777216) INTO v_max;
+    -- In the same walk, arguments whose text holds a \u escape (5c 75: a backslash and a
+    -- "u") are read as jsonb: an escape PostgreSQL cannot read back (\u0000, a lone
+    -- surrogate) fails the statement here, as jsonb's input did, rather than a claim's
+    -- `args -> key` later. (The second test is never true: it either passes or raises.)
+    SELECT n.size, n.task INTO v_size, v_task
+      FROM (SELECT j.args_bytes::bigint AS size, j.task, j.args
+              FROM postpone_new_jobs j) n
+     WHERE n.size > v_max
+        OR (position(decode('5c75', 'hex') IN textsend(n.args::text)) > 0
+            AND n.args::jsonb IS NULL)
+     LIMIT 1;
+    IF v_size IS NOT NULL THEN
+        RAISE EXCEPTION 'the arguments of a job of task % are % bytes of JSON, more than the % allowed',
+                        left(v_task, 255), v_size, v_max
+            USING ERRCODE = 'program_limit_exceeded',
+                  CONSTRAINT = 'postpone_max_args_bytes',
+                  HINT = 'store large data elsewhere and pass a reference to it, or raise the limit: UPDATE postpone_settings SET max_args_bytes = N (Admin::set_max_args_bytes)';
+    END IF;
+    IF current_setting('postpone.quiet_insert', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    FOR q, v_now, v_at IN
+        SELECT queue, bool_or(scheduled_at <= now()),
+               min(scheduled_at) FILTER (WHERE scheduled_at > now() AND isfinite(scheduled_at))
+          FROM postpone_new_jobs
+         WHERE status = 'todo'
+         GROUP BY queue
+    LOOP
+        IF v_now THEN
+            PERFORM postpone_wake(q);
+        END IF;
+        IF v_at IS NOT NULL THEN
+            PERFORM postpone_wake_at(q, v_at);
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END
+$function$;
+
+-- The same for an update that sets `args` (by hand: the library never does).
+-- After the row, not before: a BEFORE row trigger on updates makes PostgreSQL lock every
+-- updated row for it whatever the columns (the claim's and the outcome's rows included:
+-- about 9,000 instructions a job each), where an AFTER trigger of a column list is queued
+-- only for the updates that set that column.
+CREATE FUNCTION postpone_args_readable()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM NEW.args::jsonb;
+    RETURN NULL;
+END
+$function$;
+
+CREATE TRIGGER postpone_jobs_args AFTER UPDATE OF args ON postpone_jobs
+    FOR EACH ROW WHEN (position(decode('5c75', 'hex') IN textsend(NEW.args::text)) > 0)
+    EXECUTE FUNCTION postpone_args_readable();

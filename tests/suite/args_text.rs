@@ -1,9 +1,9 @@
 //! Arguments stored as the JSON text they were deferred as (`postpone_jobs.args` is `json`
 //! since schema version 46): a task reads that text; the claim entry points of earlier
 //! builds still return `jsonb` with the same values; text PostgreSQL cannot read back (a
-//! `\u0000` escape, a lone surrogate) is refused from a raw INSERT as from the library; and
-//! arguments jsonb cannot hold that json stores (a number past numeric's range) fail neither
-//! a claim of a queue with a key limit nor a listing filtered on arguments.
+//! `\u0000` escape, a lone surrogate) is refused from a raw INSERT or UPDATE as from the
+//! library; and arguments jsonb cannot hold that json stores (a number past numeric's range)
+//! fail neither a claim of a queue with a key limit nor a listing filtered on arguments.
 
 use crate::support;
 
@@ -158,6 +158,32 @@ fn arguments_jsonb_cannot_read_fail_no_claim_and_no_filter() {
             "{bad}: {db:?}"
         );
     }
+    // An update that sets such arguments is refused too.
+    let ok_id: i64 = c
+        .query_one(
+            "INSERT INTO postpone_jobs (queue, task, args) VALUES ('other', 't', '[1]') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let e = c
+        .execute(
+            r#"UPDATE postpone_jobs SET args = '{"u": "\u0000"}' WHERE id = $1"#,
+            &[&ok_id],
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.as_db_error().map(|d| d.code().code()),
+        Some("22P05"),
+        "{e:?}"
+    );
+    c.execute(
+        r#"UPDATE postpone_jobs SET args = '{"u": "\u00e9"}' WHERE id = $1"#,
+        &[&ok_id],
+    )
+    .unwrap();
+    c.execute("DELETE FROM postpone_jobs WHERE id = $1", &[&ok_id])
+        .unwrap();
     // Other escapes pass (read as jsonb once, at the insert), and a number jsonb refuses.
     c.batch_execute(
         r#"INSERT INTO postpone_jobs (queue, task, args) VALUES

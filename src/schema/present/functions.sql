@@ -15,6 +15,16 @@ EXCEPTION WHEN others THEN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.postpone_args_readable()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM NEW.args::jsonb;
+    RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.postpone_batch_join(p_batch bigint, p_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -1892,10 +1902,16 @@ DECLARE
 BEGIN
     -- A missing row (deleted by hand) means the default.
     SELECT coalesce((SELECT s.max_args_bytes FROM postpone_settings s), 16777216) INTO v_max;
+    -- In the same walk, arguments whose text holds a \u escape (5c 75: a backslash and a
+    -- "u") are read as jsonb: an escape PostgreSQL cannot read back (\u0000, a lone
+    -- surrogate) fails the statement here, as jsonb's input did, rather than a claim's
+    -- `args -> key` later. (The second test is never true: it either passes or raises.)
     SELECT n.size, n.task INTO v_size, v_task
-      FROM (SELECT j.args_bytes::bigint AS size, j.task
+      FROM (SELECT j.args_bytes::bigint AS size, j.task, j.args
               FROM postpone_new_jobs j) n
      WHERE n.size > v_max
+        OR (position(decode('5c75', 'hex') IN textsend(n.args::text)) > 0
+            AND n.args::jsonb IS NULL)
      LIMIT 1;
     IF v_size IS NOT NULL THEN
         RAISE EXCEPTION 'the arguments of a job of task % are % bytes of JSON, more than the % allowed',

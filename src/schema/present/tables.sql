@@ -63,7 +63,6 @@ CREATE TABLE postpone_jobs (
     expired boolean DEFAULT false NOT NULL,
     args_bytes integer DEFAULT octet_length((args)::text),
     CONSTRAINT postpone_jobs_pkey PRIMARY KEY (id),
-    CONSTRAINT postpone_jobs_args_check CHECK (((POSITION((decode('5c75'::text, 'hex'::text)) IN (textsend((args)::text))) = 0) OR ((args)::jsonb IS NOT NULL))),
     CONSTRAINT postpone_jobs_queue_check CHECK ((queue <> ''::text)),
     CONSTRAINT postpone_jobs_status_check CHECK ((status = ANY (ARRAY['todo'::text, 'doing'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'aborted'::text]))),
     CONSTRAINT postpone_jobs_task_check CHECK ((task <> ''::text))
@@ -90,6 +89,7 @@ CREATE INDEX postpone_jobs_lock_pending_idx ON public.postpone_jobs USING btree 
 CREATE UNIQUE INDEX postpone_jobs_queueing_lock_idx ON public.postpone_jobs USING btree (queueing_lock) WHERE ((queueing_lock IS NOT NULL) AND (status = 'todo'::text));
 CREATE UNIQUE INDEX postpone_jobs_unique_active_idx ON public.postpone_jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (status = ANY (ARRAY['todo'::text, 'doing'::text])));
 CREATE UNIQUE INDEX postpone_jobs_unique_succeeded_idx ON public.postpone_jobs USING btree (unique_key) WHERE ((unique_key ~~ 's:%'::text) AND (status = ANY (ARRAY['todo'::text, 'doing'::text, 'succeeded'::text])));
+CREATE TRIGGER postpone_jobs_args AFTER UPDATE OF args ON public.postpone_jobs FOR EACH ROW WHEN ((POSITION((decode('5c75'::text, 'hex'::text)) IN (textsend((new.args)::text))) > 0)) EXECUTE FUNCTION postpone_args_readable();
 CREATE TRIGGER postpone_jobs_deps AFTER UPDATE OF status, scheduled_at ON public.postpone_jobs FOR EACH ROW WHEN (((old.has_dependents AND (old.status = ANY (ARRAY['todo'::text, 'doing'::text])) AND (new.status <> ALL (ARRAY['todo'::text, 'doing'::text]))) OR (new.has_dependencies AND (((old.status = 'todo'::text) AND (old.scheduled_at = 'infinity'::timestamp with time zone) AND ((new.status <> 'todo'::text) OR (new.scheduled_at <> 'infinity'::timestamp with time zone))) OR ((old.status = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text, 'aborted'::text])) AND (new.status = 'todo'::text)))))) EXECUTE FUNCTION postpone_deps_trigger();
 CREATE TRIGGER postpone_jobs_deps_delete AFTER DELETE ON public.postpone_jobs FOR EACH ROW WHEN ((old.has_dependencies OR (old.has_dependents AND (old.status = ANY (ARRAY['todo'::text, 'doing'::text]))))) EXECUTE FUNCTION postpone_deps_trigger();
 CREATE TRIGGER postpone_jobs_done AFTER UPDATE ON public.postpone_jobs REFERENCING OLD TABLE AS postpone_done_old NEW TABLE AS postpone_done_new FOR EACH STATEMENT EXECUTE FUNCTION postpone_notify_done();
