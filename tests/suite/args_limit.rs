@@ -10,11 +10,7 @@ use serde_json::json;
 use support::*;
 
 fn setup() -> (TestDb, App) {
-    init_logging();
-    let db = TestDb::new();
-    let app = App::builder(db.url()).pool_size(2).build().unwrap();
-    app.migrate().unwrap();
-    (db, app)
+    TestDb::with_app()
 }
 
 fn jobs(c: &mut postgres::Client) -> i64 {

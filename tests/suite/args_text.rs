@@ -13,11 +13,7 @@ use serde_json::json;
 use support::*;
 
 fn setup() -> (TestDb, App) {
-    init_logging();
-    let db = TestDb::new();
-    let app = App::builder(db.url()).pool_size(2).build().unwrap();
-    app.migrate().unwrap();
-    (db, app)
+    TestDb::with_app()
 }
 
 /// Fields in an order that is not jsonb's (it sorts keys by length, then bytes).

@@ -17,11 +17,7 @@ use support::*;
 
 /// A fresh database with the schema, and an App on it.
 fn setup() -> (TestDb, App) {
-    init_logging();
-    let db = TestDb::new();
-    let app = App::builder(db.url()).pool_size(2).build().unwrap();
-    app.migrate().unwrap();
-    (db, app)
+    TestDb::with_app()
 }
 
 fn count_jobs(c: &mut Client) -> i64 {

@@ -112,6 +112,19 @@ pub struct TestDb {
 }
 
 impl TestDb {
+    /// A fresh database (see [`TestDb::new`]) and an App of two connections on it, migrated;
+    /// logging set up.
+    pub fn with_app() -> (TestDb, postpone::App) {
+        crate::support::init_logging();
+        let db = TestDb::new();
+        let app = postpone::App::builder(db.url())
+            .pool_size(2)
+            .build()
+            .expect("an App on the test database");
+        app.migrate().expect("migrate");
+        (db, app)
+    }
+
     /// Creates a fresh database `postpone_t_<pid>_<counter>_<nanos>` (TEMPLATE template0) on
     /// 127.0.0.1:5432 (or the server named by env DATABASE_URL: keep its host/port/user, replace the dbname).
     pub fn new() -> TestDb {
