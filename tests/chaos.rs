@@ -234,8 +234,19 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
     // A rescue that found a successor waiting under its queueing lock: cancelled.
     let mut collided = job(13, "chaos_qlock_collide", "cancelled", 1);
     collided.queueing_lock = Some("ql13".to_owned());
+    // The same for a job whose worker died before it logged a start (no execution), with
+    // the rescue's note; and one cancelled without a logged execution and without the note.
+    let mut superseded = job(18, "chaos_ok", "cancelled", 1);
+    superseded.queueing_lock = Some("ql17".to_owned());
+    superseded.errors = "[{\"error\": \"not requeued: job 17 already waits with the same \
+                         queueing lock and does this work\"}]"
+        .to_owned();
+    let mut unexplained = job(19, "chaos_ok", "cancelled", 1);
+    unexplained.queueing_lock = Some("ql19".to_owned());
     let jobs = vec![
         collided,
+        superseded,
+        unexplained,
         job(1, "chaos_ok", "doing", 1),
         job(2, "chaos_ok", "succeeded", 2),
         job(3, "chaos_ok", "succeeded", 2),
@@ -299,12 +310,13 @@ fn the_checker_flags_each_broken_rule_and_only_those() {
         (12, "final"),
         (14, "twice"),
         (16, "lost"),
+        (19, "outcome"),
         (0, "process"),
         (0, "shutdown"),
     ] {
         assert!(got.contains(&want), "{want:?} not flagged:\n{report}");
     }
-    for quiet in [3, 6, 10, 11, 13, 15] {
+    for quiet in [3, 6, 10, 11, 13, 15, 18] {
         assert!(
             !got.iter().any(|(j, _)| *j == quiet),
             "job {quiet} flagged:\n{report}"

@@ -666,9 +666,17 @@ impl Checker<'_> {
         // The last attempt: the highest attempt number, the latest of those (a stale start
         // of an older attempt is rule 3's business).
         let Some(last) = ex.iter().max_by_key(|e| (e.attempt, e.start)) else {
+            // A job claimed by a worker that died before it logged a start, whose rescue
+            // found another job waiting under its queueing lock: that job does the work, and
+            // this one ends `cancelled` with the note saying so.
+            let superseded = job.queueing_lock.is_some()
+                && job
+                    .errors
+                    .contains("already waits with the same queueing lock");
             let ok = match job.status.as_str() {
                 "failed" => true,
-                "cancelled" | "aborted" => abort_excuses,
+                "cancelled" => abort_excuses || superseded,
+                "aborted" => abort_excuses,
                 _ => false,
             };
             if !ok {
