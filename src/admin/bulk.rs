@@ -189,20 +189,22 @@ impl Admin {
             crate::limits::check_time("reschedule time", at)?;
         }
         let mut conn = self.conn()?;
-        let mut q = Query::default();
-        let cond = filter.conditions(&mut q);
         let eligible = action.eligible();
         if dry_run {
-            let sql = format!(
-                "SELECT count(*), count(*) FILTER (WHERE {eligible}) FROM postpone_jobs j WHERE {cond}"
-            );
-            let rows = conn.query_named("counting jobs", &sql, &q.params())?;
-            let (matched, eligible) = rows.first().map_or((0, 0), |r| {
-                (
-                    r.get::<_, i64>(0).max(0) as u64,
-                    r.get::<_, i64>(1).max(0) as u64,
-                )
-            });
+            let (matched, eligible) = filter.with_args_fallback(|filter| {
+                let mut q = Query::default();
+                let cond = filter.conditions(&mut q);
+                let sql = format!(
+                    "SELECT count(*), count(*) FILTER (WHERE {eligible}) FROM postpone_jobs j WHERE {cond}"
+                );
+                let rows = conn.query_named("counting jobs", &sql, &q.params())?;
+                Ok(rows.first().map_or((0, 0), |r| {
+                    (
+                        r.get::<_, i64>(0).max(0) as u64,
+                        r.get::<_, i64>(1).max(0) as u64,
+                    )
+                }))
+            })?;
             return Ok(BulkReport {
                 action: action.as_str(),
                 dry_run,
@@ -219,24 +221,31 @@ impl Admin {
         } else {
             "DESC"
         };
-        let sql = format!(
-            "SELECT count(*),
+        let (matched, ids) = filter.with_args_fallback(|filter| {
+            let mut q = Query::default();
+            let cond = filter.conditions(&mut q);
+            let sql = format!(
+                "SELECT count(*),
        coalesce(array_agg(j.id ORDER BY j.id {order}) FILTER (WHERE {eligible}), '{{}}')
   FROM postpone_jobs j
  WHERE {cond}"
-        );
-        let rows = conn.query_named("selecting jobs", &sql, &q.params())?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::invalid("selecting jobs: no row"))?;
-        let matched = row.get::<_, i64>(0).max(0) as u64;
-        let ids: Vec<i64> = row.get(1);
+            );
+            let rows = conn.query_named("selecting jobs", &sql, &q.params())?;
+            let row = rows
+                .first()
+                .ok_or_else(|| Error::invalid("selecting jobs: no row"))?;
+            Ok((
+                row.get::<_, i64>(0).max(0) as u64,
+                row.get::<_, Vec<i64>>(1),
+            ))
+        })?;
         // Then batches by primary key, each re-checking the filter and the rule: a job
         // changed meanwhile (claimed, finished, retried by someone else) is skipped, and no
         // job is touched twice however fast workers send it back.
         let mut changed = 0u64;
         for chunk in ids.chunks(BATCH) {
-            changed += change_isolating(&mut conn, action, filter, chunk)?;
+            changed += filter
+                .with_args_fallback(|filter| change_isolating(&mut conn, action, filter, chunk))?;
         }
         log::info!(
             "{} of {matched} matching job(s): {changed} changed by the admin API",

@@ -134,10 +134,12 @@ impl Admin {
     /// One page of the jobs matching `filter`, with the cursor of the next page when more
     /// match (see [`JobFilter::after`]).
     pub fn job_page(&self, filter: &JobFilter) -> Result<JobPage> {
-        let mut q = Query::default();
-        let (sql, limit) = filter.list_sql(&mut q)?;
         let mut conn = self.conn()?;
-        let rows = conn.query_named("listing jobs", &sql, &q.params())?;
+        let (rows, limit) = filter.with_args_fallback(|filter| {
+            let mut q = Query::default();
+            let (sql, limit) = filter.list_sql(&mut q)?;
+            Ok((conn.query_named("listing jobs", &sql, &q.params())?, limit))
+        })?;
         let mut jobs = rows
             .iter()
             .take(limit)

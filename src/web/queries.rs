@@ -68,6 +68,16 @@ pub(crate) fn jobs(
     limit: i64,
 ) -> Result<(Vec<JobRow>, bool)> {
     filter.validate()?;
+    filter.with_args_fallback(|filter| jobs_once(conn, filter, before, after, limit))
+}
+
+fn jobs_once(
+    conn: &mut Connection,
+    filter: &JobFilter,
+    before: Option<i64>,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<(Vec<JobRow>, bool)> {
     let mut q = Query::default();
     let mut cond = filter.conditions(&mut q);
     let ascending = after.is_some() && before.is_none();
@@ -128,13 +138,16 @@ pub(crate) fn jobs(
 /// millions of rows costs what `cap` rows do); `cap + 1` means "more than `cap`".
 pub(crate) fn count(conn: &mut Connection, filter: &JobFilter, cap: i64) -> Result<i64> {
     filter.validate()?;
-    let mut q = Query::default();
-    let cond = filter.conditions(&mut q);
-    let lim = q.bind(cap + 1);
-    let sql =
-        format!("SELECT count(*) FROM (SELECT 1 FROM postpone_jobs j WHERE {cond} LIMIT {lim}) s");
-    let rows = conn.query_named("counting jobs", sql.as_str(), &q.params())?;
-    Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0)))
+    filter.with_args_fallback(|filter| {
+        let mut q = Query::default();
+        let cond = filter.conditions(&mut q);
+        let lim = q.bind(cap + 1);
+        let sql = format!(
+            "SELECT count(*) FROM (SELECT 1 FROM postpone_jobs j WHERE {cond} LIMIT {lim}) s"
+        );
+        let rows = conn.query_named("counting jobs", sql.as_str(), &q.params())?;
+        Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0)))
+    })
 }
 
 /// A periodic schedule as its recorded instants show it.

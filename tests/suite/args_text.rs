@@ -7,7 +7,7 @@
 
 use crate::support;
 
-use postpone::{App, Deferred, JobFilter, Unique};
+use postpone::{App, BulkAction, Deferred, JobFilter, Unique};
 use serde::Serialize;
 use serde_json::json;
 use support::*;
@@ -225,4 +225,24 @@ fn arguments_jsonb_cannot_read_fail_no_claim_and_no_filter() {
     assert_eq!(found, vec![r#"{"u": 2}"#]);
     let all = app.admin().jobs(&JobFilter::new().queue("k")).unwrap();
     assert_eq!(all.len(), 5);
+    // So do the bulk operations, planned and done: two jobs of key 1, one of them waiting.
+    let by_u1 = JobFilter::new().queue("k").args_contain(json!({"u": 1}));
+    let plan = app
+        .admin()
+        .bulk(BulkAction::Priority(5), &by_u1, true)
+        .unwrap();
+    assert_eq!((plan.matched, plan.changed), (2, 1));
+    let done = app
+        .admin()
+        .bulk(BulkAction::Priority(5), &by_u1, false)
+        .unwrap();
+    assert_eq!((done.matched, done.changed), (2, 1));
+    let raised: i64 = c
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE queue = 'k' AND priority = 5 AND status = 'todo'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(raised, 1);
 }
