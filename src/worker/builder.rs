@@ -46,6 +46,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) only_registered: bool,
     /// Final outcomes may ride on the next claim's transaction (`ride.rs`).
     pub(crate) ride_claims: bool,
+    /// Claims of large jobs go in two halves on two connections (`split.rs`).
+    pub(crate) split_claims: bool,
     pub(crate) backoff_cap: Duration,
     pub(crate) listen_ping_interval: Duration,
     pub(crate) drop_timeout: Duration,
@@ -71,6 +73,7 @@ impl Default for WorkerOptions {
             graceful: None,
             only_registered: true,
             ride_claims: true,
+            split_claims: true,
             backoff_cap: Duration::from_secs(5),
             listen_ping_interval: Duration::from_secs(5),
             drop_timeout: Duration::from_secs(10),

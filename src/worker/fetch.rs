@@ -25,6 +25,7 @@ use super::idhash::IdMap;
 use super::link::Link;
 use super::record::{FinishParams, Recorder};
 use super::share::{Help, Helper};
+use super::split::{claim_split, Second};
 use super::{sleep_or_stop, Claimed, Outcome, Shared};
 use crate::conn::Connection;
 use crate::error::Result;
@@ -44,6 +45,8 @@ pub(crate) fn run(
     // The claim is prepared once per connection by query_cached (or sent unnamed through a
     // transaction pooler, where a statement prepared here would not survive).
     let mut link = Link::new(shared, "claiming jobs");
+    // A second connection for claims of large jobs (`split.rs`), opened when one comes.
+    let mut second = Second::new(shared);
     let claim_latency = Ewma::new(Duration::from_millis(1));
     // The mean size of a claimed job's arguments, in bytes (an Ewma of "nanoseconds").
     let args_bytes = Ewma::new(Duration::from_nanos(100));
@@ -64,6 +67,7 @@ pub(crate) fn run(
         // slot while their completers were refused made no progress at all: 90 processes
         // on max_connections 100.)
         if shared.refusals.under_way() && shared.shelf.is_empty() {
+            second.close();
             if let Some(conn) = link.take_connection() {
                 match shared.shelf.offer(conn) {
                     None => log::debug!(
@@ -141,15 +145,24 @@ pub(crate) fn run(
             continue;
         };
         let budget = bytes.expect("room was found");
+        let split = Second::wanted(shared, free, args_bytes.get().as_nanos() as usize);
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
-                let res = claim_with_riders(shared, c, free, free_threads, budget, &task_names);
+                let res = match second.connection(split) {
+                    Some(c2) => {
+                        let (res, res2) =
+                            claim_split(shared, c, c2, free, free_threads, budget, &task_names);
+                        second.judge(shared, res, res2)
+                    }
+                    None => claim_with_riders(shared, c, free, free_threads, budget, &task_names),
+                };
                 claim_latency.observe(started.elapsed());
-                link.judge(res)
+                link.judge(res.map(|(claimed, cut)| (unkey(claimed), cut)))
             }
             Err(wait) => Err(wait),
         };
+        second.close_if_idle(idle_close);
         let (claimed, cut) = match claimed {
             Ok(claimed) => claimed,
             Err(wait) if link.refused() => {
@@ -211,6 +224,7 @@ pub(crate) fn run(
                     crate::error::fmt_duration(idle_close)
                 );
                 link.close();
+                second.close();
                 if shared.dormancy.sleep(stop, wake) {
                     return;
                 }
@@ -225,7 +239,7 @@ pub(crate) fn run(
 }
 
 /// Hands claimed jobs to the executors, the ledger holding them first.
-fn hand_out(shared: &Shared, claimed: Vec<Claimed>) {
+pub(super) fn hand_out(shared: &Shared, claimed: Vec<Claimed>) {
     if claimed.is_empty() {
         return;
     }
@@ -332,10 +346,10 @@ fn byte_room(shared: &Shared, cut_at: &mut Option<usize>) -> Option<Budget> {
 
 /// What a claim may return in bytes of arguments (see [`byte_room`]).
 #[derive(Clone, Copy, Debug)]
-struct Budget {
-    bytes: usize,
+pub(super) struct Budget {
+    pub(super) bytes: usize,
     /// A first job larger than `bytes` may come alone.
-    alone: bool,
+    pub(super) alone: bool,
 }
 
 /// The free slots when the worker has room to claim (see the comment in `run`), else `None`.
@@ -456,27 +470,27 @@ impl Ewma {
 /// A claim that also records the final outcomes waiting for it (`ride.rs`), in one
 /// transaction, when any wait and the link allows it (outside a transaction pooler);
 /// otherwise a claim alone. Outcomes it could not record go back to the completer.
-fn claim_with_riders(
+pub(super) fn claim_with_riders(
     shared: &Shared,
     conn: &mut Connection,
     limit: usize,
     start: usize,
     budget: Budget,
     task_names: &Option<Vec<String>>,
-) -> Result<(Vec<Claimed>, bool)> {
+) -> Result<(Keyed, bool)> {
     let possible = shared.opts.ride_claims && !conn.through_transaction_pooler();
     shared.ride.claiming(possible);
     if !possible {
-        return claim(shared, conn, limit, start, budget, task_names, None);
+        return claim_keyed(shared, conn, limit, start, budget, task_names, None);
     }
     let riders = shared.ride.take(super::complete::MAX_BATCH);
     if riders.is_empty() {
-        return claim(shared, conn, limit, start, budget, task_names, None);
+        return claim_keyed(shared, conn, limit, start, budget, task_names, None);
     }
     let refs: Vec<&Outcome> = riders.iter().collect();
     let params = FinishParams::new(&refs);
     let mut recorded = None;
-    let res = claim(
+    let res = claim_keyed(
         shared,
         conn,
         limit,
@@ -501,7 +515,7 @@ fn claim_with_riders(
             // lock made it wait past its lock_timeout) and the link is fine: the completer
             // records the outcomes on its own, and the claim goes alone, as it would have.
             if res.is_err() && !conn.is_broken() {
-                return claim(shared, conn, limit, start, budget, task_names, None);
+                return claim_keyed(shared, conn, limit, start, budget, task_names, None);
             }
         }
     }
@@ -521,6 +535,38 @@ fn claim(
     task_names: &Option<Vec<String>>,
     riders: Option<Riders<'_, '_>>,
 ) -> Result<(Vec<Claimed>, bool)> {
+    claim_keyed(shared, conn, limit, start, budget, task_names, riders)
+        .map(|(claimed, cut)| (unkey(claimed), cut))
+}
+
+/// Claimed jobs with the time each was due, in the claim's order (see [`claim_order`]).
+pub(super) type Keyed = Vec<(SystemTime, Claimed)>;
+
+/// The jobs of a keyed claim, in its order.
+pub(super) fn unkey(claimed: Keyed) -> Vec<Claimed> {
+    claimed.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The claim's order: priority (highest first), then due time, then id.
+pub(super) fn claim_order(
+    a: &(SystemTime, Claimed),
+    b: &(SystemTime, Claimed),
+) -> std::cmp::Ordering {
+    (b.1.priority.cmp(&a.1.priority))
+        .then(a.0.cmp(&b.0))
+        .then(a.1.id.cmp(&b.1.id))
+}
+
+/// [`claim`], each job with the time it was due.
+pub(super) fn claim_keyed(
+    shared: &Shared,
+    conn: &mut Connection,
+    limit: usize,
+    start: usize,
+    budget: Budget,
+    task_names: &Option<Vec<String>>,
+    riders: Option<Riders<'_, '_>>,
+) -> Result<(Keyed, bool)> {
     let id = shared.id();
     let limit = limit.min(i32::MAX as usize) as i32;
     let start = start.min(i32::MAX as usize) as i32;
@@ -595,12 +641,8 @@ fn claim(
         })
         .collect();
     // UPDATE ... RETURNING does not keep the claim's order: restore it.
-    claimed.sort_by(|a, b| {
-        (b.1.priority.cmp(&a.1.priority))
-            .then(a.0.cmp(&b.0))
-            .then(a.1.id.cmp(&b.1.id))
-    });
-    Ok((claimed.into_iter().map(|(_, c)| c).collect(), cut))
+    claimed.sort_by(claim_order);
+    Ok((claimed, cut))
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ mod refused;
 mod ride;
 mod share;
 mod shutdown;
+mod split;
 mod vacuum;
 
 use std::collections::HashMap;
@@ -190,6 +191,8 @@ pub(crate) struct Stats {
     pub(crate) interrupted: AtomicU64,
     pub(crate) snoozed: AtomicU64,
     pub(crate) rode: AtomicU64,
+    /// Claims sent in two halves on two connections (`split.rs`).
+    pub(crate) split: AtomicU64,
     /// Outcomes the fetcher recorded for a completer that was behind (`fetch.rs`, `Helper`).
     pub(crate) helped: AtomicU64,
     pub(crate) recorded: AtomicU64,
@@ -446,6 +449,9 @@ pub struct WorkerStats {
     /// (its batches waited behind the completer's, and the fetcher had nothing to claim or
     /// no room for more); counted in `recorded` too.
     pub outcomes_by_fetcher: u64,
+    /// Claims of large jobs sent in two halves on two connections at once
+    /// ([`WorkerBuilder::split_large_claims`]); each half counts in `claims` too.
+    pub claims_split: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -535,6 +541,7 @@ impl WorkerHandle {
             snoozed: get(&s.snoozed),
             outcomes_on_claims: get(&s.rode),
             outcomes_by_fetcher: get(&s.helped),
+            claims_split: get(&s.split),
             vacuums: get(&r.shared.vacuum.runs),
         }
     }

@@ -41,6 +41,7 @@ mod bad_rows;
 mod integrity;
 mod ride;
 mod share;
+mod split;
 
 // Claimed is not started (promise 10); leases, deploys and shutdowns (promises 11, 12).
 mod claimed;

@@ -1,0 +1,138 @@
+//! Claims of large jobs in two halves on two connections (`WorkerBuilder::split_large_claims`):
+//! every job still runs once and ends `succeeded`, with the second connection cut in the
+//! middle too; small jobs, and a worker told not to, claim on one connection.
+
+use crate::support;
+use crate::worker_util;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use postpone::{App, JobId, NewJob};
+use worker_util::*;
+
+/// `n` jobs of task `ok` whose arguments hold `kib` KiB of text beside their number.
+fn defer_sized(app: &App, n: usize, kib: usize) -> Vec<JobId> {
+    let pad = "x".repeat(kib * 1024);
+    let jobs: Vec<NewJob> = (0..n)
+        .map(|i| NewJob::new("ok", &serde_json::json!({ "i": i, "pad": pad })).unwrap())
+        .collect();
+    jobs.chunks(100)
+        .flat_map(|c| app.defer_batch(c).unwrap())
+        .collect()
+}
+
+fn succeeded(db: &support::TestDb) -> i64 {
+    db.client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status = 'succeeded'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn wait_succeeded(db: &support::TestDb, n: usize) {
+    let done = support::wait_until(Duration::from_secs(60), || succeeded(db) == n as i64);
+    assert!(done, "{} of {n} jobs succeeded after 60 s", succeeded(db));
+}
+
+fn assert_ran_once(runs: &Mutex<HashMap<i64, usize>>, ids: &[JobId]) {
+    let runs = runs.lock().unwrap();
+    for id in ids {
+        assert_eq!(runs.get(&id.0), Some(&1), "job {id} ran once");
+    }
+}
+
+#[test]
+fn large_jobs_are_claimed_in_two_halves_and_each_runs_once() {
+    let (db, app) = setup();
+    let ids = defer_sized(&app, 400, 64);
+    let (tasks, runs) = counting_tasks();
+    // A budget of 64 jobs of 64 KiB a claim: several claims, each asking for more than 32.
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(4 << 20)
+        .spawn()
+        .unwrap();
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, ids.len() as u64);
+    assert!(stats.claims_split > 0, "no claim went in two: {stats:?}");
+    assert!(stats.claims >= 2 * stats.claims_split, "{stats:?}");
+    assert_eq!(stats.succeeded, ids.len() as u64, "{stats:?}");
+    w.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn small_jobs_and_a_worker_told_not_to_claim_on_one_connection() {
+    // Large jobs, split_large_claims(false).
+    let (db, app) = setup();
+    let ids = defer_sized(&app, 200, 64);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(4 << 20)
+        .split_large_claims(false)
+        .spawn()
+        .unwrap();
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, ids.len() as u64);
+    assert_eq!(stats.claims_split, 0, "{stats:?}");
+    w.shutdown(Duration::from_secs(5));
+
+    // Small jobs (1 KiB): below the mean size that splits.
+    let (db, app) = setup();
+    let ids = defer_sized(&app, 2000, 1);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(256 << 10)
+        .spawn()
+        .unwrap();
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, ids.len() as u64);
+    assert!(stats.claims > 2, "{stats:?}");
+    assert_eq!(stats.claims_split, 0, "{stats:?}");
+    w.shutdown(Duration::from_secs(5));
+}
+
+/// Every connection reset while claims go in two, again and again: no job is lost, none
+/// runs twice (the worker is never presumed dead), and every one ends `succeeded`.
+#[test]
+fn resets_in_the_middle_of_split_claims_lose_no_job() {
+    let (db, direct) = setup();
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(2));
+    let ids = defer_sized(&direct, 600, 64);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(4 << 20)
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let split = support::wait_until(Duration::from_secs(30), || w.stats().claims_split > 0);
+    assert!(split, "no claim went in two: {:?}", w.stats());
+    let mut resets = 0;
+    while succeeded(&db) < ids.len() as i64 && resets < 5 {
+        proxy.reset_all();
+        resets += 1;
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let doing: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM postpone_jobs WHERE status <> 'succeeded'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(doing, 0);
+    w.shutdown(Duration::from_secs(5));
+}
