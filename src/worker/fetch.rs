@@ -45,8 +45,10 @@ pub(crate) fn run(
     // The claim is prepared once per connection by query_cached (or sent unnamed through a
     // transaction pooler, where a statement prepared here would not survive).
     let mut link = Link::new(shared, "claiming jobs");
-    // A second connection for claims of large jobs (`split.rs`), opened when one comes.
+    // A second connection for claims of large jobs (`split.rs`), opened when one comes,
+    // and the mean size of the last claim's arguments, which decides.
     let mut second = Second::new(shared);
+    let mut last_args_bytes = 0usize;
     let claim_latency = Ewma::new(Duration::from_millis(1));
     // The mean size of a claimed job's arguments, in bytes (an Ewma of "nanoseconds").
     let args_bytes = Ewma::new(Duration::from_nanos(100));
@@ -145,7 +147,7 @@ pub(crate) fn run(
             continue;
         };
         let budget = bytes.expect("room was found");
-        let split = Second::wanted(shared, free, args_bytes.get().as_nanos() as usize);
+        let split = Second::wanted(shared, free, last_args_bytes);
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
@@ -190,6 +192,7 @@ pub(crate) fn run(
         cut_at = cut.then(|| shared.handoff.waiting_bytes() + bytes);
         if let Some(mean) = bytes.checked_div(n) {
             args_bytes.observe(Duration::from_nanos(mean as u64));
+            last_args_bytes = mean;
         }
         // Said before the jobs are handed out, so that their outcomes find it said.
         shared.ride.set_idle(n < free);

@@ -2,7 +2,7 @@
 //!
 //! A claim returns its jobs' arguments, and the claim's one backend reads each back from
 //! TOAST and sends it: with large arguments, a drain of jobs that do little runs at that
-//! backend's pace while the executors wait for each claim. When the jobs claimed lately
+//! backend's pace while the executors wait for each claim. When the last claim's jobs
 //! carried [`SPLIT_ARGS_BYTES`] or more each on average and a claim asks for at least
 //! [`SPLIT_MIN_JOBS`], the fetcher sends half of it (half the jobs, half the byte budget) on
 //! a second connection of its own, from a scoped thread, while it sends the other half on
@@ -15,11 +15,11 @@
 //! it: out of slots), the claims going whole meanwhile.
 //! `WorkerBuilder::split_large_claims(false)` keeps a worker to one claiming connection.
 //!
-//! Measured (2026-12-06, drains at concurrency 4 on clusters of their own, the same build
-//! with and without, alternated): 3,000 jobs of 64 KiB 3,629 / 4,811 -> 7,687 / 8,151
-//! jobs/s; 10,000 of 16 KiB 17,886 / 17,617 -> 22,942 / 22,940; 30,000 of 4 KiB no
-//! difference beyond the runs' spread (37,827 / 39,595 against 40,878 / 38,308), so jobs
-//! below 8 KiB keep one connection.
+//! Measured (2026-12-06, drains at concurrency 4 on clusters of their own with default
+//! settings, the build before and this one alternated, medians of two runs each): 10,000
+//! jobs of 64 KiB 7,407 / 7,258 / 7,522 -> 8,775 / 8,813 / 8,905 jobs/s (+20%); of 32 KiB
+//! 11,950 / 11,728 -> 12,906 / 13,632; 20,000 of 16 KiB 19,827 / 21,527 against 20,750 /
+//! 20,337 (no difference), so jobs below 32 KiB keep one connection.
 
 use std::time::{Duration, Instant};
 
@@ -29,8 +29,8 @@ use super::{Shared, WorkerBuilder};
 use crate::conn::Connection;
 use crate::error::Result;
 
-/// The mean size of recently claimed arguments from which a claim goes in two.
-pub(crate) const SPLIT_ARGS_BYTES: usize = 8 << 10;
+/// The mean size of the last claim's arguments from which the next goes in two.
+pub(crate) const SPLIT_ARGS_BYTES: usize = 32 << 10;
 
 /// The fewest jobs a claim asks for to go in two.
 pub(crate) const SPLIT_MIN_JOBS: usize = 32;
@@ -162,7 +162,7 @@ pub(crate) fn claim_split(
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::thread::scope(|s| {
         let other = std::thread::Builder::new()
-            .name(format!("{}-claim2", shared.name))
+            .name("postpone-claim2".into())
             .spawn_scoped(s, || {
                 claim_keyed(shared, second, half, 0, budget2, task_names, None)
             });
@@ -182,10 +182,10 @@ pub(crate) fn claim_split(
 }
 
 impl WorkerBuilder {
-    /// Whether a claim of large jobs (8 KiB of arguments or more each, on average, and 32
-    /// jobs or more) goes in two halves on two connections at once, so that two PostgreSQL
-    /// backends read the arguments back and send them. Defaults to true: a drain of 64-KiB
-    /// jobs that do little ran about twice as fast. The second connection is open only
+    /// Whether a claim of large jobs (32 KiB of arguments or more each, on average over the
+    /// last claim, and 32 jobs or more) goes in two halves on two connections at once, so
+    /// that two PostgreSQL backends read the arguments back and send them. Defaults to
+    /// true: a drain of 64-KiB jobs that do little ran 20% faster. The second connection is open only
     /// while such claims come (it closes after the App's `pool_idle_timeout` without one);
     /// `false` keeps the worker to one claiming connection, for a fleet that counts its
     /// connections.
