@@ -34,6 +34,7 @@ mod backtrace;
 mod beat;
 mod board;
 mod builder;
+mod claim;
 mod complete;
 mod dormant;
 mod due;

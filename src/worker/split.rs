@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::fetch::{claim_keyed, claim_order, claim_with_riders, Budget, Keyed};
+use super::claim::{claim_keyed, claim_order, claim_with_riders, hand_out, unkey, Budget, Keyed};
 use super::link::Link;
 use super::{Shared, WorkerBuilder};
 use crate::conn::Connection;
@@ -114,7 +114,7 @@ impl<'a> Second<'a> {
             }
             (Ok(a), None) => Ok(a),
             (Err(e), Some((b, _))) => {
-                super::fetch::hand_out(shared, super::fetch::unkey(b));
+                hand_out(shared, unkey(b));
                 Err(e)
             }
             (Err(e), None) => Err(e),
