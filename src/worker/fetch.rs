@@ -42,10 +42,12 @@ pub(crate) fn run(
     // The claim is prepared once per connection by query_cached (or sent unnamed through a
     // transaction pooler, where a statement prepared here would not survive).
     let mut link = Link::new(shared, "claiming jobs");
-    // A second connection for claims of large jobs (`split.rs`), opened when one comes,
-    // and the mean size of the last claim's arguments, which decides.
+    // A second connection for claims of large jobs (`split.rs`), opened when one comes;
+    // what decides: the mean size of the last claim's arguments, and whether it brought all
+    // it asked for (a backlog; a worker whose claims find a few jobs at a time sends one).
     let mut second = Second::new(shared);
     let mut last_args_bytes = 0usize;
+    let mut last_full = false;
     let claim_latency = Ewma::new(Duration::from_millis(1));
     // The mean size of a claimed job's arguments, in bytes (an Ewma of "nanoseconds").
     let args_bytes = Ewma::new(Duration::from_nanos(100));
@@ -144,7 +146,7 @@ pub(crate) fn run(
             continue;
         };
         let budget = bytes.expect("room was found");
-        let split = Second::wanted(shared, free, last_args_bytes);
+        let split = last_full && Second::wanted(shared, free, last_args_bytes);
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
@@ -187,6 +189,7 @@ pub(crate) fn run(
         let bytes: usize = claimed.iter().map(|c| c.args.0.len()).sum();
         // Weighed before the jobs go on the board: they raise it.
         cut_at = cut.then(|| shared.handoff.waiting_bytes() + bytes);
+        last_full = n >= free || cut;
         if let Some(mean) = bytes.checked_div(n) {
             args_bytes.observe(Duration::from_nanos(mean as u64));
             last_args_bytes = mean;

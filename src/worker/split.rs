@@ -2,9 +2,10 @@
 //!
 //! A claim returns its jobs' arguments, and the claim's one backend reads each back from
 //! TOAST and sends it: with large arguments, a drain of jobs that do little runs at that
-//! backend's pace while the executors wait for each claim. When the last claim's jobs
-//! carried [`SPLIT_ARGS_BYTES`] or more each on average and a claim asks for at least
-//! [`SPLIT_MIN_JOBS`], the fetcher sends half of it (half the jobs, half the byte budget) on
+//! backend's pace while the executors wait for each claim. When the last claim brought all
+//! it asked for (a backlog: a worker whose claims find a few jobs at a time sends each
+//! whole), its jobs carried [`SPLIT_ARGS_BYTES`] or more each on average, and a claim asks
+//! for at least [`SPLIT_MIN_JOBS`], the fetcher sends half of it (half the jobs, half the byte budget) on
 //! a second connection of its own, from a scoped thread, while it sends the other half on
 //! its own: two backends read and send at once, and `SKIP LOCKED` keeps their jobs apart.
 //! Outcomes ride on the first half only (`ride.rs`).
@@ -183,7 +184,7 @@ pub(crate) fn claim_split(
 
 impl WorkerBuilder {
     /// Whether a claim of large jobs (32 KiB of arguments or more each, on average over the
-    /// last claim, and 32 jobs or more) goes in two halves on two connections at once, so
+    /// last claim, which brought all it asked for; 32 jobs or more) goes in two halves on two connections at once, so
     /// that two PostgreSQL backends read the arguments back and send them. Defaults to
     /// true: a drain of 64-KiB jobs that do little ran 20% faster. The second connection is open only
     /// while such claims come (it closes after the App's `pool_idle_timeout` without one);

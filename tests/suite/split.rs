@@ -1,6 +1,7 @@
 //! Claims of large jobs in two halves on two connections (`WorkerBuilder::split_large_claims`):
 //! every job still runs once and ends `succeeded`, with the second connection cut in the
-//! middle too; small jobs, and a worker told not to, claim on one connection.
+//! middle too; small jobs, large jobs that come a few at a time, and a worker told not to,
+//! claim on one connection.
 
 use crate::support;
 use crate::worker_util;
@@ -66,7 +67,7 @@ fn large_jobs_are_claimed_in_two_halves_and_each_runs_once() {
 }
 
 #[test]
-fn small_jobs_and_a_worker_told_not_to_claim_on_one_connection() {
+fn small_jobs_a_trickle_and_a_worker_told_not_to_claim_on_one_connection() {
     // Large jobs, split_large_claims(false).
     let (db, app) = setup();
     let ids = defer_sized(&app, 200, 64);
@@ -80,6 +81,22 @@ fn small_jobs_and_a_worker_told_not_to_claim_on_one_connection() {
     wait_succeeded(&db, ids.len());
     assert_ran_once(&runs, &ids);
     let stats = stats_once_recorded(&w, ids.len() as u64);
+    assert_eq!(stats.claims_split, 0, "{stats:?}");
+    w.shutdown(Duration::from_secs(5));
+
+    // Large jobs that come a few at a time: each claim finds fewer than it asks for.
+    let (db, app) = setup();
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks).concurrency(4).spawn().unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.extend(defer_sized(&app, 3, 64));
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, ids.len() as u64);
+    assert!(stats.claims > 2, "{stats:?}");
     assert_eq!(stats.claims_split, 0, "{stats:?}");
     w.shutdown(Duration::from_secs(5));
 
