@@ -105,19 +105,6 @@ pub(super) fn claim_with_riders(
 /// puts, once the transaction committed, each recorded job's id.
 type Riders<'a, 'b> = (&'a FinishParams<'a>, &'b mut Option<IdMap<i64, String>>);
 
-pub(super) fn claim(
-    shared: &Shared,
-    conn: &mut Connection,
-    limit: usize,
-    start: usize,
-    budget: Budget,
-    task_names: &Option<Vec<String>>,
-    riders: Option<Riders<'_, '_>>,
-) -> Result<(Vec<Claimed>, bool)> {
-    claim_keyed(shared, conn, limit, start, budget, task_names, riders)
-        .map(|(claimed, cut)| (unkey(claimed), cut))
-}
-
 /// Claimed jobs with the time each was due, in the claim's order (see [`claim_order`]).
 pub(super) type Keyed = Vec<(SystemTime, Claimed)>;
 
@@ -136,7 +123,10 @@ pub(super) fn claim_order(
         .then(a.1.id.cmp(&b.1.id))
 }
 
-/// [`claim`], each job with the time it was due.
+/// A claim of up to `limit` due jobs for this worker (`start` of them started at once, the
+/// rest held), within `budget`; with `riders`, in one transaction with their recording.
+/// Returns the jobs, each with the time it was due, in the claim's order, and whether the
+/// claim left a job for its size.
 pub(super) fn claim_keyed(
     shared: &Shared,
     conn: &mut Connection,

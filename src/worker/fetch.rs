@@ -21,7 +21,7 @@ use crossbeam_channel::{select, Receiver};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::claim::{claim, claim_with_riders, hand_out, unkey, Budget};
+use super::claim::{claim_keyed, claim_with_riders, hand_out, unkey, Budget};
 use super::link::Link;
 use super::share::{Help, Helper};
 use super::split::{claim_split, Second};
@@ -260,9 +260,9 @@ pub(crate) fn claim_for_sleeper(shared: &Shared, conn: &mut Connection) -> Resul
         bytes: shared.opts.prefetch_bytes.saturating_sub(waiting),
         alone: waiting == 0,
     };
-    let (claimed, cut) = claim(shared, conn, free, free, budget, &task_names, None)?;
+    let (claimed, cut) = claim_keyed(shared, conn, free, free, budget, &task_names, None)?;
     let n = claimed.len();
-    hand_out(shared, claimed);
+    hand_out(shared, unkey(claimed));
     Ok(n >= free || cut)
 }
 

@@ -46,43 +46,45 @@ fn assert_ran_once(runs: &Mutex<HashMap<i64, usize>>, ids: &[JobId]) {
     }
 }
 
-#[test]
-fn large_jobs_are_claimed_in_two_halves_and_each_runs_once() {
+/// Drains `n` jobs of `kib` KiB with a worker of 4 threads and a byte budget of `budget`
+/// (`configure` adds to its builder), each job once; returns its counters.
+fn drain(
+    n: usize,
+    kib: usize,
+    budget: usize,
+    configure: impl FnOnce(postpone::WorkerBuilder) -> postpone::WorkerBuilder,
+) -> postpone::WorkerStats {
     let (db, app) = setup();
-    let ids = defer_sized(&app, 400, 64);
+    let ids = defer_sized(&app, n, kib);
     let (tasks, runs) = counting_tasks();
-    // A budget of 64 jobs of 64 KiB a claim: several claims, each asking for more than 32.
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        .prefetch_bytes(4 << 20)
-        .spawn()
-        .unwrap();
+    let w = configure(
+        fast_worker(&app, tasks)
+            .concurrency(4)
+            .prefetch_bytes(budget),
+    )
+    .spawn()
+    .unwrap();
     wait_succeeded(&db, ids.len());
     assert_ran_once(&runs, &ids);
     let stats = stats_once_recorded(&w, ids.len() as u64);
+    w.shutdown(Duration::from_secs(5));
+    stats
+}
+
+#[test]
+fn large_jobs_are_claimed_in_two_halves_and_each_runs_once() {
+    // A budget of 64 jobs of 64 KiB a claim: several claims, each asking for more than 32.
+    let stats = drain(400, 64, 4 << 20, |b| b);
     assert!(stats.claims_split > 0, "no claim went in two: {stats:?}");
     assert!(stats.claims >= 2 * stats.claims_split, "{stats:?}");
-    assert_eq!(stats.succeeded, ids.len() as u64, "{stats:?}");
-    w.shutdown(Duration::from_secs(5));
+    assert_eq!(stats.succeeded, 400, "{stats:?}");
 }
 
 #[test]
 fn small_jobs_a_trickle_and_a_worker_told_not_to_claim_on_one_connection() {
     // Large jobs, split_large_claims(false).
-    let (db, app) = setup();
-    let ids = defer_sized(&app, 200, 64);
-    let (tasks, runs) = counting_tasks();
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        .prefetch_bytes(4 << 20)
-        .split_large_claims(false)
-        .spawn()
-        .unwrap();
-    wait_succeeded(&db, ids.len());
-    assert_ran_once(&runs, &ids);
-    let stats = stats_once_recorded(&w, ids.len() as u64);
+    let stats = drain(200, 64, 4 << 20, |b| b.split_large_claims(false));
     assert_eq!(stats.claims_split, 0, "{stats:?}");
-    w.shutdown(Duration::from_secs(5));
 
     // Large jobs that come a few at a time: each claim finds fewer than it asks for.
     let (db, app) = setup();
@@ -101,20 +103,9 @@ fn small_jobs_a_trickle_and_a_worker_told_not_to_claim_on_one_connection() {
     w.shutdown(Duration::from_secs(5));
 
     // Small jobs (1 KiB): below the mean size that splits.
-    let (db, app) = setup();
-    let ids = defer_sized(&app, 2000, 1);
-    let (tasks, runs) = counting_tasks();
-    let w = fast_worker(&app, tasks)
-        .concurrency(4)
-        .prefetch_bytes(256 << 10)
-        .spawn()
-        .unwrap();
-    wait_succeeded(&db, ids.len());
-    assert_ran_once(&runs, &ids);
-    let stats = stats_once_recorded(&w, ids.len() as u64);
+    let stats = drain(2000, 1, 256 << 10, |b| b);
     assert!(stats.claims > 2, "{stats:?}");
     assert_eq!(stats.claims_split, 0, "{stats:?}");
-    w.shutdown(Duration::from_secs(5));
 }
 
 /// Every connection reset while claims go in two, again and again: no job is lost, none
