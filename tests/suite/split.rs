@@ -144,3 +144,47 @@ fn resets_in_the_middle_of_split_claims_lose_no_job() {
     assert_eq!(doing, 0);
     w.shutdown(Duration::from_secs(5));
 }
+
+/// A shutdown while claims go in two returns in time, and leaves every job either done once
+/// or waiting: none held for the stopped worker.
+#[test]
+fn a_shutdown_among_split_claims_returns_in_time_and_holds_no_job() {
+    let (db, app) = setup();
+    let ids = defer_sized(&app, 2000, 64);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(4 << 20)
+        .spawn()
+        .unwrap();
+    let split = support::wait_until(Duration::from_secs(30), || w.stats().claims_split > 0);
+    assert!(split, "no claim went in two: {:?}", w.stats());
+    let report = w.shutdown(Duration::from_secs(2));
+    assert!(report.elapsed() < Duration::from_secs(3), "{report}");
+    assert!(report.is_clean(), "{report}");
+    let mut c = db.client();
+    let by_status: Vec<(String, i64)> = c
+        .query(
+            "SELECT status, count(*) FROM postpone_jobs GROUP BY status ORDER BY status",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let count = |s: &str| {
+        by_status
+            .iter()
+            .find(|(k, _)| k == s)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(count("doing"), 0, "{by_status:?}");
+    assert_eq!(
+        count("succeeded") + count("todo"),
+        ids.len() as i64,
+        "{by_status:?}"
+    );
+    let runs = runs.lock().unwrap();
+    assert!(runs.values().all(|&n| n == 1), "a job ran twice");
+    assert_eq!(runs.len() as i64, count("succeeded"), "{by_status:?}");
+}
