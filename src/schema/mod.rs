@@ -245,10 +245,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "args_json",
         sql: include_str!("0046_args_json.sql"),
     },
+    Migration {
+        version: 47,
+        name: "dependency_args_json",
+        sql: include_str!("0047_dependency_args_json.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 46;
+pub(crate) const LATEST: i32 = 47;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

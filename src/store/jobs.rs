@@ -58,7 +58,7 @@ RETURNING id";
 /// statement with [`DEPENDENCY_CONSTRAINT`].
 pub(crate) const JOB_INSERT_AFTER: &str = "
 SELECT id FROM postpone_defer_jobs(
-    $1::text[], $2::text[], $3::jsonb[], $4::int[], $5::text[], $6::text[],
+    $1::text[], $2::text[], $3::json[], $4::int[], $5::text[], $6::text[],
     ARRAY(SELECT COALESCE(u.at, now() + u.delay_us * interval '1 microsecond')
             FROM unnest($7::timestamptz[], $8::bigint[]) WITH ORDINALITY AS u(at, delay_us, n)
            ORDER BY u.n),

@@ -40,9 +40,25 @@ fn arguments_are_stored_as_deferred_and_earlier_claims_read_them_as_jsonb() {
             .unwrap()
             .get(0)
     };
+    // A job that waits for others (deferred through `postpone_defer_jobs`, schema 47), and
+    // one deferred from SQL after it.
+    let after = app
+        .job("t")
+        .after(&[typed])
+        .defer(&Order { zebra: 3, a: "z" })
+        .unwrap();
+    let after_by_sql: i64 = c
+        .query_one(
+            "SELECT postpone_defer('t', '{\"zebra\": 4, \"a\": 1.0}'::jsonb, after => ARRAY[$1::bigint])",
+            &[&typed.0],
+        )
+        .unwrap()
+        .get(0);
     // The library's serialization, as it was written; a jsonb value as jsonb prints it.
     assert_eq!(text(&mut c, typed.0), r#"{"zebra":1,"a":"x"}"#);
+    assert_eq!(text(&mut c, after.0), r#"{"zebra":3,"a":"z"}"#);
     assert_eq!(text(&mut c, by_sql), r#"{"a": [1, 2.50], "zebra": 2}"#);
+    assert_eq!(text(&mut c, after_by_sql), r#"{"a": 1.0, "zebra": 4}"#);
     let ty: String = c
         .query_one(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
