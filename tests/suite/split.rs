@@ -188,3 +188,28 @@ fn a_shutdown_among_split_claims_returns_in_time_and_holds_no_job() {
     assert!(runs.values().all(|&n| n == 1), "a job ran twice");
     assert_eq!(runs.len() as i64, count("succeeded"), "{by_status:?}");
 }
+
+/// Every connection goes half-open while claims go in two (no reply ever comes, no reset):
+/// the worker's deadlines end the stuck round-trips, it connects again and drains the rest,
+/// each job once, and a shutdown afterwards returns in time.
+#[test]
+fn half_open_connections_during_split_claims_lose_no_job() {
+    let (db, direct) = setup();
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(1));
+    let ids = defer_sized(&direct, 600, 64);
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .prefetch_bytes(4 << 20)
+        .stalled_after(Duration::from_secs(30))
+        .spawn()
+        .unwrap();
+    let split = support::wait_until(Duration::from_secs(30), || w.stats().claims_split > 0);
+    assert!(split, "no claim went in two: {:?}", w.stats());
+    proxy.strand_all();
+    wait_succeeded(&db, ids.len());
+    assert_ran_once(&runs, &ids);
+    let report = w.shutdown(Duration::from_secs(2));
+    assert!(report.elapsed() < Duration::from_secs(3), "{report}");
+}
