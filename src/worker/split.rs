@@ -5,22 +5,23 @@
 //! backend's pace while the executors wait for each claim. When the last claim brought all
 //! it asked for (a backlog: a worker whose claims find a few jobs at a time sends each
 //! whole), its jobs carried [`SPLIT_ARGS_BYTES`] or more each on average, and a claim asks
-//! for at least [`SPLIT_MIN_JOBS`], the fetcher sends half of it (half the jobs, half the byte budget) on
-//! a second connection of its own, from a scoped thread, while it sends the other half on
-//! its own: two backends read and send at once, and `SKIP LOCKED` keeps their jobs apart.
-//! Outcomes ride on the first half only (`ride.rs`).
+//! for at least [`SPLIT_MIN_JOBS`], the fetcher sends half of it (half the jobs, half the
+//! byte budget) on a second connection of its own, from a scoped thread, while it sends the
+//! other half on its own: two backends read and send at once, and `SKIP LOCKED` keeps
+//! their jobs apart. Outcomes ride on the first half only (`ride.rs`).
 //!
 //! The second connection opens at the first such claim and closes once none came for the
 //! App's `pool_idle_timeout`, when the fetcher's own closes, and while the server refuses
 //! connections; after a failure it waits out its backoff (a minute when the server refused
-//! it: out of slots), the claims going whole meanwhile.
+//! it: out of slots), the claims going whole meanwhile. Its round-trips have the App's
+//! deadlines and its socket is the worker's, severed by a shutdown like the others.
 //! `WorkerBuilder::split_large_claims(false)` keeps a worker to one claiming connection.
 //!
 //! Measured (2026-12-06, drains at concurrency 4 on clusters of their own with default
 //! settings, the build before and this one alternated, medians of two runs each): 10,000
-//! jobs of 64 KiB 7,407 / 7,258 / 7,522 -> 8,775 / 8,813 / 8,905 jobs/s (+18% over five pairs); of 32 KiB
-//! 11,950 / 11,728 -> 12,906 / 13,632; 20,000 of 16 KiB 19,827 / 21,527 against 20,750 /
-//! 20,337 (no difference), so jobs below 32 KiB keep one connection.
+//! jobs of 64 KiB 7,407 / 7,258 / 7,522 -> 8,775 / 8,813 / 8,905 jobs/s (+18% over five
+//! pairs); of 32 KiB 11,950 / 11,728 -> 12,906 / 13,632; 20,000 of 16 KiB 19,827 / 21,527
+//! against 20,750 / 20,337 (no difference), so jobs below 32 KiB keep one connection.
 
 use std::time::{Duration, Instant};
 
