@@ -250,10 +250,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "dependency_args_json",
         sql: include_str!("0047_dependency_args_json.sql"),
     },
+    Migration {
+        version: 48,
+        name: "claim_in_outcome",
+        sql: include_str!("0048_claim_in_outcome.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 47;
+pub(crate) const LATEST: i32 = 48;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

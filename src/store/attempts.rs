@@ -36,12 +36,17 @@
 /// come alone (the worker holds no job waiting). The last column, `cut`, says whether the
 /// claim left a job waiting for its size (set by the function, read once `n` made `c` run).
 ///
+/// `$8` (schema version 48): the jobs that need no row of their own while they run are
+/// only locked, `locked` true, left `todo` for [`LOCKED_SETTLE`] to write in the same
+/// transaction, which stays open; `xid` is that transaction's id (NULL: it locked nothing)
+/// and `pid` the server process of the session.
+///
 /// Guard: nothing is claimed when the worker's row is gone (it was presumed dead): it must
 /// register again, under a new id, first.
 pub(crate) const JOB_CLAIM: &str = "
 WITH c AS MATERIALIZED (
     SELECT * FROM postpone_claim_batch($1::bigint, $2::int, $3::text[], $4::text[], $5::int,
-                                      $6::bigint, $7::boolean)
+                                      $6::bigint, $7::boolean, $8::boolean)
 ), n AS MATERIALIZED (
         SELECT floor(extract(epoch FROM now()) * 1000000)::bigint AS db_now,
                CASE WHEN (SELECT count(*) FROM c) < $2::int
@@ -73,8 +78,31 @@ WITH c AS MATERIALIZED (
 )
 SELECT c.id, c.queue, c.task, c.args, c.attempts, c.priority, c.lock, c.abort_requested,
        c.scheduled_at, c.queue_wait, c.max_attempts, n.db_now, n.next_due, c.held,
-       c.expires_in, current_setting('postpone.cut', true) IS NOT DISTINCT FROM 'on' AS cut
+       c.expires_in, current_setting('postpone.cut', true) IS NOT DISTINCT FROM 'on' AS cut,
+       c.locked, pg_current_xact_id_if_assigned()::text AS xid, pg_backend_pid() AS pid
   FROM n LEFT JOIN c ON true";
+/// Writes the jobs a lock-only claim took (`JOB_CLAIM` with `$8` true), each once, through
+/// `postpone_settle_locked`: `$1` the worker, `$2` the claim's transaction id (the current
+/// one, or one that was lost), then aligned arrays: `$3` ids, `$4` attempts (as the claim
+/// gave them), `$5` what to write (`succeeded`, `running`, `held`), `$6` outputs (NULL: none),
+/// `$7` how long ago each started (µs; NULL: not started). Returns the ids written.
+pub(crate) const LOCKED_SETTLE: &str = "
+SELECT id FROM postpone_settle_locked($1::bigint, $2::text::xid8, $3::bigint[], $4::int[],
+                                      $5::text[], $6::jsonb[], $7::bigint[]) AS s(id)";
+
+/// Notes the jobs a lock-only claim's open transaction `$2` locked (`$3` ids) on the worker's
+/// row, committed before any of them starts; with `$2` NULL, clears the note. False: the
+/// worker's row is gone (presumed dead).
+pub(crate) const CLAIM_NOTE: &str =
+    "SELECT postpone_note_claim($1::bigint, $2::text::xid8, $3::bigint[])";
+
+/// What became of a transaction (`$1`, a full transaction id as text): `in progress`,
+/// `committed`, `aborted`, or NULL when it is too old to know.
+pub(crate) const XACT_STATUS: &str = "SELECT pg_xact_status($1::text::xid8)";
+
+/// Ends the server process `$1` (the fetcher's old session, still holding a lost claim's
+/// transaction open); a role may end its own sessions.
+pub(crate) const END_SESSION: &str = "SELECT pg_terminate_backend($1::int)";
 
 /// Writes the start of held jobs that started, through `postpone_start`: arrays `$1` ids,
 /// `$2` and `$3` each attempt's fence (worker id, attempt number), `$4` how long ago it

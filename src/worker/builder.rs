@@ -48,6 +48,8 @@ pub(crate) struct WorkerOptions {
     pub(crate) ride_claims: bool,
     /// Claims of large jobs go in two halves on two connections (`split.rs`).
     pub(crate) split_claims: bool,
+    /// Jobs are written once, with their outcome, in the claim's transaction (`locked.rs`).
+    pub(crate) locked_claims: bool,
     pub(crate) backoff_cap: Duration,
     pub(crate) listen_ping_interval: Duration,
     pub(crate) drop_timeout: Duration,
@@ -74,6 +76,7 @@ impl Default for WorkerOptions {
             only_registered: true,
             ride_claims: true,
             split_claims: true,
+            locked_claims: false,
             backoff_cap: Duration::from_secs(5),
             listen_ping_interval: Duration::from_secs(5),
             drop_timeout: Duration::from_secs(10),
@@ -468,6 +471,7 @@ impl WorkerBuilder {
             vacuum: super::vacuum::VacuumState::new(),
             due: Default::default(),
             ride: Default::default(),
+            absorb: Default::default(),
             quiet_until: Mutex::new(None),
             refusals: Default::default(),
             starts_due: crossbeam_channel::bounded(1),
@@ -540,11 +544,12 @@ impl WorkerBuilder {
                 )?;
             }
             {
-                let (s, stop, wake, out) = (
+                let (s, stop, wake, out, back) = (
                     shared.clone(),
                     stop_rx.clone(),
                     wake_rx.clone(),
                     outcome_rx.clone(),
+                    outcome_tx.clone(),
                 );
                 spawn(
                     Role::Fetch,
@@ -552,7 +557,7 @@ impl WorkerBuilder {
                     Box::new(move || {
                         // Executors stop waiting for jobs once no one can hand them any.
                         let _close = super::board::CloseOnDrop(s.handoff.board());
-                        fetch::run(&s, &stop, &wake, &out)
+                        fetch::run(&s, &stop, &wake, &out, back)
                     }),
                 )?;
             }

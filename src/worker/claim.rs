@@ -142,7 +142,7 @@ pub(super) fn claim_keyed(
     let sent = shared.due.sending();
     shared.stats.claims.fetch_add(1, Ordering::Relaxed);
     let bytes = budget.bytes.min(i64::MAX as usize) as i64;
-    let claim_params: [&(dyn postgres::types::ToSql + Sync); 7] = [
+    let claim_params: [&(dyn postgres::types::ToSql + Sync); 8] = [
         &id,
         &limit,
         &shared.opts.queues,
@@ -150,6 +150,7 @@ pub(super) fn claim_keyed(
         &start,
         &bytes,
         &budget.alone,
+        &false,
     ];
     let mut rows = match riders {
         None => conn.query_cached("claiming jobs", store::JOB_CLAIM, &claim_params)?,
@@ -179,9 +180,21 @@ pub(super) fn claim_keyed(
             }
         }
     };
+    Ok(parse_claim(shared, &mut rows, sent))
+}
+
+/// The jobs of a claim's reply (`rows`, from `store::JOB_CLAIM` sent at `sent`), each with
+/// the time it was due, in the claim's order, and whether the claim left a job for its size;
+/// what the reply says of due times is learnt.
+pub(super) fn parse_claim(
+    shared: &Shared,
+    rows: &mut Vec<postgres::Row>,
+    sent: std::time::Instant,
+) -> (Keyed, bool) {
+    let id = shared.id();
     // On every row, the job-less one too (which `learn` removes).
     let cut = rows.first().is_some_and(|r| r.get::<_, bool>(15));
-    shared.due.learn(&mut rows, sent, shared.opts.poll_interval);
+    shared.due.learn(rows, sent, shared.opts.poll_interval);
     let mut claimed: Vec<(SystemTime, Claimed)> = rows
         .iter()
         .map(|r| {
@@ -205,11 +218,12 @@ pub(super) fn claim_keyed(
                         .get::<_, Option<f64>>(14)
                         .and_then(|s| Duration::try_from_secs_f64(s.max(0.0)).ok())
                         .and_then(|d| sent.checked_add(d)),
+                    locked: r.get::<_, Option<bool>>(16).unwrap_or(false),
                 },
             )
         })
         .collect();
     // UPDATE ... RETURNING does not keep the claim's order: restore it.
     claimed.sort_by(claim_order);
-    Ok((claimed, cut))
+    (claimed, cut)
 }

@@ -137,8 +137,12 @@ pub(crate) fn run(shared: &Shared, me: usize, stop: &Receiver<()>, outcomes: &Se
             continue;
         };
         shared.ledger.finish(outcome.key);
-        // The channel holds as many outcomes as the worker can hold attempts: never full.
-        let _ = outcomes.send(outcome);
+        // The outcome of a job the fetcher's open transaction locked is kept for it
+        // (`locked.rs`); the channel holds as many outcomes as the worker can hold
+        // attempts: never full.
+        if let Some(outcome) = shared.absorb.absorb(outcome) {
+            let _ = outcomes.send(outcome);
+        }
         // The last claimed job has started: a fetcher waiting for room may claim now,
         // without waiting for the completer to record these outcomes first.
         shared.handoff.job_done();

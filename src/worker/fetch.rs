@@ -17,12 +17,13 @@
 //! waits). A claim that left a job for its size says so: the fetcher then claims again
 //! once a waiting job has started (the board weighs less), not when news comes.
 
-use crossbeam_channel::{select, Receiver};
+use crossbeam_channel::{select, Receiver, Sender};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::claim::{claim_keyed, claim_with_riders, hand_out, unkey, Budget};
 use super::link::Link;
+use super::locked::Locked;
 use super::share::{Help, Helper};
 use super::split::{claim_split, Second};
 use super::{sleep_or_stop, Outcome, Shared};
@@ -34,14 +35,30 @@ pub(crate) fn run(
     stop: &Receiver<()>,
     wake: &Receiver<()>,
     outcomes: &Receiver<Outcome>,
+    out: Sender<Outcome>,
+) {
+    // The claim is prepared once per connection by query_cached (or sent unnamed through a
+    // transaction pooler, where a statement prepared here would not survive).
+    let mut link = Link::new(shared, "claiming jobs");
+    // Claims whose jobs are written once, with their outcome (`locked.rs`): the transaction
+    // they keep open is written and committed before the fetcher waits, and as it ends.
+    let mut locked = Locked::new(shared, out);
+    claim_loop(shared, stop, wake, outcomes, &mut link, &mut locked);
+    locked.end(&mut link);
+}
+
+fn claim_loop(
+    shared: &Shared,
+    stop: &Receiver<()>,
+    wake: &Receiver<()>,
+    outcomes: &Receiver<Outcome>,
+    link: &mut Link<'_, ()>,
+    locked: &mut Locked<'_>,
 ) {
     let task_names: Option<Vec<String>> = shared
         .opts
         .only_registered
         .then(|| shared.tasks.keys().cloned().collect());
-    // The claim is prepared once per connection by query_cached (or sent unnamed through a
-    // transaction pooler, where a statement prepared here would not survive).
-    let mut link = Link::new(shared, "claiming jobs");
     // A second connection for claims of large jobs (`split.rs`), opened when one comes;
     // what decides: the mean size of the last claim's arguments, and whether it brought all
     // it asked for (a backlog; a worker whose claims find a few jobs at a time sends one).
@@ -61,6 +78,27 @@ pub(crate) fn run(
         if shared.stopping() {
             return;
         }
+        if locked.time_left().is_some_and(|t| t.is_zero()) {
+            locked.close(link);
+        }
+        locked.tick();
+        // While the open transaction's jobs wait for an executor, the next claim (which
+        // writes them) waits for the last of them to start, or for the transaction's time.
+        if let Some(left) = locked.time_left().filter(|_| !shared.handoff.is_empty()) {
+            shared.handoff.want_room();
+            if !shared.handoff.is_empty() {
+                select! {
+                    recv(stop) -> _ => {
+                        shared.handoff.stop_wanting_room();
+                        return;
+                    }
+                    recv(shared.handoff.room()) -> _ => {}
+                    default(left) => {}
+                }
+            }
+            shared.handoff.stop_wanting_room();
+            continue;
+        }
         // While the server refuses connections and the worker's lasting connection (the
         // beat's and the completer's, `link.rs`) is lost, the fetcher hands its own over:
         // heartbeats, outcomes and (while the fetcher sleeps) claims go on on it, and the
@@ -68,6 +106,7 @@ pub(crate) fn run(
         // slot while their completers were refused made no progress at all: 90 processes
         // on max_connections 100.)
         if shared.refusals.under_way() && shared.shelf.is_empty() {
+            locked.close(link);
             second.close();
             if let Some(conn) = link.take_connection() {
                 match shared.shelf.offer(conn) {
@@ -110,7 +149,9 @@ pub(crate) fn run(
             // waiting for an executor), record some of them.
             let behind = shared.ledger.held_and_finished().1 >= capacity;
             let help = if behind {
-                helper.help(shared, &mut link)
+                // The helper records on this connection: not inside the open transaction.
+                locked.close(link);
+                helper.help(shared, link)
             } else {
                 Help::Nothing
             };
@@ -128,6 +169,11 @@ pub(crate) fn run(
             // claimed job after that read sees it and wakes us on `room`.
             shared.handoff.want_room();
             if room(shared, capacity).is_none() || byte_room(shared, &mut cut_at).is_none() {
+                // An open transaction is written when its time is up, if the fetcher still
+                // waits then.
+                let recheck = locked
+                    .time_left()
+                    .map_or(ROOM_RECHECK, |t| t.min(ROOM_RECHECK));
                 // The completer signals on `wake` when it has recorded outcomes; an
                 // executor on `room` when it found no claimed job left to start.
                 // Looks again now and then: a running job nearing its typical end makes
@@ -139,7 +185,7 @@ pub(crate) fn run(
                     }
                     recv(wake) -> _ => {}
                     recv(shared.handoff.room()) -> _ => {}
-                    default(ROOM_RECHECK) => {}
+                    default(recheck) => {}
                 }
             }
             shared.handoff.stop_wanting_room();
@@ -147,6 +193,16 @@ pub(crate) fn run(
         };
         let budget = bytes.expect("room was found");
         let split = last_full && Second::wanted(shared, free, last_args_bytes);
+        let lock_claim = !split && locked.usable();
+        if !lock_claim {
+            locked.close(link);
+        }
+        // As many jobs as the executors are expected to end within the transaction's time.
+        let free = if lock_claim {
+            free.min(locked.cap())
+        } else {
+            free
+        };
         let claimed = match link.get() {
             Ok((c, ())) => {
                 let started = Instant::now();
@@ -155,6 +211,9 @@ pub(crate) fn run(
                         let (res, res2) =
                             claim_split(shared, c, c2, free, free_threads, budget, &task_names);
                         second.judge(shared, res, res2)
+                    }
+                    None if lock_claim && !c.through_transaction_pooler() => {
+                        locked.claim(c, free, free_threads, budget, &task_names)
                     }
                     None => claim_with_riders(shared, c, free, free_threads, budget, &task_names),
                 };
@@ -167,6 +226,7 @@ pub(crate) fn run(
         let (claimed, cut) = match claimed {
             Ok(claimed) => claimed,
             Err(wait) if link.refused() => {
+                locked.close(link);
                 // Refused a connection: the beat claims on the worker's connection until
                 // the backoff has passed and its claims leave work over (`dormant.rs`).
                 let until = Instant::now() + wait;
@@ -179,6 +239,7 @@ pub(crate) fn run(
                 continue;
             }
             Err(wait) => {
+                locked.close(link);
                 if sleep_or_stop(stop, wait) {
                     return;
                 }
@@ -208,8 +269,9 @@ pub(crate) fn run(
             // The queue had less than we could take. While the completer is behind (the
             // end of a drain), record a share of its outcomes, as long as no news came;
             // then wait for news or the next due job.
+            locked.close(link);
             while wake.is_empty() {
-                match helper.help(shared, &mut link) {
+                match helper.help(shared, link) {
                     Help::Nothing => break,
                     Help::Helped => {}
                     Help::Failed(wait) => {

@@ -73,6 +73,9 @@ struct Entry {
     cancel_confirmed: bool,
     /// The table has no start for it: held by the claim, and its start not written yet.
     held: bool,
+    /// Only locked by the fetcher's open transaction, which writes its start (`locked.rs`):
+    /// no start of its own is written while so.
+    locked: bool,
     /// When its start is to be written (running and held).
     start_due: Option<Instant>,
     /// When the claim that brought it was sent: what the worker knew of the controls then.
@@ -151,6 +154,18 @@ pub(crate) enum Begin {
     Wait,
 }
 
+/// Where an attempt only locked by the fetcher's open transaction stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockedPhase {
+    Waiting,
+    /// Started this long ago.
+    Running(Duration),
+    /// Its task returned (or it ended without starting).
+    Done,
+    /// No longer in the ledger (a new identity dropped it).
+    Gone,
+}
+
 /// A held attempt the beat took out of the board ended without running: why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Unstarted {
@@ -167,6 +182,8 @@ pub(crate) struct Hold {
     pub(crate) key: AttemptKey,
     pub(crate) queue: Arc<str>,
     pub(crate) held: bool,
+    /// Only locked, in the fetcher's open transaction (held too).
+    pub(crate) locked: bool,
     pub(crate) claimed: Instant,
     pub(crate) expires: Option<Instant>,
 }
@@ -234,6 +251,7 @@ impl Ledger {
                     abort_confirmed: false,
                     cancel_confirmed: false,
                     held: h.held,
+                    locked: h.locked,
                     start_due: None,
                     claimed: h.claimed,
                     queue: h.queue,
@@ -292,10 +310,11 @@ impl Ledger {
         if suspected || !lease_ok {
             return Begin::Wait;
         }
-        entry.start_due = entry.held.then(|| now + write_start_in);
+        let write_start = entry.held && !entry.locked;
+        entry.start_due = write_start.then(|| now + write_start_in);
         entry.phase = Phase::Running(running());
         st.running += 1;
-        st.starts_pending += usize::from(entry.held);
+        st.starts_pending += usize::from(write_start);
         st.last_start = Some(now);
         Begin::Start
     }
@@ -503,6 +522,43 @@ impl Ledger {
         }
     }
 
+    /// Where each of `keys` (attempts only locked, `locked.rs`) stands: not started,
+    /// running for how long, ended, or gone from the ledger.
+    pub(crate) fn locked_phases(&self, keys: &[AttemptKey]) -> Vec<LockedPhase> {
+        let s = self.state();
+        keys.iter()
+            .map(|k| match s.entries.get(k).map(|e| &e.phase) {
+                None => LockedPhase::Gone,
+                Some(Phase::Waiting) => LockedPhase::Waiting,
+                Some(Phase::Running(r)) => LockedPhase::Running(r.started.elapsed()),
+                Some(Phase::Done) => LockedPhase::Done,
+            })
+            .collect()
+    }
+
+    /// The table now has `key` as any claim leaves a job (`locked.rs` wrote it): started
+    /// (`started`, its start written), or held. A held one that started meanwhile has its
+    /// start written soon, as any held job's.
+    pub(crate) fn unlock(&self, key: AttemptKey, started: bool) {
+        let mut s = self.state();
+        let st = &mut *s;
+        let Some(e) = st.entries.get_mut(&key) else {
+            return;
+        };
+        if !e.locked {
+            return;
+        }
+        e.locked = false;
+        if started {
+            e.held = false;
+        } else if let Phase::Running(_) = e.phase {
+            if e.start_due.is_none() {
+                e.start_due = Some(Instant::now());
+                st.starts_pending += 1;
+            }
+        }
+    }
+
     /// Outcomes recorded (or refused by their guard): forgets the attempts.
     pub(crate) fn settle(&self, keys: impl IntoIterator<Item = AttemptKey>) {
         let mut s = self.state();
@@ -632,6 +688,7 @@ mod tests {
 
     fn h(k: AttemptKey) -> Hold {
         Hold {
+            locked: false,
             key: k,
             queue: Arc::from("q"),
             held: false,

@@ -45,6 +45,7 @@ mod idhash;
 mod ledger;
 mod link;
 mod listen;
+mod locked;
 mod observe;
 mod outcome;
 mod periodic;
@@ -155,6 +156,9 @@ pub(crate) struct Claimed {
     /// Its deadline (schema version 25), by this process's clock: the claim's send time
     /// plus what was left of it at the claim's `now()`, so never later than the database's.
     pub(crate) expires: Option<Instant>,
+    /// Only locked by the claim, in the fetcher's open transaction (`locked.rs`): the table
+    /// shows it waiting until that transaction writes it, with its outcome or as running.
+    pub(crate) locked: bool,
 }
 
 impl Claimed {
@@ -171,7 +175,8 @@ impl Claimed {
         ledger::Hold {
             key: self.key(),
             queue: Arc::from(self.queue.as_str()),
-            held: self.held,
+            held: self.held || self.locked,
+            locked: self.locked,
             claimed: self.claimed,
             expires: self.expires,
         }
@@ -194,6 +199,10 @@ pub(crate) struct Stats {
     pub(crate) rode: AtomicU64,
     /// Claims sent in two halves on two connections (`split.rs`).
     pub(crate) split: AtomicU64,
+    /// Jobs written once, with their outcome (`locked.rs`).
+    pub(crate) once: AtomicU64,
+    /// Lock-only claims' transactions lost, their jobs written again (`locked.rs`).
+    pub(crate) lost: AtomicU64,
     /// Outcomes the fetcher recorded for a completer that was behind (`fetch.rs`, `Helper`).
     pub(crate) helped: AtomicU64,
     pub(crate) recorded: AtomicU64,
@@ -245,6 +254,8 @@ pub(crate) struct Shared {
     pub(crate) due: due::Due,
     /// Final outcomes waiting for the next claim to record them.
     pub(crate) ride: ride::Ride,
+    /// The outcomes of jobs the fetcher's open transaction locked, kept for it (`locked.rs`).
+    pub(crate) absorb: locked::Absorb,
     /// Wakes the completer: a start is due to be written (see `ledger.rs`).
     pub(crate) starts_due: (Sender<()>, Receiver<()>),
     /// Until when the fetcher holds no job for a thread that is only expected to be free
@@ -453,6 +464,12 @@ pub struct WorkerStats {
     /// Claims of large jobs sent in two halves on two connections at once
     /// ([`WorkerBuilder::split_large_claims`]); each half counts in `claims` too.
     pub claims_split: u64,
+    /// Jobs written once, their outcome in their claim's transaction
+    /// ([`WorkerBuilder::claim_in_outcome_transaction`]); counted in `recorded` too.
+    pub written_once: u64,
+    /// Claims' transactions the server lost (or rolled back) while their jobs ran, whose
+    /// jobs the worker then wrote again itself.
+    pub claims_lost: u64,
 }
 
 /// The handle of a running worker: owns every thread it started.
@@ -543,6 +560,8 @@ impl WorkerHandle {
             outcomes_on_claims: get(&s.rode),
             outcomes_by_fetcher: get(&s.helped),
             claims_split: get(&s.split),
+            written_once: get(&s.once),
+            claims_lost: get(&s.lost),
             vacuums: get(&r.shared.vacuum.runs),
         }
     }

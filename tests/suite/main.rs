@@ -39,6 +39,7 @@ mod worker_queue;
 // Nothing lost, fenced attempts, nothing wedges, the database is the truth (promises 4, 7-9).
 mod bad_rows;
 mod integrity;
+mod locked;
 mod ride;
 mod share;
 mod split;

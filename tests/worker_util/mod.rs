@@ -203,3 +203,22 @@ pub fn counting_tasks() -> (
     });
     (tasks, runs)
 }
+
+/// Like [`counting_tasks`], each run of `ok` taking `each` (so that claims' jobs are
+/// still running, or waiting, when something happens to the worker's connections).
+pub fn slow_counting_tasks(
+    each: Duration,
+) -> (
+    Tasks,
+    Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>>,
+) {
+    let runs: Arc<std::sync::Mutex<std::collections::HashMap<i64, usize>>> = Arc::default();
+    let r = runs.clone();
+    let mut tasks = Tasks::new();
+    tasks.register("ok", move |job: &Job| {
+        *r.lock().unwrap().entry(job.id().0).or_default() += 1;
+        std::thread::sleep(each);
+        Ok(())
+    });
+    (tasks, runs)
+}

@@ -151,3 +151,114 @@ impl Connection {
         Ok(PairInTransaction { first, second })
     }
 }
+
+/// What [`Connection::query_cached_cycle`] got back: the settling statement's result and
+/// the claim's, each when it was sent.
+pub(crate) struct Cycle {
+    /// The statement run in the open transaction before its `COMMIT`. `Ok` means it ran;
+    /// the transaction committed unless the `COMMIT` failed (then `commit` says so).
+    pub(crate) settled: Option<Result<Vec<Row>>>,
+    /// The `COMMIT` of the open transaction failed: it did not commit.
+    pub(crate) commit_failed: bool,
+    /// The statement run in the new transaction, which stays open when it succeeded.
+    pub(crate) claimed: Option<Result<Vec<Row>>>,
+}
+
+impl Connection {
+    /// One round-trip that ends the open transaction (after `settle`, when given, runs in
+    /// it) and, with `claim`, opens a new one that runs it and stays open; not through a
+    /// transaction pooler (the caller checks). A `claim` that fails leaves no transaction
+    /// open: it is rolled back here (a second round-trip, only then). `Err` is returned only
+    /// when the link itself failed: what committed is then unknown, and the connection must
+    /// be dropped.
+    pub(crate) fn query_cached_cycle(
+        &mut self,
+        what: &str,
+        settle: Option<(&'static str, &[&(dyn ToSql + Sync)])>,
+        claim: Option<(&'static str, &[&(dyn ToSql + Sync)])>,
+    ) -> Result<Cycle> {
+        debug_assert!(!self.through_transaction_pooler());
+        let s1 = match settle {
+            Some((sql, _)) => Some(self.cached(what, sql)?),
+            None => None,
+        };
+        let s2 = match claim {
+            Some((sql, _)) => Some(self.cached(what, sql)?),
+            None => None,
+        };
+        let in_tx = self.inner.in_tx;
+        let t = self.inner.io_timeout;
+        let client = &self.client;
+        let (settled, commit, begin, claimed) = self.inner.run(what, t, async {
+            let settle_f = async {
+                match (&s1, settle) {
+                    (Some(st), Some((_, p))) => Some(client.query(st, p).await),
+                    _ => None,
+                }
+            };
+            let commit_f = async {
+                if in_tx {
+                    Some(client.batch_execute("COMMIT").await)
+                } else {
+                    None
+                }
+            };
+            let begin_f = async {
+                if s2.is_some() {
+                    Some(client.batch_execute("BEGIN").await)
+                } else {
+                    None
+                }
+            };
+            let claim_f = async {
+                match (&s2, claim) {
+                    (Some(st), Some((_, p))) => Some(client.query(st, p).await),
+                    _ => None,
+                }
+            };
+            // Nested, the polls keep their order: the statement, COMMIT, BEGIN, the claim.
+            let ((a, b), (c, d)) = both(both(settle_f, commit_f), both(begin_f, claim_f)).await;
+            Ok((a, b, c, d))
+        })?;
+        self.inner.in_tx = false;
+        let settled = settled.map(|r| r.map_err(|e| self.inner.classify(what, e)));
+        let mut commit_failed = false;
+        if let Some(Err(e)) = commit {
+            let e = self.inner.classify(what, e);
+            log::debug!("{what} on {}: COMMIT failed: {e}", self.inner.peer);
+            commit_failed = true;
+            if self.client.is_closed() {
+                return Err(e);
+            }
+        }
+        let mut claimed = claimed.map(|r| r.map_err(|e| self.inner.classify(what, e)));
+        match begin {
+            Some(Err(e)) => {
+                let e = self.inner.classify(what, e);
+                if self.client.is_closed() {
+                    return Err(e);
+                }
+                claimed = Some(Err(Error::new(e.kind(), format!("{what}: BEGIN: {e}"))));
+                // BEGIN failed: whatever ran after it ran outside a transaction block.
+            }
+            Some(Ok(())) => self.inner.in_tx = true,
+            None => {}
+        }
+        if [&settled, &claimed]
+            .iter()
+            .any(|r| matches!(r, Some(Err(e)) if e.sqlstate() == Some("26000")))
+        {
+            self.statements.clear();
+            self.client.clear_type_cache();
+        }
+        if self.inner.in_tx && matches!(claimed, Some(Err(_))) {
+            // The new transaction is aborted: end it.
+            self.rollback()?;
+        }
+        Ok(Cycle {
+            settled,
+            commit_failed,
+            claimed,
+        })
+    }
+}
