@@ -198,6 +198,7 @@ fn child(url: &str) {
     let app = App::builder(url).pool_size(1).build().unwrap();
     let mut b = Worker::builder(&app, noop_tasks())
         .outcomes_ride_claims(crate::common::ride())
+        .claim_in_outcome_transaction(crate::common::one_write())
         .concurrency(c);
     // `--prefetch N`: a fixed prefetch instead of the adaptive one (empty: adaptive).
     if let Some(p) = std::env::var("POSTPONE_SCALE_PREFETCH")
@@ -375,6 +376,7 @@ fn bench_backlog(app: &App, a: &Args, r: &mut Results) {
             let t = Instant::now();
             let h = Worker::builder(app, noop_tasks())
                 .outcomes_ride_claims(crate::common::ride())
+                .claim_in_outcome_transaction(crate::common::one_write())
                 .concurrency(a.concurrency)
                 .spawn()
                 .unwrap();

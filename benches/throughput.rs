@@ -154,6 +154,7 @@ Options:
   --n-defer N (5000)  --n-work N (20000)  --n-latency N (300)  --n-roundtrip N (5000)
   --concurrency 1,4,16  --repeats N (3)  --prefetch N  --finished N  --future N
   --pending N (20000)  --seconds S (120)  --interval S (10)  --delete  --timeline  --no-ride
+  --one-write (jobs written once, with their outcome: claim_in_outcome_transaction)
   --retain S  --prune-every S (10)  --no-vacuum  --csv PATH       (steady, retention)
   --args-kb N  --output-kb M   realistic jobs: N KiB of arguments, an output of M KiB
   --tasks N    the worker registers N task names (claims only those); --any-task: claims any
@@ -405,6 +406,7 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
             let t = Instant::now();
             let mut b = Worker::builder(app, noop_tasks())
                 .outcomes_ride_claims(crate::common::ride())
+                .claim_in_outcome_transaction(crate::common::one_write())
                 .only_registered_tasks(!task_filter().1)
                 .concurrency(c);
             if let Some(p) = a.prefetch {
@@ -497,6 +499,7 @@ fn bench_latency(app: &App, a: &Args, r: &mut Results) {
     });
     let h = Worker::builder(app, t)
         .outcomes_ride_claims(crate::common::ride())
+        .claim_in_outcome_transaction(crate::common::one_write())
         .concurrency(4)
         .poll_interval(Duration::from_secs(10))
         .spawn()
@@ -538,6 +541,7 @@ fn bench_shutdown(app: &App, a: &Args, r: &mut Results) {
     for rep in 0..a.repeats {
         let h = Worker::builder(app, noop_tasks())
             .outcomes_ride_claims(crate::common::ride())
+            .claim_in_outcome_transaction(crate::common::one_write())
             .concurrency(16)
             .spawn()
             .unwrap();
@@ -585,6 +589,7 @@ fn child(url: &str) {
     let app = App::builder(url).pool_size(2).build().unwrap();
     let h = Worker::builder(&app, noop_tasks())
         .outcomes_ride_claims(crate::common::ride())
+        .claim_in_outcome_transaction(crate::common::one_write())
         .concurrency(16)
         .spawn()
         .unwrap();
@@ -723,6 +728,7 @@ fn steady_run(
     let c = a.concurrency.first().copied().unwrap_or(8);
     let mut b = Worker::builder(app, noop_tasks())
         .outcomes_ride_claims(crate::common::ride())
+        .claim_in_outcome_transaction(crate::common::one_write())
         .concurrency(c);
     let policy = match finished {
         Finished::Keep => String::new(),

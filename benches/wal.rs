@@ -116,7 +116,9 @@ fn drain(
     delete: bool,
     kb: (usize, usize),
 ) -> WorkerHandle {
-    let mut b = Worker::builder(app, tasks(kb.0, kb.1)).concurrency(c);
+    let mut b = Worker::builder(app, tasks(kb.0, kb.1))
+        .concurrency(c)
+        .claim_in_outcome_transaction(crate::common::one_write());
     if delete {
         b = b.delete_finished(postpone::DeleteJobs::Always);
     }

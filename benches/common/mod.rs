@@ -80,6 +80,14 @@ pub fn ride() -> bool {
     !std::env::args().any(|a| a == "--no-ride")
 }
 
+/// Whether workers write each job once, with its outcome
+/// (`WorkerBuilder::claim_in_outcome_transaction`): `--one-write`, or `POSTPONE_ONE_WRITE=1`
+/// in the environment (for scripts that run the benches, such as compare.sh).
+pub fn one_write() -> bool {
+    std::env::args().any(|a| a == "--one-write")
+        || std::env::var("POSTPONE_ONE_WRITE").is_ok_and(|v| v == "1")
+}
+
 /// The server a bench runs on, as one line for its output: its version and the settings a
 /// comparison depends on, and whether it is a cluster of the bench's own (`--cluster`).
 pub fn server_line(own: bool) -> String {

@@ -268,8 +268,9 @@ fn claim_loop(
         if n < free && !cut {
             // The queue had less than we could take. While the completer is behind (the
             // end of a drain), record a share of its outcomes, as long as no news came;
-            // then wait for news or the next due job.
-            locked.close(link);
+            // then wait for news or the next due job. The open transaction's jobs, the last
+            // of the queue, are written once they end (within its time), unless news comes.
+            locked.close_when_done(link, wake);
             while wake.is_empty() {
                 match helper.help(shared, link) {
                     Help::Nothing => break,

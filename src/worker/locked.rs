@@ -521,6 +521,34 @@ impl<'a> Locked<'a> {
         }
     }
 
+    /// Like [`close`](Self::close), once every job of the open transaction has ended, or
+    /// its time is up, or news came on `wake` (a claim then writes them sooner).
+    pub(crate) fn close_when_done(
+        &mut self,
+        link: &mut Link<'_, ()>,
+        wake: &crossbeam_channel::Receiver<()>,
+    ) {
+        let Some(open) = &self.open else {
+            return;
+        };
+        loop {
+            let left = CYCLE.saturating_sub(open.begun.elapsed());
+            let done = self
+                .shared
+                .ledger
+                .locked_phases(&open.keys)
+                .iter()
+                .all(|p| matches!(p, LockedPhase::Done | LockedPhase::Gone));
+            if done || left.is_zero() || !wake.is_empty() || self.shared.stopping() {
+                break;
+            }
+            self.shared
+                .ledger
+                .wait_change(left.min(Duration::from_millis(1)));
+        }
+        self.close(link);
+    }
+
     /// What a round-trip that ended `open` (with `plan`) brought back.
     fn after_commit(
         &mut self,
