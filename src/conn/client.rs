@@ -38,6 +38,7 @@ use crate::error::{fmt_duration, Error, ErrorKind, Result};
 mod inbox;
 pub(crate) mod open;
 mod pipeline;
+pub(crate) use pipeline::Cycle;
 mod round_trip;
 mod routing;
 

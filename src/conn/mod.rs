@@ -14,4 +14,5 @@ pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
 pub use client::{Connection, Notification};
+pub(crate) use client::Cycle;
 pub use transaction::Transaction;

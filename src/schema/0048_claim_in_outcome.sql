@@ -12,21 +12,33 @@
 --
 -- A server that loses that transaction (a restart, a failover, a terminated backend) while
 -- the worker runs its jobs would leave them `todo` and unlocked: another worker could start
--- them. So the worker notes each claim before any of its jobs starts (postpone_note_claim,
--- committed on another connection: the transaction's id and the jobs, as ranges of ids, on
--- its postpone_workers row), and while the noted transaction is `aborted` no claim takes
--- those jobs (postpone_lost_jobs). The worker, once connected again, writes what became of
--- them (postpone_settle_locked with the lost transaction's id) and clears the note; a worker
--- declared dead first has them requeued by the rescue, an attempt counted for each, so a
--- job that kills its process every time still runs out of attempts.
+-- them. So the worker notes its claims before any of their jobs starts (postpone_note_claim,
+-- committed on another connection: the ids of its open transactions, one per claiming
+-- connection, and their jobs, as ranges of ids, on its postpone_workers row), and while a
+-- noted transaction is `aborted` no claim takes the noted jobs (postpone_lost_jobs). The
+-- worker, once connected again, writes what became of them (postpone_settle_locked with the
+-- lost transaction's id) and takes that transaction off its note (postpone_unnote_claim); a
+-- worker declared dead first has them requeued by the rescue, an attempt counted for each,
+-- so a job that kills its process every time still runs out of attempts.
 --
 -- The four-argument postpone_claim_batch gets a last column, `locked`, so it is dropped and
 -- created again; the seven-argument one, which builds of version 47 and before call, is
 -- unchanged for them.
 
-ALTER TABLE postpone_workers ADD COLUMN claim_xid xid8, ADD COLUMN claim_jobs int8multirange;
+ALTER TABLE postpone_workers ADD COLUMN claim_xids xid8[], ADD COLUMN claim_jobs int8multirange;
 
--- The jobs of noted claims whose transaction is known lost: ranges of ids (NULL: none).
+-- Whether a worker's note names a transaction that is known lost.
+CREATE FUNCTION postpone_note_lost(p_xids xid8[])
+ RETURNS boolean
+ LANGUAGE sql
+ VOLATILE
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM unnest(p_xids) AS x WHERE pg_xact_status(x) = 'aborted')
+$function$;
+
+-- The jobs of noted claims of which a transaction is known lost: ranges of ids (NULL:
+-- none). A note names the open transactions of a worker (one per claiming connection) and
+-- their jobs together, so all of them are kept from other claims then.
 CREATE FUNCTION postpone_lost_jobs()
  RETURNS int8multirange
  LANGUAGE sql
@@ -34,31 +46,35 @@ CREATE FUNCTION postpone_lost_jobs()
 AS $function$
     SELECT range_agg(r)
       FROM postpone_workers w, unnest(w.claim_jobs) AS r
-     WHERE w.claim_xid IS NOT NULL AND pg_xact_status(w.claim_xid) = 'aborted'
+     WHERE w.claim_xids IS NOT NULL AND postpone_note_lost(w.claim_xids)
 $function$;
 
--- A worker's note of the jobs its open transaction `p_xid` locked (added to those already
--- noted for it), or, with a NULL `p_xid`, the note cleared. Returns false when the worker's
--- row is gone (it was presumed dead): it must start none of them.
-CREATE FUNCTION postpone_note_claim(p_worker bigint, p_xid xid8, p_ids bigint[])
+-- A worker's note of its open transactions `p_xids` and the jobs they locked (`p_ids`),
+-- in place of the note before (whose transactions have ended and been written). Returns
+-- false when the worker's row is gone (it was presumed dead): it must start none of them.
+CREATE FUNCTION postpone_note_claim(p_worker bigint, p_xids xid8[], p_ids bigint[])
  RETURNS boolean
  LANGUAGE sql
 AS $function$
     WITH n AS (
         UPDATE postpone_workers w
-           SET claim_xid = p_xid,
-               claim_jobs = CASE
-                   WHEN p_xid IS NULL THEN NULL
-                   WHEN w.claim_xid IS NOT DISTINCT FROM p_xid
-                       THEN coalesce(w.claim_jobs, '{}'::int8multirange)
-                            + coalesce((SELECT range_agg(int8range(i, i, '[]'))
-                                          FROM unnest(p_ids) AS i), '{}'::int8multirange)
-                   ELSE (SELECT range_agg(int8range(i, i, '[]')) FROM unnest(p_ids) AS i)
-               END
+           SET claim_xids = p_xids,
+               claim_jobs = (SELECT range_agg(int8range(i, i, '[]')) FROM unnest(p_ids) AS i)
          WHERE w.id = p_worker
         RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM n)
+$function$;
+
+-- Takes the lost transaction `p_xid`, whose jobs its worker has written, off the worker's
+-- note (its other transactions stay).
+CREATE FUNCTION postpone_unnote_claim(p_worker bigint, p_xid xid8)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    UPDATE postpone_workers w
+       SET claim_xids = nullif(array_remove(w.claim_xids, p_xid), '{}')
+     WHERE w.id = p_worker AND w.claim_xids @> ARRAY[p_xid]
 $function$;
 
 -- Writes the jobs a lock-only claim took, each once: `p_outcomes` `succeeded` (it ended so,
@@ -89,7 +105,7 @@ BEGIN
     IF NOT v_mine THEN
         SELECT w.claim_jobs INTO v_lost
           FROM postpone_workers w
-         WHERE w.id = p_worker AND w.claim_xid = p_xid
+         WHERE w.id = p_worker AND w.claim_xids @> ARRAY[p_xid]
            AND pg_xact_status(p_xid) = 'aborted';
         IF v_lost IS NULL THEN
             RETURN;
@@ -196,7 +212,7 @@ DECLARE
     -- rounds only locked. NULL: none.
     v_lost int8multirange;
 BEGIN
-    IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xid IS NOT NULL) THEN
+    IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xids IS NOT NULL) THEN
         v_lost := postpone_lost_jobs();
     END IF;
     -- What is configured, in one statement.
@@ -835,7 +851,7 @@ BEGIN
     -- someone holds locked is left (when the note goes, it is claimable again).
     IF cardinality(v_gone) > 0
        AND EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL) THEN
+                    WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL) THEN
         UPDATE postpone_jobs j
            SET status = 'doing', worker_id = l.worker,
                attempts = least(j.attempts, 2147483646) + 1,
@@ -843,16 +859,16 @@ BEGIN
           FROM (SELECT w.id AS worker, g.id
                   FROM postpone_workers w, unnest(w.claim_jobs) AS r,
                        generate_series(lower(r), upper(r) - 1) AS g(id)
-                 WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL
-                   AND pg_xact_status(w.claim_xid) = 'aborted') l
+                 WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL
+                   AND postpone_note_lost(w.claim_xids)) l
          WHERE j.id = l.id AND j.status = 'todo'
            AND j.id = ANY(ARRAY(
                    SELECT k.id FROM postpone_jobs k
                     WHERE k.id IN (SELECT g.id
                                      FROM postpone_workers w, unnest(w.claim_jobs) AS r,
                                           generate_series(lower(r), upper(r) - 1) AS g(id)
-                                    WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL
-                                      AND pg_xact_status(w.claim_xid) = 'aborted')
+                                    WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL
+                                      AND postpone_note_lost(w.claim_xids))
                       AND k.status = 'todo'
                       FOR UPDATE SKIP LOCKED));
     END IF;

@@ -90,11 +90,15 @@ pub(crate) const LOCKED_SETTLE: &str = "
 SELECT id FROM postpone_settle_locked($1::bigint, $2::text::xid8, $3::bigint[], $4::int[],
                                       $5::text[], $6::jsonb[], $7::bigint[]) AS s(id)";
 
-/// Notes the jobs a lock-only claim's open transaction `$2` locked (`$3` ids) on the worker's
-/// row, committed before any of them starts; with `$2` NULL, clears the note. False: the
-/// worker's row is gone (presumed dead).
+/// Notes the worker's open transactions of lock-only claims (`$2`, their ids as text) and
+/// the jobs they locked (`$3` ids) on its row, in place of its note before; committed before
+/// any of them starts. False: the worker's row is gone (presumed dead).
 pub(crate) const CLAIM_NOTE: &str =
-    "SELECT postpone_note_claim($1::bigint, $2::text::xid8, $3::bigint[])";
+    "SELECT postpone_note_claim($1::bigint, $2::text[]::xid8[], $3::bigint[])";
+
+/// Takes the lost transaction `$2` (its id as text), whose jobs the worker has written, off
+/// the worker `$1`'s note.
+pub(crate) const CLAIM_UNNOTE: &str = "SELECT postpone_unnote_claim($1::bigint, $2::text::xid8)";
 
 /// What became of a transaction (`$1`, a full transaction id as text): `in progress`,
 /// `committed`, `aborted`, or NULL when it is too old to know.

@@ -108,6 +108,7 @@ fn claim_loop(
         if shared.refusals.under_way() && shared.shelf.is_empty() {
             locked.close(link);
             second.close();
+            locked.close_connections();
             if let Some(conn) = link.take_connection() {
                 match shared.shelf.offer(conn) {
                     None => log::debug!(
@@ -291,6 +292,7 @@ fn claim_loop(
                 );
                 link.close();
                 second.close();
+                locked.close_connections();
                 if shared.dormancy.sleep(stop, wake) {
                     return;
                 }

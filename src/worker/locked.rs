@@ -50,7 +50,7 @@ pub(crate) const CYCLE: Duration = Duration::from_millis(5);
 
 /// Most jobs the first claim locks; later claims lock more while the executors end them all
 /// within the transaction's time, fewer when many were still waiting or running.
-const FIRST_CAP: usize = 64;
+const FIRST_CAP: usize = 256;
 
 /// Most jobs a claim ever locks (the adaptive prefetch's own cap).
 const MAX_CAP: usize = super::fetch::MAX_PREFETCH;
@@ -219,11 +219,11 @@ impl Plan {
     }
 }
 
-/// The transaction open on the fetcher's connection.
+/// A transaction open on one of the claiming connections.
 struct Open {
     /// Its id (NULL until it locked a row).
     xid: Option<String>,
-    /// The server process of the fetcher's session.
+    /// The server process of the session.
     pid: Option<i32>,
     keys: Vec<AttemptKey>,
     begun: Instant,
@@ -240,12 +240,148 @@ struct Lost {
     sent: Option<Plan>,
 }
 
+/// What one claiming connection asks for.
+struct Ask<'s> {
+    id: i64,
+    limit: i32,
+    start: i32,
+    bytes: i64,
+    alone: bool,
+    queues: &'s Option<Vec<String>>,
+    task_names: &'s Option<Vec<String>>,
+}
+
+/// One round-trip on one claiming connection: `plan` (of the open transaction `xid`)
+/// written and committed, then, with `ask`, a lock-only claim in a new transaction.
+fn cycle_once(
+    conn: &mut Connection,
+    plan: Option<&Plan>,
+    xid: &String,
+    ask: Option<&Ask<'_>>,
+) -> Result<crate::conn::Cycle> {
+    let lock_only = true;
+    let settle = plan.map(|p| p.params(xid));
+    let claim = ask.map(|a| -> [&(dyn postgres::types::ToSql + Sync); 8] {
+        [
+            &a.id,
+            &a.limit,
+            a.queues,
+            a.task_names,
+            &a.start,
+            &a.bytes,
+            &a.alone,
+            &lock_only,
+        ]
+    });
+    conn.query_cached_cycle(
+        if ask.is_some() {
+            "writing locked jobs and claiming jobs"
+        } else {
+            "writing locked jobs"
+        },
+        settle.as_ref().map(|p| (store::LOCKED_SETTLE, &p[..])),
+        claim.as_ref().map(|p| (store::JOB_CLAIM, &p[..])),
+    )
+}
+
+/// What a claiming connection's round-trip brought, once its old transaction is dealt with.
+struct Got {
+    keyed: Keyed,
+    cut: bool,
+    xid: Option<String>,
+    pid: Option<i32>,
+}
+
+/// What becomes of the jobs a claim brought on `conn`: kept only locked in its open
+/// transaction (`noted`: returned as the connection's open transaction), or written held
+/// and committed now (jobs claimed held beside them, or the note failed), or nothing to
+/// keep (a claim that took nothing leaves its transaction open, holding no lock, until the
+/// next round-trip ends it).
+fn settle_claim(
+    shared: &Shared,
+    conn: &mut Connection,
+    g: Got,
+    noted: bool,
+) -> Result<(Keyed, bool, Option<Open>)> {
+    let locked: Vec<AttemptKey> = g
+        .keyed
+        .iter()
+        .filter(|(_, c)| c.locked)
+        .map(|(_, c)| c.key())
+        .collect();
+    if locked.is_empty() {
+        if g.keyed.is_empty() {
+            let open = Open {
+                xid: None,
+                pid: g.pid,
+                keys: Vec::new(),
+                begun: Instant::now(),
+            };
+            return Ok((g.keyed, g.cut, Some(open)));
+        }
+        conn.commit()?;
+        return Ok((g.keyed, g.cut, None));
+    }
+    let Some(xid) = g.xid else {
+        let _ = conn.rollback();
+        return Err(Error::new(
+            ErrorKind::Other,
+            "claiming jobs: the claim locked jobs but returned no transaction id",
+        ));
+    };
+    if noted {
+        shared.absorb.add(locked.iter().copied());
+        let open = Open {
+            xid: Some(xid),
+            pid: g.pid,
+            keys: locked,
+            begun: Instant::now(),
+        };
+        return Ok((g.keyed, g.cut, Some(open)));
+    }
+    commit_held(conn, &xid, &locked)?;
+    let keyed = g
+        .keyed
+        .into_iter()
+        .map(|(t, mut c)| {
+            c.locked = false;
+            (t, c)
+        })
+        .collect();
+    Ok((keyed, g.cut, None))
+}
+
+/// Writes every locked job of the claim just made held, and commits: they are then claimed
+/// as without this mode. Fails when the write does not commit (the jobs are not handed out:
+/// they go back to the queue with the transaction).
+fn commit_held(conn: &mut Connection, xid: &String, keys: &[AttemptKey]) -> Result<()> {
+    let plan = Plan::all_held(keys);
+    let cycle = cycle_once(conn, Some(&plan), xid, None)?;
+    match cycle.settled {
+        Some(Ok(rows)) if !cycle.commit_failed && rows.len() == keys.len() => Ok(()),
+        Some(Err(e)) => Err(e),
+        _ => Err(Error::new(
+            ErrorKind::Other,
+            "writing claimed jobs held: not every job was written; none is handed out",
+        )),
+    }
+}
+
+
+/// Claims lock at most this many jobs on one connection; larger ones go half on each of
+/// two, so that two server processes write and claim at once.
+const ONE_CONNECTION: usize = 64;
+
 /// The fetcher's side of this mode (see the module's comment).
 pub(crate) struct Locked<'a> {
     shared: &'a Shared,
     notes: Link<'a, ()>,
-    open: Option<Open>,
-    lost: Option<Lost>,
+    /// The second claiming connection (slot 1; slot 0 is the fetcher's own).
+    second: Link<'a, ()>,
+    /// No second connection before this (after a failure, or a refusal).
+    second_not_before: Option<Instant>,
+    open: [Option<Open>; 2],
+    lost: Vec<Lost>,
     /// The note's connection was refused: claims go as usual until then.
     not_before: Option<Instant>,
     out: Sender<Outcome>,
@@ -259,18 +395,20 @@ impl<'a> Locked<'a> {
         Locked {
             shared,
             notes: Link::new(shared, "noting claims"),
-            open: None,
-            lost: None,
+            second: Link::new(shared, "claiming jobs (second connection)"),
+            second_not_before: None,
+            open: [None, None],
+            lost: Vec::new(),
             not_before: None,
             out,
             cap: FIRST_CAP.max(shared.opts.concurrency),
         }
     }
 
-    /// A lost transaction waits to be written: try now (the note's connection keeps its
-    /// own backoff between failures).
+    /// Lost transactions wait to be written: try now (the note's connection keeps its own
+    /// backoff between failures).
     pub(crate) fn tick(&mut self) {
-        if self.lost.is_some() {
+        if !self.lost.is_empty() {
             self.recover();
         }
     }
@@ -285,20 +423,51 @@ impl<'a> Locked<'a> {
     /// transaction pooler, which keeps no session, the caller claims as usual.)
     pub(crate) fn usable(&mut self) -> bool {
         self.shared.opts.locked_claims
-            && self.lost.is_none()
+            && self.lost.is_empty()
             && self.not_before.is_none_or(|t| Instant::now() >= t)
     }
 
-    /// How long the open transaction may stay open yet (`None`: none is open).
+    /// How long the open transactions may stay open yet (`None`: none is open).
     pub(crate) fn time_left(&self) -> Option<Duration> {
         self.open
-            .as_ref()
+            .iter()
+            .flatten()
             .map(|o| CYCLE.saturating_sub(o.begun.elapsed()))
+            .min()
+    }
+
+    /// The second claiming connection, when a claim of `limit` jobs goes in two and it can
+    /// be had now.
+    fn second_connection(&mut self, limit: usize) -> Option<&mut Connection> {
+        if limit < 2 * ONE_CONNECTION
+            || self.second_not_before.is_some_and(|t| Instant::now() < t)
+        {
+            return None;
+        }
+        self.second_not_before = None;
+        match self.second.get().map(|_| ()) {
+            Ok(()) => self
+                .second
+                .get()
+                .ok()
+                .map(|(c, ())| c)
+                .filter(|c| !c.through_transaction_pooler()),
+            Err(wait) => {
+                let wait = if self.second.refused() {
+                    wait.max(REFUSED_PAUSE)
+                } else {
+                    wait
+                };
+                self.second_not_before = Some(Instant::now() + wait);
+                None
+            }
+        }
     }
 
     /// A claim of up to `limit` jobs whose unstarted ones are only locked, in a round-trip
-    /// that first writes and commits the open transaction's jobs. Returns the jobs handed
-    /// out by the caller, and whether the claim left a job for its size.
+    /// that first writes and commits the open transaction's jobs; a large one goes half on
+    /// each claiming connection, at once. Returns the jobs for the caller to hand out, and
+    /// whether the claim left a job for its size.
     pub(crate) fn claim(
         &mut self,
         conn: &mut Connection,
@@ -308,162 +477,213 @@ impl<'a> Locked<'a> {
         task_names: &Option<Vec<String>>,
     ) -> Result<(Keyed, bool)> {
         let shared = self.shared;
-        let id = shared.id();
-        let limit = limit.min(i32::MAX as usize) as i32;
-        let start = start.min(i32::MAX as usize) as i32;
-        let bytes = budget.bytes.min(i64::MAX as usize) as i64;
-        let lock_only = true;
-        let claim_params: [&(dyn postgres::types::ToSql + Sync); 8] = [
-            &id,
-            &limit,
-            &shared.opts.queues,
-            task_names,
-            &start,
-            &bytes,
-            &budget.alone,
-            &lock_only,
-        ];
-        let open = self.open.take();
-        let plan = open
-            .as_ref()
-            .filter(|o| o.xid.is_some())
-            .map(|o| Plan::new(shared, &o.keys));
-        let xid = open
-            .as_ref()
-            .and_then(|o| o.xid.clone())
-            .unwrap_or_default();
-        let settle_params = plan.as_ref().map(|p| p.params(&xid));
         // Outcomes do not ride on these claims: the completer records them at once.
         shared.ride.claiming(false);
+        let two = self.second_connection(limit).is_some();
+        if !two && self.open[1].is_some() {
+            self.close_second();
+        }
+        let half = |n: usize| if two { n / 2 } else { 0 };
+        let ask = |n: usize, s: usize, bytes: usize, alone: bool| Ask {
+            id: shared.id(),
+            limit: n.min(i32::MAX as usize) as i32,
+            start: s.min(i32::MAX as usize) as i32,
+            bytes: bytes.min(i64::MAX as usize) as i64,
+            alone,
+            queues: &shared.opts.queues,
+            task_names,
+        };
+        let asks = [
+            ask(
+                limit - half(limit),
+                start - half(start),
+                budget.bytes - half(budget.bytes),
+                budget.alone,
+            ),
+            ask(half(limit), half(start), half(budget.bytes), false),
+        ];
+        let olds = [self.open[0].take(), self.open[1].take()];
+        let plans: Vec<Option<Plan>> = olds
+            .iter()
+            .map(|o| {
+                o.as_ref()
+                    .filter(|o| o.xid.is_some())
+                    .map(|o| Plan::new(shared, &o.keys))
+            })
+            .collect();
+        let xids: Vec<String> = olds
+            .iter()
+            .map(|o| o.as_ref().and_then(|o| o.xid.clone()).unwrap_or_default())
+            .collect();
         let sent = shared.due.sending();
-        shared.stats.claims.fetch_add(1, Ordering::Relaxed);
-        let res = conn.query_cached_cycle(
-            "writing locked jobs and claiming jobs",
-            settle_params
-                .as_ref()
-                .map(|p| (store::LOCKED_SETTLE, &p[..])),
-            Some((store::JOB_CLAIM, &claim_params)),
-        );
-        let cycle = match res {
-            Ok(c) => c,
-            Err(e) => {
-                // The link failed: the open transaction's fate is unknown, and the new one
-                // (if any) dies with the session, its jobs never handed out.
-                if let Some(o) = open {
-                    self.lose(o, plan);
+        let second = if two { self.second.get().ok() } else { None };
+        shared
+            .stats
+            .claims
+            .fetch_add(1 + u64::from(second.is_some()), Ordering::Relaxed);
+        if second.is_some() {
+            shared.stats.split.fetch_add(1, Ordering::Relaxed);
+        }
+        let (r0, r1) = std::thread::scope(|s| {
+            let h = second.map(|(c2, ())| {
+                let (plan, xid, ask) = (plans[1].as_ref(), &xids[1], &asks[1]);
+                std::thread::Builder::new()
+                    .name("postpone-claim2".into())
+                    .spawn_scoped(s, move || cycle_once(c2, plan, xid, Some(ask)))
+            });
+            let r0 = cycle_once(conn, plans[0].as_ref(), &xids[0], Some(&asks[0]));
+            let r1 = h.map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::new(
+                        ErrorKind::Other,
+                        "claiming jobs (second connection): its thread panicked",
+                    ))
+                }),
+                Err(e) => Err(Error::with_source(
+                    ErrorKind::Other,
+                    "claiming jobs (second connection): spawning its thread",
+                    e,
+                )),
+            });
+            (r0, r1)
+        });
+        let [old0, old1] = olds;
+        let mut plans = plans.into_iter();
+        let (plan0, plan1) = (plans.next().flatten(), plans.next().flatten());
+        // The second connection's part: its jobs are handed out whatever the first's fate.
+        let got1 = match r1 {
+            None => None,
+            Some(Err(e)) => {
+                if let Some(o) = old1 {
+                    self.lose(o, plan1);
                 }
-                return Err(e);
+                let wait = self.second.judge::<()>(Err(e)).err();
+                self.second_not_before = wait.map(|w| Instant::now() + w);
+                None
+            }
+            Some(Ok(cycle)) => {
+                if let Some(o) = old1 {
+                    self.after_commit(o, plan1, cycle.settled, cycle.commit_failed);
+                }
+                match self.got(cycle.claimed, sent) {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        let wait = self.second.judge::<()>(Err(e)).err();
+                        self.second_not_before = wait.map(|w| Instant::now() + w);
+                        None
+                    }
+                }
             }
         };
-        if let Some(o) = open {
-            self.after_commit(o, plan, cycle.settled, cycle.commit_failed);
+        let got0 = match r0 {
+            Ok(cycle) => {
+                if let Some(o) = old0 {
+                    self.after_commit(o, plan0, cycle.settled, cycle.commit_failed);
+                }
+                self.got(cycle.claimed, sent)
+            }
+            Err(e) => {
+                if let Some(o) = old0 {
+                    self.lose(o, plan0);
+                }
+                Err(e)
+            }
+        };
+        // Both connections' transactions noted at once, before any of their jobs starts.
+        let lockable = |g: &Got| {
+            g.xid.is_some() && !g.keyed.is_empty() && g.keyed.iter().all(|(_, c)| c.locked)
+        };
+        let note0 = got0.as_ref().is_ok_and(lockable);
+        let note1 = got1.as_ref().is_some_and(lockable);
+        let noted = (note0 || note1) && {
+            let mut xids = Vec::new();
+            let mut ids = Vec::new();
+            for g in [got0.as_ref().ok().filter(|_| note0), got1.as_ref().filter(|_| note1)]
+                .into_iter()
+                .flatten()
+            {
+                xids.extend(g.xid.clone());
+                ids.extend(g.keyed.iter().map(|(_, c)| c.id.0));
+            }
+            self.note(shared.id(), &xids, &ids)
+        };
+        let mut out: Keyed = Vec::new();
+        let mut cut = false;
+        if let Some(g) = got1 {
+            let res = match self.second.get() {
+                Ok((c2, ())) => settle_claim(shared, c2, g, noted && note1),
+                Err(_) => Err(Error::new(
+                    ErrorKind::Other,
+                    "claiming jobs (second connection): the connection is gone",
+                )),
+            };
+            match res {
+                Ok((keyed, was_cut, open)) => {
+                    out.extend(keyed);
+                    cut |= was_cut;
+                    self.open[1] = open;
+                }
+                Err(e) => {
+                    let wait = self.second.judge::<()>(Err(e)).err();
+                    self.second_not_before = wait.map(|w| Instant::now() + w);
+                }
+            }
         }
-        let mut rows = match cycle.claimed {
+        let first = got0.and_then(|g| settle_claim(shared, conn, g, noted && note0));
+        let res = match first {
+            Ok((keyed, was_cut, open)) => {
+                out.extend(keyed);
+                self.open[0] = open;
+                Ok(was_cut || cut)
+            }
+            Err(e) => Err(e),
+        };
+        out.sort_by(super::claim::claim_order);
+        match res {
+            Ok(cut) => Ok((out, cut)),
+            Err(e) => {
+                // The first connection failed: what the second brought is handed out here,
+                // and the error goes on to the fetcher's link.
+                super::claim::hand_out(shared, super::claim::unkey(out));
+                Err(e)
+            }
+        }
+    }
+
+    /// A reply's jobs parsed, with its transaction's id and session.
+    fn got(
+        &self,
+        claimed: Option<Result<Vec<postgres::Row>>>,
+        sent: Instant,
+    ) -> Result<Got> {
+        let mut rows = match claimed {
             Some(Ok(rows)) => rows,
             Some(Err(e)) => return Err(e),
             None => return Err(Error::new(ErrorKind::Other, "claiming jobs: not sent")),
         };
         let xid = rows.first().and_then(|r| r.get::<_, Option<String>>(17));
         let pid = rows.first().and_then(|r| r.get::<_, Option<i32>>(18));
-        let (claimed, cut) = parse_claim(shared, &mut rows, sent);
-        let locked: Vec<AttemptKey> = claimed
-            .iter()
-            .filter(|(_, c)| c.locked)
-            .map(|(_, c)| c.key())
-            .collect();
-        if locked.is_empty() {
-            // Nothing only locked: the transaction stays open until the next round-trip
-            // ends it (it holds no lock, and the held jobs it claimed are written but not
-            // committed yet: a claim that took some commits now).
-            if claimed.iter().any(|(_, c)| !c.locked) {
-                conn.commit()?;
-            } else {
-                self.open = Some(Open {
-                    xid: None,
-                    pid,
-                    keys: Vec::new(),
-                    begun: Instant::now(),
-                });
-            }
-            return Ok((claimed, cut));
-        }
-        let Some(xid) = xid else {
-            // Rows locked without a transaction id cannot be: treat it as a failure.
-            let _ = conn.rollback();
-            return Err(Error::new(
-                ErrorKind::Other,
-                "claiming jobs: the claim locked jobs but returned no transaction id",
-            ));
-        };
-        // Jobs claimed held beside the locked ones (a `lock`, a deadline): the claim is
-        // committed now, every job written as any claim writes it.
-        let mixed = claimed.iter().any(|(_, c)| !c.locked);
-        if !mixed && self.note(&xid, &locked) {
-            self.shared.absorb.add(locked.iter().copied());
-            self.open = Some(Open {
-                xid: Some(xid),
-                pid,
-                keys: locked,
-                begun: Instant::now(),
-            });
-            return Ok((claimed, cut));
-        }
-        self.commit_held(conn, &xid, &locked)?;
-        Ok((
-            claimed
-                .into_iter()
-                .map(|(t, mut c)| {
-                    c.locked = false;
-                    (t, c)
-                })
-                .collect(),
+        let (keyed, cut) = parse_claim(self.shared, &mut rows, sent);
+        Ok(Got {
+            keyed,
             cut,
-        ))
+            xid,
+            pid,
+        })
     }
 
-    /// Writes every locked job of the claim just made held, and commits: they are then
-    /// claimed as without this mode. Fails when the write does not commit (the jobs are
-    /// not handed out: they go back to the queue with the transaction).
-    fn commit_held(
-        &mut self,
-        conn: &mut Connection,
-        xid: &String,
-        keys: &[AttemptKey],
-    ) -> Result<()> {
-        let plan = Plan::all_held(keys);
-        let params = plan.params(xid);
-        let cycle = conn.query_cached_cycle(
-            "writing claimed jobs held",
-            Some((store::LOCKED_SETTLE, &params[..])),
-            None,
-        )?;
-        match cycle.settled {
-            Some(Ok(rows)) if !cycle.commit_failed && rows.len() == keys.len() => Ok(()),
-            Some(Err(e)) => Err(e),
-            _ => Err(Error::new(
-                ErrorKind::Other,
-                "writing claimed jobs held: not every job was written; none is handed out",
-            )),
-        }
-    }
-
-    /// Notes the claim (committed, on the note's connection) before its jobs start; first
-    /// writes a lost transaction's jobs, which the note would otherwise forget. False: the
-    /// note was not written (the jobs must not start only locked).
-    fn note(&mut self, xid: &String, keys: &[AttemptKey]) -> bool {
-        if self.lost.is_some() && !self.recover() {
+    /// Notes the open transactions `xids` and their jobs `ids` (committed, on the note's
+    /// connection) before the jobs start; first writes lost transactions' jobs, which the
+    /// note would otherwise forget. False: the note was not written (the jobs must not start
+    /// only locked).
+    fn note(&mut self, worker: i64, xids: &[String], ids: &[i64]) -> bool {
+        if !self.lost.is_empty() && !self.recover() {
             return false;
         }
         let shared = self.shared;
-        let ids: Vec<i64> = keys.iter().map(|k| k.id.0).collect();
-        let worker = keys[0].worker;
         let res = match self.notes.get() {
             Ok((c, ())) => c
-                .query_cached(
-                    "noting claims",
-                    store::CLAIM_NOTE,
-                    &[&worker, &Some(xid), &ids],
-                )
+                .query_cached("noting claims", store::CLAIM_NOTE, &[&worker, &xids, &ids])
                 .map(|rows| rows.first().is_some_and(|r| r.get::<_, bool>(0))),
             Err(_) => {
                 if self.notes.refused() {
@@ -485,58 +705,89 @@ impl<'a> Locked<'a> {
         }
     }
 
-    /// Ends the open transaction, writing its jobs (the fetcher waits next). A failure is
-    /// logged and left to [`recover`](Self::recover).
+    /// Ends the open transactions, writing their jobs (the fetcher waits next). A failure
+    /// is logged and left to [`recover`](Self::recover).
     pub(crate) fn close(&mut self, link: &mut Link<'_, ()>) {
-        let Some(open) = self.open.take() else {
-            return;
-        };
-        let plan = open
-            .xid
-            .is_some()
-            .then(|| Plan::new(self.shared, &open.keys));
-        let xid = open.xid.clone().unwrap_or_default();
-        let res = match link.connection() {
-            Ok(conn) if conn.in_transaction() => {
-                let params = plan.as_ref().map(|p| p.params(&xid));
-                conn.query_cached_cycle(
-                    "writing locked jobs",
-                    params.as_ref().map(|p| (store::LOCKED_SETTLE, &p[..])),
-                    None,
-                )
-            }
-            Ok(_) | Err(_) => Err(Error::new(
-                ErrorKind::Other,
-                "writing locked jobs: the claim's connection is gone",
-            )),
-        };
-        match res {
-            Ok(cycle) => self.after_commit(open, plan, cycle.settled, cycle.commit_failed),
-            Err(e) => {
+        if let Some(open) = self.open[0].take() {
+            let res = match link.connection() {
+                Ok(conn) if conn.in_transaction() => Ok(conn),
+                _ => Err(Error::new(
+                    ErrorKind::Other,
+                    "writing locked jobs: the claim's connection is gone",
+                )),
+            };
+            let res = res.and_then(|conn| self.close_on(conn, open));
+            if let Err(e) = res {
                 let _ = link.judge::<()>(Err(e));
                 link.drop_connection();
+            }
+        }
+        self.close_second();
+        if !self.lost.is_empty() {
+            self.recover();
+        }
+    }
+
+    /// Ends the second connection's open transaction.
+    fn close_second(&mut self) {
+        let Some(open) = self.open[1].take() else {
+            return;
+        };
+        let mut second = std::mem::replace(&mut self.second, Link::new(self.shared, "claiming jobs (second connection)"));
+        let res = match second.connection() {
+            Ok(conn) if conn.in_transaction() => self.close_on(conn, open),
+            _ => {
+                self.lose(open, None);
+                Err(Error::new(
+                    ErrorKind::Other,
+                    "writing locked jobs: the second claiming connection is gone",
+                ))
+            }
+        };
+        if let Err(e) = res {
+            let _ = second.judge::<()>(Err(e));
+            second.drop_connection();
+        }
+        self.second = second;
+    }
+
+    /// Writes and commits `open` on `conn`; a link failure leaves it lost.
+    fn close_on(&mut self, conn: &mut Connection, open: Open) -> Result<()> {
+        let plan = open.xid.is_some().then(|| Plan::new(self.shared, &open.keys));
+        let xid = open.xid.clone().unwrap_or_default();
+        match cycle_once(conn, plan.as_ref(), &xid, None) {
+            Ok(cycle) => {
+                self.after_commit(open, plan, cycle.settled, cycle.commit_failed);
+                Ok(())
+            }
+            Err(e) => {
                 self.lose(open, plan);
-                self.recover();
+                Err(e)
             }
         }
     }
 
-    /// Like [`close`](Self::close), once every job of the open transaction has ended, or
-    /// its time is up, or news came on `wake` (a claim then writes them sooner).
+    /// Like [`close`](Self::close), once every job of the open transactions has ended, or
+    /// their time is up, or news came on `wake` (a claim then writes them sooner).
     pub(crate) fn close_when_done(
         &mut self,
         link: &mut Link<'_, ()>,
         wake: &crossbeam_channel::Receiver<()>,
     ) {
-        let Some(open) = &self.open else {
-            return;
-        };
+        let keys: Vec<AttemptKey> = self
+            .open
+            .iter()
+            .flatten()
+            .flat_map(|o| o.keys.iter().copied())
+            .collect();
         loop {
-            let left = CYCLE.saturating_sub(open.begun.elapsed());
+            let Some(left) = self.time_left() else {
+                return;
+            };
             let done = self
                 .shared
                 .ledger
-                .locked_phases(&open.keys)
+                .locked_phases(&keys)
                 .iter()
                 .all(|p| matches!(p, LockedPhase::Done | LockedPhase::Gone));
             if done || left.is_zero() || !wake.is_empty() || self.shared.stopping() {
@@ -562,7 +813,8 @@ impl<'a> Locked<'a> {
         };
         match settled {
             Some(Ok(rows)) if !commit_failed => {
-                let done: IdMap<i64, ()> = rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect();
+                let done: IdMap<i64, ()> =
+                    rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect();
                 self.finish(&plan, &done);
             }
             other => {
@@ -573,13 +825,12 @@ impl<'a> Locked<'a> {
                     );
                 }
                 // Surely not committed.
-                self.lost = Some(Lost {
+                self.lost.push(Lost {
                     xid: open.xid.unwrap_or_default(),
                     pid: open.pid,
                     keys: open.keys,
                     sent: None,
                 });
-                self.recover();
             }
         }
     }
@@ -589,7 +840,7 @@ impl<'a> Locked<'a> {
         let Some(xid) = open.xid else {
             return;
         };
-        self.lost = Some(Lost {
+        self.lost.push(Lost {
             xid,
             pid: open.pid,
             keys: open.keys,
@@ -638,7 +889,8 @@ impl<'a> Locked<'a> {
         shared.stats.recorded.fetch_add(recorded, Ordering::Relaxed);
         shared.stats.once.fetch_add(recorded, Ordering::Relaxed);
         // The next claims' size: the jobs written twice are those still running or waiting
-        // at the commit. A few running ones (one per thread) are the cost of any claim.
+        // at the commit. A few running ones (one per thread) are the cost of any claim. A
+        // claim of two connections writes half its jobs on each.
         let twice = plan
             .writes
             .iter()
@@ -647,30 +899,31 @@ impl<'a> Locked<'a> {
         let c = shared.opts.concurrency;
         if twice * 4 > plan.writes.len() {
             self.cap = (self.cap / 2).max(c);
-        } else if twice <= c && plan.writes.len() >= self.cap {
-            self.cap = (self.cap + self.cap / 2).min(MAX_CAP).max(c);
+        } else if twice <= c && plan.writes.len() * 2 >= self.cap {
+            self.cap = (self.cap * 2).min(MAX_CAP).max(c);
         }
         shared.ledger.settle(settled);
     }
 
-    /// Writes the jobs of a lost transaction (see the module's comment), on the note's
+    /// Writes the jobs of lost transactions (see the module's comment), on the note's
     /// connection. Returns whether nothing is left to write.
     pub(crate) fn recover(&mut self) -> bool {
-        let Some(lost) = self.lost.take() else {
-            return true;
-        };
-        match self.try_recover(&lost) {
-            Ok(true) => true,
-            Ok(false) => {
-                self.lost = Some(lost);
-                false
+        let lost = std::mem::take(&mut self.lost);
+        for l in lost {
+            if !self.lost.is_empty() {
+                self.lost.push(l);
+                continue;
             }
-            Err(e) => {
-                let _ = self.notes.judge::<()>(Err(e));
-                self.lost = Some(lost);
-                false
+            match self.try_recover(&l) {
+                Ok(true) => {}
+                Ok(false) => self.lost.push(l),
+                Err(e) => {
+                    let _ = self.notes.judge::<()>(Err(e));
+                    self.lost.push(l);
+                }
             }
         }
+        self.lost.is_empty()
     }
 
     fn try_recover(&mut self, lost: &Lost) -> Result<bool> {
@@ -721,13 +974,11 @@ impl<'a> Locked<'a> {
         let plan = Plan::new(shared, &lost.keys);
         let params = plan.params(&lost.xid);
         let worker = plan.worker;
-        let none: Option<&String> = None;
-        let empty: Vec<i64> = Vec::new();
         let pair = conn.query_cached_pair_in_transaction(
             "writing lost jobs",
             "BEGIN",
             (store::LOCKED_SETTLE, &params),
-            (store::CLAIM_NOTE, &[&worker, &none, &empty]),
+            (store::CLAIM_UNNOTE, &[&worker, &lost.xid]),
         )?;
         match (pair.first, pair.second) {
             (Ok(rows), Ok(_)) => {
@@ -753,7 +1004,7 @@ impl<'a> Locked<'a> {
     pub(crate) fn end(&mut self, link: &mut Link<'_, ()>) {
         self.close(link);
         self.recover();
-        if let Some(lost) = self.lost.take() {
+        for lost in std::mem::take(&mut self.lost) {
             log::warn!(
                 "worker {}: the claim's transaction {} could not be written before the worker stopped; its {} jobs go back to the queue when the worker's row goes",
                 self.shared.name,
@@ -768,6 +1019,17 @@ impl<'a> Locked<'a> {
             }
         }
         self.notes.close();
+        self.second.close();
+    }
+
+    /// The fetcher sleeps (nothing to claim for long): the extra connections close.
+    pub(crate) fn close_connections(&mut self) {
+        if self.open[1].is_none() {
+            self.second.close();
+        }
+        if self.lost.is_empty() {
+            self.notes.close();
+        }
     }
 }
 

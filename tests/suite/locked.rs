@@ -179,7 +179,7 @@ fn resets_while_jobs_are_only_locked_lose_none_and_run_none_twice() {
     // Nothing is left noted.
     let noted = count(
         &db,
-        "SELECT count(*) FROM postpone_workers WHERE pg_xact_status(claim_xid) = 'aborted'",
+        "SELECT count(*) FROM postpone_workers WHERE postpone_note_lost(claim_xids)",
     );
     assert_eq!(noted, 0);
 }
@@ -335,7 +335,7 @@ fn a_lost_claim_keeps_its_jobs_from_others_until_written_or_rescued() {
     let lost: Vec<i64> = locked.iter().map(|(id, _, _)| *id).collect();
     let noted: bool = admin
         .query_one(
-            "SELECT postpone_note_claim($1, $2::text::xid8, $3)",
+            "SELECT postpone_note_claim($1, ARRAY[$2::text::xid8], $3)",
             &[&w1, &xid, &lost],
         )
         .unwrap()

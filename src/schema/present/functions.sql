@@ -200,7 +200,7 @@ DECLARE
     -- rounds only locked. NULL: none.
     v_lost int8multirange;
 BEGIN
-    IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xid IS NOT NULL) THEN
+    IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xids IS NOT NULL) THEN
         v_lost := postpone_lost_jobs();
     END IF;
     -- What is configured, in one statement.
@@ -1817,7 +1817,7 @@ CREATE OR REPLACE FUNCTION public.postpone_lost_jobs()
 AS $function$
     SELECT range_agg(r)
       FROM postpone_workers w, unnest(w.claim_jobs) AS r
-     WHERE w.claim_xid IS NOT NULL AND pg_xact_status(w.claim_xid) = 'aborted'
+     WHERE w.claim_xids IS NOT NULL AND postpone_note_lost(w.claim_xids)
 $function$;
 
 CREATE OR REPLACE FUNCTION public.postpone_next_due(p_queues text[])
@@ -1956,25 +1956,25 @@ AS $function$
     SELECT now() + least(greatest(p_delay_us, 0), 3155760000000000) * interval '1 microsecond'
 $function$;
 
-CREATE OR REPLACE FUNCTION public.postpone_note_claim(p_worker bigint, p_xid xid8, p_ids bigint[])
+CREATE OR REPLACE FUNCTION public.postpone_note_claim(p_worker bigint, p_xids xid8[], p_ids bigint[])
  RETURNS boolean
  LANGUAGE sql
 AS $function$
     WITH n AS (
         UPDATE postpone_workers w
-           SET claim_xid = p_xid,
-               claim_jobs = CASE
-                   WHEN p_xid IS NULL THEN NULL
-                   WHEN w.claim_xid IS NOT DISTINCT FROM p_xid
-                       THEN coalesce(w.claim_jobs, '{}'::int8multirange)
-                            + coalesce((SELECT range_agg(int8range(i, i, '[]'))
-                                          FROM unnest(p_ids) AS i), '{}'::int8multirange)
-                   ELSE (SELECT range_agg(int8range(i, i, '[]')) FROM unnest(p_ids) AS i)
-               END
+           SET claim_xids = p_xids,
+               claim_jobs = (SELECT range_agg(int8range(i, i, '[]')) FROM unnest(p_ids) AS i)
          WHERE w.id = p_worker
         RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM n)
+$function$;
+
+CREATE OR REPLACE FUNCTION public.postpone_note_lost(p_xids xid8[])
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$
+    SELECT EXISTS (SELECT 1 FROM unnest(p_xids) AS x WHERE pg_xact_status(x) = 'aborted')
 $function$;
 
 CREATE OR REPLACE FUNCTION public.postpone_notify_done()
@@ -2377,7 +2377,7 @@ BEGIN
     -- someone holds locked is left (when the note goes, it is claimable again).
     IF cardinality(v_gone) > 0
        AND EXISTS (SELECT 1 FROM postpone_workers w
-                    WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL) THEN
+                    WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL) THEN
         UPDATE postpone_jobs j
            SET status = 'doing', worker_id = l.worker,
                attempts = least(j.attempts, 2147483646) + 1,
@@ -2385,16 +2385,16 @@ BEGIN
           FROM (SELECT w.id AS worker, g.id
                   FROM postpone_workers w, unnest(w.claim_jobs) AS r,
                        generate_series(lower(r), upper(r) - 1) AS g(id)
-                 WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL
-                   AND pg_xact_status(w.claim_xid) = 'aborted') l
+                 WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL
+                   AND postpone_note_lost(w.claim_xids)) l
          WHERE j.id = l.id AND j.status = 'todo'
            AND j.id = ANY(ARRAY(
                    SELECT k.id FROM postpone_jobs k
                     WHERE k.id IN (SELECT g.id
                                      FROM postpone_workers w, unnest(w.claim_jobs) AS r,
                                           generate_series(lower(r), upper(r) - 1) AS g(id)
-                                    WHERE w.id = ANY(v_gone) AND w.claim_xid IS NOT NULL
-                                      AND pg_xact_status(w.claim_xid) = 'aborted')
+                                    WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL
+                                      AND postpone_note_lost(w.claim_xids))
                       AND k.status = 'todo'
                       FOR UPDATE SKIP LOCKED));
     END IF;
@@ -2493,7 +2493,7 @@ BEGIN
     IF NOT v_mine THEN
         SELECT w.claim_jobs INTO v_lost
           FROM postpone_workers w
-         WHERE w.id = p_worker AND w.claim_xid = p_xid
+         WHERE w.id = p_worker AND w.claim_xids @> ARRAY[p_xid]
            AND pg_xact_status(p_xid) = 'aborted';
         IF v_lost IS NULL THEN
             RETURN;
@@ -2858,6 +2858,15 @@ AS $function$
                 p_period_us::text || '@'
                 || floor(extract(epoch FROM p_at) * 1000000 / p_period_us)::text END))
     END
+$function$;
+
+CREATE OR REPLACE FUNCTION public.postpone_unnote_claim(p_worker bigint, p_xid xid8)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+    UPDATE postpone_workers w
+       SET claim_xids = nullif(array_remove(w.claim_xids, p_xid), '{}')
+     WHERE w.id = p_worker AND w.claim_xids @> ARRAY[p_xid]
 $function$;
 
 CREATE OR REPLACE FUNCTION public.postpone_wake(q text)

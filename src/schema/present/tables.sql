@@ -246,7 +246,7 @@ CREATE TABLE postpone_workers (
     heartbeat_interval_ms bigint,
     stalled_after_ms bigint,
     tasks text[],
-    claim_xid xid8,
+    claim_xids xid8[],
     claim_jobs int8multirange,
     CONSTRAINT postpone_workers_pkey PRIMARY KEY (id)
 );
