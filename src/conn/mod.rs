@@ -13,6 +13,6 @@ pub(crate) mod tls;
 pub(crate) mod transaction;
 pub(crate) mod watchdog;
 
-pub use client::{Connection, Notification};
 pub(crate) use client::Cycle;
+pub use client::{Connection, Notification};
 pub use transaction::Transaction;

@@ -3,10 +3,22 @@
 
 /// Held jobs (claimed, not started) of queue `$1` (NULL: of every queue): what a pause waits
 /// for.
+///
+/// Jobs only locked by a worker's open claim transaction (schema version 48,
+/// `claim_in_outcome_transaction`) count too while it is open: they are `todo` to others,
+/// and those not started when it commits become held jobs, counted then.
 pub(crate) const QUEUE_HELD: &str = "
-SELECT count(*) FROM postpone_jobs
- WHERE status = 'doing' AND started_at IS NULL
-   AND ($1::text IS NULL OR queue = $1::text)";
+SELECT (SELECT count(*) FROM postpone_jobs
+         WHERE status = 'doing' AND started_at IS NULL
+           AND ($1::text IS NULL OR queue = $1::text))
+     + (SELECT count(*)
+          FROM postpone_workers w, unnest(w.claim_jobs) AS r,
+               generate_series(lower(r), upper(r) - 1) AS g(id), postpone_jobs j
+         WHERE w.claim_xids IS NOT NULL
+           AND EXISTS (SELECT 1 FROM unnest(w.claim_xids) x
+                        WHERE pg_xact_status(x) = 'in progress')
+           AND j.id = g.id AND j.status = 'todo'
+           AND ($1::text IS NULL OR j.queue = $1::text))";
 
 /// Pauses queue `$1` (NULL: every queue) through `postpone_pause`. Returns the pause time, or no
 /// row when it was already paused (the first pause keeps its time).

@@ -367,7 +367,6 @@ fn commit_held(conn: &mut Connection, xid: &String, keys: &[AttemptKey]) -> Resu
     }
 }
 
-
 /// Claims lock at most this many jobs on one connection; larger ones go half on each of
 /// two, so that two server processes write and claim at once.
 const ONE_CONNECTION: usize = 64;
@@ -439,8 +438,7 @@ impl<'a> Locked<'a> {
     /// The second claiming connection, when a claim of `limit` jobs goes in two and it can
     /// be had now.
     fn second_connection(&mut self, limit: usize) -> Option<&mut Connection> {
-        if limit < 2 * ONE_CONNECTION
-            || self.second_not_before.is_some_and(|t| Instant::now() < t)
+        if limit < 2 * ONE_CONNECTION || self.second_not_before.is_some_and(|t| Instant::now() < t)
         {
             return None;
         }
@@ -598,9 +596,12 @@ impl<'a> Locked<'a> {
         let noted = (note0 || note1) && {
             let mut xids = Vec::new();
             let mut ids = Vec::new();
-            for g in [got0.as_ref().ok().filter(|_| note0), got1.as_ref().filter(|_| note1)]
-                .into_iter()
-                .flatten()
+            for g in [
+                got0.as_ref().ok().filter(|_| note0),
+                got1.as_ref().filter(|_| note1),
+            ]
+            .into_iter()
+            .flatten()
             {
                 xids.extend(g.xid.clone());
                 ids.extend(g.keyed.iter().map(|(_, c)| c.id.0));
@@ -651,11 +652,7 @@ impl<'a> Locked<'a> {
     }
 
     /// A reply's jobs parsed, with its transaction's id and session.
-    fn got(
-        &self,
-        claimed: Option<Result<Vec<postgres::Row>>>,
-        sent: Instant,
-    ) -> Result<Got> {
+    fn got(&self, claimed: Option<Result<Vec<postgres::Row>>>, sent: Instant) -> Result<Got> {
         let mut rows = match claimed {
             Some(Ok(rows)) => rows,
             Some(Err(e)) => return Err(e),
@@ -733,7 +730,10 @@ impl<'a> Locked<'a> {
         let Some(open) = self.open[1].take() else {
             return;
         };
-        let mut second = std::mem::replace(&mut self.second, Link::new(self.shared, "claiming jobs (second connection)"));
+        let mut second = std::mem::replace(
+            &mut self.second,
+            Link::new(self.shared, "claiming jobs (second connection)"),
+        );
         let res = match second.connection() {
             Ok(conn) if conn.in_transaction() => self.close_on(conn, open),
             _ => {
@@ -753,7 +753,10 @@ impl<'a> Locked<'a> {
 
     /// Writes and commits `open` on `conn`; a link failure leaves it lost.
     fn close_on(&mut self, conn: &mut Connection, open: Open) -> Result<()> {
-        let plan = open.xid.is_some().then(|| Plan::new(self.shared, &open.keys));
+        let plan = open
+            .xid
+            .is_some()
+            .then(|| Plan::new(self.shared, &open.keys));
         let xid = open.xid.clone().unwrap_or_default();
         match cycle_once(conn, plan.as_ref(), &xid, None) {
             Ok(cycle) => {
@@ -813,8 +816,7 @@ impl<'a> Locked<'a> {
         };
         match settled {
             Some(Ok(rows)) if !commit_failed => {
-                let done: IdMap<i64, ()> =
-                    rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect();
+                let done: IdMap<i64, ()> = rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect();
                 self.finish(&plan, &done);
             }
             other => {
@@ -937,7 +939,7 @@ impl<'a> Locked<'a> {
         for round in 0..20 {
             let rows = conn.query_cached("writing lost jobs", store::XACT_STATUS, &[&lost.xid])?;
             status = rows.first().and_then(|r| r.get(0));
-            if status.as_deref() != Some("in progress") {
+            if status.as_deref() != Some("in progress") || shared.stopping() {
                 break;
             }
             if round == 0 {

@@ -426,3 +426,118 @@ fn a_lost_claim_keeps_its_jobs_from_others_until_written_or_rescued() {
         .collect();
     assert_eq!(back.len(), 3, "{back:?}");
 }
+
+/// A pause waits for the jobs a worker holds only locked too: none of the paused queue's
+/// jobs starts after `pause` returns.
+#[test]
+fn no_job_starts_after_a_pause_returns() {
+    let (_db, app) = setup();
+    let mut tasks = postpone::Tasks::new();
+    let starts = std::sync::Arc::new(Mutex::new(Vec::<std::time::Instant>::new()));
+    let s = starts.clone();
+    tasks.register("short", move |_job: &postpone::Job| {
+        s.lock().unwrap().push(std::time::Instant::now());
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(())
+    });
+    let jobs: Vec<NewJob> = (0..5000)
+        .map(|_| NewJob::new("short", &()).unwrap())
+        .collect();
+    for c in jobs.chunks(1000) {
+        app.defer_batch(c).unwrap();
+    }
+    let w = fast_worker(&app, tasks)
+        .concurrency(2)
+        .claim_in_outcome_transaction(true)
+        .spawn()
+        .unwrap();
+    assert!(support::wait_until(Duration::from_secs(20), || w
+        .stats()
+        .written_once
+        >= 200));
+    app.admin().pause("default").unwrap();
+    let paused = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let late = starts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|t| **t > paused)
+        .count();
+    let ran = starts.lock().unwrap().len();
+    w.shutdown(Duration::from_secs(5));
+    assert_eq!(late, 0, "jobs started after pause() returned ({ran} ran)");
+    assert!(
+        ran < 5000,
+        "the queue drained before the pause: the test proves nothing"
+    );
+}
+
+/// An operator's cancel and abort of jobs a worker holds only locked wait for its
+/// transaction (at most a few milliseconds), then apply to what the job became: none fails.
+#[test]
+fn cancels_and_aborts_of_locked_jobs_wait_then_apply() {
+    let (db, app) = setup();
+    let n = 4000;
+    let ids = defer_n(&app, n);
+    let (tasks, runs) = slow_counting_tasks(Duration::from_millis(1));
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .claim_in_outcome_transaction(true)
+        .spawn()
+        .unwrap();
+    assert!(support::wait_until(Duration::from_secs(20), || w
+        .stats()
+        .written_once
+        >= 100));
+    // Jobs near the head of the queue: some are locked by the worker's claim now.
+    let head: Vec<JobId> = ids
+        .iter()
+        .skip(w.stats().claimed as usize)
+        .take(300)
+        .copied()
+        .collect();
+    for (i, id) in head.iter().enumerate() {
+        // A job that ran meanwhile cannot be cancelled, one that ended cannot be aborted:
+        // said as for any job (InvalidState); anything else is a failure.
+        let res = if i % 2 == 0 {
+            app.admin().cancel(*id)
+        } else {
+            app.admin().abort(*id).map(|_| ())
+        };
+        let res = match res {
+            Err(e) if e.kind() == postpone::ErrorKind::InvalidState => Ok(()),
+            other => other,
+        };
+        let what = if i % 2 == 0 { "cancel" } else { "abort" };
+        res.unwrap_or_else(|e| panic!("{what} of job {id}: {e}"));
+    }
+    w.shutdown(Duration::from_secs(5));
+    // Each job ran at most once, and one cancelled or aborted either did not run or ran
+    // before the request reached it (it then ends as it ran, or aborted).
+    let runs = runs.lock().unwrap();
+    assert!(runs.values().all(|&k| k == 1), "a job ran twice");
+    let mut c = db.client();
+    for id in &head {
+        let (status, attempts): (String, i32) = {
+            let r = c
+                .query_one(
+                    "SELECT status, attempts FROM postpone_jobs WHERE id = $1",
+                    &[&id.0],
+                )
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        let ran = runs.contains_key(&id.0);
+        match status.as_str() {
+            "cancelled" => assert!(!ran && attempts == 0, "job {id} cancelled after it ran"),
+            "succeeded" => assert!(ran, "job {id} succeeded without running"),
+            // Aborted while it ran, or before it started (no attempt used then).
+            "aborted" => assert!(
+                ran || attempts == 0,
+                "job {id}: aborted, {attempts} attempts"
+            ),
+            other => panic!("job {id} ends {other}"),
+        }
+    }
+}
