@@ -1054,14 +1054,16 @@ impl super::WorkerBuilder {
     ///
     /// ```no_run
     /// # fn main() -> postpone::Result<()> {
+    /// # use std::time::Duration;
     /// let app = postpone::App::connect("postgres://postgres@127.0.0.1/postgres")?;
-    /// let handle = app
-    ///     .worker()
+    /// let mut tasks = postpone::Tasks::new();
+    /// tasks.register("noop", |_job: &postpone::Job| Ok(()));
+    /// let handle = postpone::Worker::builder(&app, tasks)
     ///     .concurrency(4)
     ///     .claim_in_outcome_transaction(true)
-    ///     .task("noop", |_job: &postpone::Job| Ok(()))
     ///     .spawn()?;
-    /// # handle.shutdown(std::time::Duration::from_secs(5));
+    /// // ...
+    /// handle.shutdown(Duration::from_secs(10));
     /// # Ok(())
     /// # }
     /// ```
