@@ -10,7 +10,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -175,7 +175,33 @@ pub const MAX_PROGRESS_BYTES: usize = 64 * 1024;
 pub(crate) struct JobExtras {
     output: Mutex<Option<RawJson>>,
     instant: OnceLock<Option<SystemTime>>,
+    /// For a job only locked by its worker's claim (`claim_in_outcome_transaction`): waits,
+    /// at most the given time, until its row shows it running; true once it does.
+    pub(crate) written: Option<WaitWritten>,
 }
+
+impl JobExtras {
+    /// Extras of a job whose row its task may have to wait for (see `written`).
+    pub(crate) fn waiting_for(written: Option<WaitWritten>) -> JobExtras {
+        JobExtras {
+            written,
+            ..Default::default()
+        }
+    }
+}
+
+/// See [`JobExtras::written`].
+#[derive(Clone)]
+pub(crate) struct WaitWritten(pub(crate) Arc<dyn Fn(Duration) -> bool + Send + Sync>);
+
+impl fmt::Debug for WaitWritten {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WaitWritten")
+    }
+}
+
+/// Longest `set_progress` waits for a job only locked by its worker's claim to show running.
+const PROGRESS_WAIT: Duration = Duration::from_secs(2);
 
 /// Serializes `value` as a job's `what`, refusing more than `max` bytes of JSON.
 fn bounded_json<T: Serialize + ?Sized>(what: &str, value: &T, max: usize) -> Result<RawJson> {
@@ -340,11 +366,26 @@ impl Job {
     pub fn set_progress<T: Serialize + ?Sized>(&self, progress: &T) -> Result<()> {
         let json = bounded_json("job progress", progress, MAX_PROGRESS_BYTES)?;
         let mut conn = self.app.connection()?;
-        let n = conn.execute_cached(
+        let mut n = conn.execute_cached(
             "recording a job's progress",
             store::JOB_PROGRESS_SET,
             &[&self.id.0, &json, &self.attempts],
         )?;
+        // A job its worker's claim only locked shows running within a few milliseconds
+        // (`claim_in_outcome_transaction`): then its progress is written.
+        if n == 0
+            && self
+                .extras
+                .written
+                .as_ref()
+                .is_some_and(|w| (w.0)(PROGRESS_WAIT))
+        {
+            n = conn.execute_cached(
+                "recording a job's progress",
+                store::JOB_PROGRESS_SET,
+                &[&self.id.0, &json, &self.attempts],
+            )?;
+        }
         if n == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidState,

@@ -224,7 +224,10 @@ fn run_one(
         lock: claimed.lock,
         abort: abort.clone(),
         app: shared.app.clone(),
-        extras: Default::default(),
+        extras: crate::job::JobExtras::waiting_for(claimed.locked.then(|| {
+            let absorb = shared.absorb.clone();
+            crate::job::WaitWritten(Arc::new(move |t| absorb.wait_written(&key, t)))
+        })),
     };
     match verdict {
         Begin::Start => {}

@@ -2,7 +2,8 @@
 //!
 //! A claim usually writes each job's row (`doing`), and its outcome writes it again. Here
 //! the claim only locks the jobs that need no row of their own while they run (no `lock`,
-//! no deadline, no abort request, no limited queue), in a transaction the fetcher keeps
+//! queueing lock or unique key, no deadline, no abort request, no limited queue), in a
+//! transaction the fetcher keeps
 //! open on its connection while the executors run them; the next claim's round-trip first
 //! writes each of them once (`postpone_settle_locked`) and commits: `succeeded` for those
 //! that ended so, `doing` for those still running (or ended otherwise: their outcome is
@@ -29,7 +30,7 @@
 //! claim's: the worker goes on as without this mode.
 
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -63,6 +64,8 @@ const REFUSED_PAUSE: Duration = Duration::from_secs(60);
 #[derive(Default)]
 pub(crate) struct Absorb {
     keys: Mutex<IdMap<AttemptKey, Option<Outcome>>>,
+    /// Signalled when a job's row has been written (its key removed).
+    written: Condvar,
 }
 
 impl Absorb {
@@ -101,7 +104,29 @@ impl Absorb {
 
     /// Forgets `key`, returning its outcome if one came.
     fn remove(&self, key: &AttemptKey) -> Option<Outcome> {
-        self.lock().remove(key).flatten()
+        let o = self.lock().remove(key).flatten();
+        self.written.notify_all();
+        o
+    }
+
+    /// Waits until the row of `key` is written as any claim leaves it (`doing`, or its
+    /// outcome), at most `timeout`: a task that writes to its own row (its progress) needs
+    /// it so. True when it is (or never was only locked).
+    pub(crate) fn wait_written(&self, key: &AttemptKey, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        let mut m = self.lock();
+        while m.contains_key(key) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            m = self
+                .written
+                .wait_timeout(m, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
     }
 }
 
@@ -134,6 +159,8 @@ struct Plan {
     worker: i64,
     keys: Vec<AttemptKey>,
     writes: Vec<Write>,
+    /// How long each job of `keys` had run.
+    ran: Vec<Option<Duration>>,
     ids: Vec<i64>,
     attempts: Vec<i32>,
     words: Vec<&'static str>,
@@ -149,6 +176,7 @@ impl Plan {
             worker: keys.first().map_or(0, |k| k.worker),
             keys: Vec::with_capacity(keys.len()),
             writes: Vec::with_capacity(keys.len()),
+            ran: Vec::with_capacity(keys.len()),
             ids: Vec::with_capacity(keys.len()),
             attempts: Vec::with_capacity(keys.len()),
             words: Vec::with_capacity(keys.len()),
@@ -180,6 +208,7 @@ impl Plan {
             worker: keys.first().map_or(0, |k| k.worker),
             keys: Vec::new(),
             writes: Vec::new(),
+            ran: Vec::new(),
             ids: Vec::new(),
             attempts: Vec::new(),
             words: Vec::new(),
@@ -192,9 +221,28 @@ impl Plan {
         plan
     }
 
+    /// The same jobs with each write changed by `f`, or only the `only`-th job.
+    fn rebuilt(&self, f: impl Fn(Write) -> Write, only: Option<usize>) -> Plan {
+        let mut plan = Plan::all_held(&[]);
+        plan.worker = self.worker;
+        for (i, ((k, w), ran)) in self
+            .keys
+            .iter()
+            .zip(&self.writes)
+            .zip(&self.ran)
+            .enumerate()
+        {
+            if only.is_none_or(|o| o == i) {
+                plan.push(*k, f(*w), *ran);
+            }
+        }
+        plan
+    }
+
     fn push(&mut self, k: AttemptKey, write: Write, ran: Option<Duration>) {
         self.keys.push(k);
         self.writes.push(write);
+        self.ran.push(ran);
         if write == Write::Release {
             return;
         }
@@ -364,6 +412,24 @@ fn commit_held(conn: &mut Connection, xid: &String, keys: &[AttemptKey]) -> Resu
             ErrorKind::Other,
             "writing claimed jobs held: not every job was written; none is handed out",
         )),
+    }
+}
+
+/// Writes `plan` for the lost transaction `xid` and takes it off the worker's note, in one
+/// transaction. `Ok(Err(_))`: the database refused it (nothing written); `Err`: the link.
+fn write_lost(conn: &mut Connection, plan: &Plan, xid: &String) -> Result<Result<IdMap<i64, ()>>> {
+    let params = plan.params(xid);
+    let worker = plan.worker;
+    let pair = conn.query_cached_pair_in_transaction(
+        "writing lost jobs",
+        "BEGIN",
+        (store::LOCKED_SETTLE, &params),
+        (store::CLAIM_UNNOTE, &[&worker, xid]),
+    )?;
+    match (pair.first, pair.second) {
+        (Ok(rows), Ok(_)) => Ok(Ok(rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect())),
+        (Err(e), _) | (_, Err(e)) if e.sqlstate().is_some() && !conn.is_broken() => Ok(Err(e)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
     }
 }
 
@@ -974,30 +1040,76 @@ impl<'a> Locked<'a> {
         // Rolled back: the jobs are `todo`, and the note keeps them from other claims. Each
         // is written as it stands now, and the note cleared, in one transaction.
         let plan = Plan::new(shared, &lost.keys);
-        let params = plan.params(&lost.xid);
-        let worker = plan.worker;
-        let pair = conn.query_cached_pair_in_transaction(
-            "writing lost jobs",
-            "BEGIN",
-            (store::LOCKED_SETTLE, &params),
-            (store::CLAIM_UNNOTE, &[&worker, &lost.xid]),
-        )?;
-        match (pair.first, pair.second) {
-            (Ok(rows), Ok(_)) => {
-                shared.stats.lost.fetch_add(1, Ordering::Relaxed);
-                let done: IdMap<i64, ()> = rows.iter().map(|r| (r.get::<_, i64>(0), ())).collect();
-                log::info!(
-                    "worker {}: the claim's transaction {} was lost; {} of its {} jobs written again",
-                    shared.name,
-                    lost.xid,
-                    done.len(),
-                    plan.ids.len()
-                );
-                self.finish(&plan, &done);
-                Ok(true)
+        let refused = match write_lost(conn, &plan, &lost.xid)? {
+            Ok(done) => {
+                self.written_again(lost, &plan, &done);
+                return Ok(true);
             }
-            (Err(e), _) | (_, Err(e)) => Err(e),
+            Err(e) => e,
+        };
+        // The database refused the writing (a trigger of the user's, say): every job is
+        // written running instead (the completer records each outcome after, isolating a
+        // refused one), and if even that is refused, each job on its own; a job whose row
+        // cannot be written at all goes back to its queue when the note is cleared.
+        log::warn!(
+            "worker {}: writing the jobs of the lost claim transaction {} was refused ({refused}); writing them running",
+            shared.name,
+            lost.xid
+        );
+        let running = plan.rebuilt(
+            |w| {
+                if w == Write::Succeeded {
+                    Write::Running
+                } else {
+                    w
+                }
+            },
+            None,
+        );
+        if let Ok(done) = write_lost(conn, &running, &lost.xid)? {
+            self.written_again(lost, &running, &done);
+            return Ok(true);
         }
+        let mut done: IdMap<i64, ()> = IdMap::default();
+        for i in 0..running.keys.len() {
+            let one = running.rebuilt(|w| w, Some(i));
+            if one.ids.is_empty() {
+                continue;
+            }
+            let params = one.params(&lost.xid);
+            match conn.query_cached("writing lost jobs", store::LOCKED_SETTLE, &params) {
+                Ok(rows) => done.extend(rows.iter().map(|r| (r.get::<_, i64>(0), ()))),
+                Err(e) if e.sqlstate().is_some() && !conn.is_broken() => log::error!(
+                    "worker {}: job {} of the lost claim transaction {} could not be written ({e}); it goes back to its queue",
+                    shared.name,
+                    one.keys[0].id,
+                    lost.xid
+                ),
+                Err(e) => return Err(e),
+            }
+        }
+        let worker = running.worker;
+        conn.query_cached(
+            "writing lost jobs",
+            store::CLAIM_UNNOTE,
+            &[&worker, &lost.xid],
+        )?;
+        self.written_again(lost, &running, &done);
+        Ok(true)
+    }
+
+    /// A lost transaction's jobs were written again (`done`, of `plan`).
+    fn written_again(&mut self, lost: &Lost, plan: &Plan, done: &IdMap<i64, ()>) {
+        let shared = self.shared;
+        shared.stats.lost.fetch_add(1, Ordering::Relaxed);
+        log::info!(
+            "worker {}: the claim's transaction {} was lost; {} of its {} jobs written again",
+            shared.name,
+            lost.xid,
+            done.len(),
+            plan.ids.len()
+        );
+        self.finish(plan, done);
     }
 
     /// The fetcher ends: the open transaction is written and committed, and a lost one
@@ -1040,7 +1152,8 @@ impl super::WorkerBuilder {
     /// claim, then at its outcome); default off.
     ///
     /// The claim then only locks the jobs that need no row of their own while they run (no
-    /// `lock`, no deadline, no abort request, no queue with a limit) and keeps its
+    /// `lock`, queueing lock or unique key, no deadline, no abort request, no queue with a
+    /// limit) and keeps its
     /// transaction open while they run, at most 5 ms; the next claim's round-trip writes
     /// them and commits. A drain of short jobs writes about half the WAL a job, and the
     /// server does less for each. What changes for others: for those 5 ms, a job that runs

@@ -255,7 +255,7 @@ pub(crate) struct Shared {
     /// Final outcomes waiting for the next claim to record them.
     pub(crate) ride: ride::Ride,
     /// The outcomes of jobs the fetcher's open transaction locked, kept for it (`locked.rs`).
-    pub(crate) absorb: locked::Absorb,
+    pub(crate) absorb: Arc<locked::Absorb>,
     /// Wakes the completer: a start is due to be written (see `ledger.rs`).
     pub(crate) starts_due: (Sender<()>, Receiver<()>),
     /// Until when the fetcher holds no job for a thread that is only expected to be free

@@ -688,8 +688,9 @@ BEGIN
             END IF;
 
             IF cardinality(v_free) > 0 AND v_lock_only THEN
-                -- Locked only (by the walk): the jobs without a lock, a deadline or an abort
-                -- request, which other sessions need not see running. Their attempt is the
+                -- Locked only (by the walk): the jobs without a lock, a queueing lock, a
+                -- unique key, a deadline or an abort request, which other sessions need not
+                -- see running (those indexes and checks read `doing`). Their attempt is the
                 -- next one; the worker writes it with the outcome (postpone_settle_locked).
                 RETURN QUERY
                 SELECT j.id, j.queue, j.task, j.args, least(j.attempts, 2147483646) + 1,
@@ -699,7 +700,8 @@ BEGIN
                        j.max_attempts, NULL::double precision, true
                   FROM postpone_jobs j
                  WHERE j.ctid = ANY(v_free_tids) AND j.status = 'todo'
-                   AND j.lock IS NULL AND j.expires_at IS NULL AND NOT j.abort_requested
+                   AND j.lock IS NULL AND j.queueing_lock IS NULL AND j.unique_key IS NULL
+                   AND j.expires_at IS NULL AND NOT j.abort_requested
                    AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker);
                 GET DIAGNOSTICS v_n = ROW_COUNT;
                 v_want := v_want - v_n;
@@ -711,7 +713,8 @@ BEGIN
                        started_at = NULL,
                        claimed_at = now()
                  WHERE j.ctid = ANY(v_free_tids) AND j.status = 'todo'
-                   AND NOT (j.lock IS NULL AND j.expires_at IS NULL AND NOT j.abort_requested)
+                   AND NOT (j.lock IS NULL AND j.queueing_lock IS NULL AND j.unique_key IS NULL
+                            AND j.expires_at IS NULL AND NOT j.abort_requested)
                    AND EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker)
                 RETURNING j.id, j.queue, j.task, j.args, j.attempts, j.priority, j.lock,
                           j.abort_requested, j.scheduled_at,
@@ -2521,7 +2524,8 @@ BEGIN
      WHERE j.id = o.id AND j.id = ANY(p_ids)
        AND j.status = 'todo'
        AND least(j.attempts, 2147483646) + 1 = o.attempt
-       AND j.lock IS NULL AND j.expires_at IS NULL AND NOT j.abort_requested
+       AND j.lock IS NULL AND j.queueing_lock IS NULL AND j.unique_key IS NULL
+       AND j.expires_at IS NULL AND NOT j.abort_requested
        AND CASE WHEN v_mine THEN j.xmax = p_xid::xid ELSE v_lost @> j.id END
     RETURNING j.id;
 END
