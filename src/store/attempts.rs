@@ -235,3 +235,12 @@ RETURNING id, queue, task, args, attempts, priority, lock, max_attempts";
 /// [`JOB_CLAIM`]): a job row another session holds locked makes it fail after 100 ms (the
 /// claim then goes again alone; the outcomes go to the completer) rather than wait.
 pub(crate) const CLAIM_WITH_FINISH_BEGIN: &str = "BEGIN; SET LOCAL lock_timeout = '100ms'";
+
+/// Opens the transaction of a lock-only claim (`JOB_CLAIM` with `$8` true), which stays open
+/// while its jobs run. A claim that waits for a lock gives up after 200 ms: the worker's
+/// other claiming connection may hold one (the pauses' shared lock, with a pause waiting
+/// for it) until this claim's round-trip ends. A session its worker lost (a half-open link)
+/// is ended by the server after a minute idle in the transaction, if the worker has not
+/// ended it first.
+pub(crate) const LOCKED_BEGIN: &str = "BEGIN; SET LOCAL lock_timeout = '200ms'; \
+SET LOCAL idle_in_transaction_session_timeout = '60s'";

@@ -327,6 +327,7 @@ fn cycle_once(
         } else {
             "writing locked jobs"
         },
+        store::LOCKED_BEGIN,
         settle.as_ref().map(|p| (store::LOCKED_SETTLE, &p[..])),
         claim.as_ref().map(|p| (store::JOB_CLAIM, &p[..])),
     )
@@ -340,43 +341,111 @@ struct Got {
     pid: Option<i32>,
 }
 
-/// What becomes of the jobs a claim brought on `conn`: kept only locked in its open
-/// transaction (`noted`: returned as the connection's open transaction), or written held
-/// and committed now (jobs claimed held beside them, or the note failed), or nothing to
-/// keep (a claim that took nothing leaves its transaction open, holding no lock, until the
-/// next round-trip ends it).
-fn settle_claim(
+/// What one claiming connection's round-trip brought.
+struct Round {
+    /// The old transaction's writing (see [`crate::conn::Cycle`]).
+    settled: Option<Result<Vec<postgres::Row>>>,
+    commit_failed: bool,
+    /// The claim's jobs; when none is kept only locked, already committed.
+    got: Result<Got>,
+    /// The new transaction (its id and session) when it locked jobs and could not be
+    /// committed: none of its jobs is handed out, but a session the worker lost may still
+    /// hold them (see [`Locked::recover`]).
+    abandoned: Option<(String, Option<i32>)>,
+}
+
+/// One claiming connection's round-trip (see [`cycle_once`]), its reply parsed, and its new
+/// transaction committed at once unless its claim keeps jobs only locked (and nothing else:
+/// a claim that took jobs held beside them writes those held too, and commits). `Err`: the
+/// link failed.
+fn slot_round(
+    shared: &Shared,
+    conn: &mut Connection,
+    plan: Option<&Plan>,
+    xid: &String,
+    ask: &Ask<'_>,
+    sent: Instant,
+) -> Result<Round> {
+    let cycle = cycle_once(conn, plan, xid, Some(ask))?;
+    let mut abandoned = None;
+    let got = parse_got(shared, cycle.claimed, sent).and_then(|mut g| {
+        let locked: Vec<AttemptKey> = g
+            .keyed
+            .iter()
+            .filter(|(_, c)| c.locked)
+            .map(|(_, c)| c.key())
+            .collect();
+        if locked.is_empty() {
+            conn.commit()?;
+            g.xid = None;
+        } else if locked.len() < g.keyed.len() {
+            let Some(x) = g.xid.take() else {
+                let _ = conn.rollback();
+                return Err(no_xid());
+            };
+            if let Err(e) = commit_held(conn, &x, &locked) {
+                abandoned = Some((x, g.pid));
+                return Err(e);
+            }
+            for (_, c) in g.keyed.iter_mut() {
+                c.locked = false;
+            }
+        } else if g.xid.is_none() {
+            let _ = conn.rollback();
+            return Err(no_xid());
+        }
+        Ok(g)
+    });
+    Ok(Round {
+        settled: cycle.settled,
+        commit_failed: cycle.commit_failed,
+        got,
+        abandoned,
+    })
+}
+
+fn no_xid() -> Error {
+    Error::new(
+        ErrorKind::Other,
+        "claiming jobs: the claim locked jobs but returned no transaction id",
+    )
+}
+
+/// A reply's jobs parsed, with its transaction's id and session.
+fn parse_got(
+    shared: &Shared,
+    claimed: Option<Result<Vec<postgres::Row>>>,
+    sent: Instant,
+) -> Result<Got> {
+    let mut rows = match claimed {
+        Some(Ok(rows)) => rows,
+        Some(Err(e)) => return Err(e),
+        None => return Err(Error::new(ErrorKind::Other, "claiming jobs: not sent")),
+    };
+    let xid = rows.first().and_then(|r| r.get::<_, Option<String>>(17));
+    let pid = rows.first().and_then(|r| r.get::<_, Option<i32>>(18));
+    let (keyed, cut) = parse_claim(shared, &mut rows, sent);
+    Ok(Got {
+        keyed,
+        cut,
+        xid,
+        pid,
+    })
+}
+
+/// The jobs a claim keeps only locked on `conn` (all of its jobs, when any): kept in its
+/// open transaction when `noted` (returned as the connection's open transaction), else
+/// written held and committed now. A claim that kept nothing was committed already.
+fn keep_or_hold(
     shared: &Shared,
     conn: &mut Connection,
     g: Got,
     noted: bool,
 ) -> Result<(Keyed, bool, Option<Open>)> {
-    let locked: Vec<AttemptKey> = g
-        .keyed
-        .iter()
-        .filter(|(_, c)| c.locked)
-        .map(|(_, c)| c.key())
-        .collect();
-    if locked.is_empty() {
-        if g.keyed.is_empty() {
-            let open = Open {
-                xid: None,
-                pid: g.pid,
-                keys: Vec::new(),
-                begun: Instant::now(),
-            };
-            return Ok((g.keyed, g.cut, Some(open)));
-        }
-        conn.commit()?;
+    let Some(xid) = g.xid.filter(|_| g.keyed.iter().any(|(_, c)| c.locked)) else {
         return Ok((g.keyed, g.cut, None));
-    }
-    let Some(xid) = g.xid else {
-        let _ = conn.rollback();
-        return Err(Error::new(
-            ErrorKind::Other,
-            "claiming jobs: the claim locked jobs but returned no transaction id",
-        ));
     };
+    let locked: Vec<AttemptKey> = g.keyed.iter().map(|(_, c)| c.key()).collect();
     if noted {
         shared.absorb.add(locked.iter().copied());
         let open = Open {
@@ -567,18 +636,18 @@ impl<'a> Locked<'a> {
             ask(half(limit), half(start), half(budget.bytes), false),
         ];
         let olds = [self.open[0].take(), self.open[1].take()];
-        let plans: Vec<Option<Plan>> = olds
-            .iter()
-            .map(|o| {
-                o.as_ref()
-                    .filter(|o| o.xid.is_some())
-                    .map(|o| Plan::new(shared, &o.keys))
-            })
-            .collect();
-        let xids: Vec<String> = olds
-            .iter()
-            .map(|o| o.as_ref().and_then(|o| o.xid.clone()).unwrap_or_default())
-            .collect();
+        let plans: [Option<Plan>; 2] = [0, 1].map(|i| {
+            olds[i]
+                .as_ref()
+                .filter(|o| o.xid.is_some())
+                .map(|o| Plan::new(shared, &o.keys))
+        });
+        let xids: [String; 2] = [0, 1].map(|i| {
+            olds[i]
+                .as_ref()
+                .and_then(|o| o.xid.clone())
+                .unwrap_or_default()
+        });
         let sent = shared.due.sending();
         let second = if two { self.second.get().ok() } else { None };
         shared
@@ -588,14 +657,16 @@ impl<'a> Locked<'a> {
         if second.is_some() {
             shared.stats.split.fetch_add(1, Ordering::Relaxed);
         }
+        // Each connection's round-trip, then, on the same thread, the commit of a claim that
+        // keeps nothing only locked: neither waits for the other's open transaction.
         let (r0, r1) = std::thread::scope(|s| {
             let h = second.map(|(c2, ())| {
                 let (plan, xid, ask) = (plans[1].as_ref(), &xids[1], &asks[1]);
                 std::thread::Builder::new()
                     .name("postpone-claim2".into())
-                    .spawn_scoped(s, move || cycle_once(c2, plan, xid, Some(ask)))
+                    .spawn_scoped(s, move || slot_round(shared, c2, plan, xid, ask, sent))
             });
-            let r0 = cycle_once(conn, plans[0].as_ref(), &xids[0], Some(&asks[0]));
+            let r0 = slot_round(shared, conn, plans[0].as_ref(), &xids[0], &asks[0], sent);
             let r1 = h.map(|h| match h {
                 Ok(h) => h.join().unwrap_or_else(|_| {
                     Err(Error::new(
@@ -612,8 +683,7 @@ impl<'a> Locked<'a> {
             (r0, r1)
         });
         let [old0, old1] = olds;
-        let mut plans = plans.into_iter();
-        let (plan0, plan1) = (plans.next().flatten(), plans.next().flatten());
+        let [plan0, plan1] = plans;
         // The second connection's part: its jobs are handed out whatever the first's fate.
         let got1 = match r1 {
             None => None,
@@ -625,11 +695,12 @@ impl<'a> Locked<'a> {
                 self.second_not_before = wait.map(|w| Instant::now() + w);
                 None
             }
-            Some(Ok(cycle)) => {
+            Some(Ok(round)) => {
                 if let Some(o) = old1 {
-                    self.after_commit(o, plan1, cycle.settled, cycle.commit_failed);
+                    self.after_commit(o, plan1, round.settled, round.commit_failed);
                 }
-                match self.got(cycle.claimed, sent) {
+                self.abandon(round.abandoned);
+                match round.got {
                     Ok(g) => Some(g),
                     Err(e) => {
                         let wait = self.second.judge::<()>(Err(e)).err();
@@ -640,11 +711,12 @@ impl<'a> Locked<'a> {
             }
         };
         let got0 = match r0 {
-            Ok(cycle) => {
+            Ok(round) => {
                 if let Some(o) = old0 {
-                    self.after_commit(o, plan0, cycle.settled, cycle.commit_failed);
+                    self.after_commit(o, plan0, round.settled, round.commit_failed);
                 }
-                self.got(cycle.claimed, sent)
+                self.abandon(round.abandoned);
+                round.got
             }
             Err(e) => {
                 if let Some(o) = old0 {
@@ -653,18 +725,17 @@ impl<'a> Locked<'a> {
                 Err(e)
             }
         };
-        // Both connections' transactions noted at once, before any of their jobs starts.
-        let lockable = |g: &Got| {
-            g.xid.is_some() && !g.keyed.is_empty() && g.keyed.iter().all(|(_, c)| c.locked)
-        };
-        let note0 = got0.as_ref().is_ok_and(lockable);
-        let note1 = got1.as_ref().is_some_and(lockable);
-        let noted = (note0 || note1) && {
+        // The connections whose claim keeps jobs only locked: noted at once, before any of
+        // their jobs starts, or else written held and committed.
+        let kept = |g: &Got| g.xid.is_some() && g.keyed.iter().any(|(_, c)| c.locked);
+        let keep0 = got0.as_ref().is_ok_and(kept);
+        let keep1 = got1.as_ref().is_some_and(kept);
+        let noted = (keep0 || keep1) && {
             let mut xids = Vec::new();
             let mut ids = Vec::new();
             for g in [
-                got0.as_ref().ok().filter(|_| note0),
-                got1.as_ref().filter(|_| note1),
+                got0.as_ref().ok().filter(|_| keep0),
+                got1.as_ref().filter(|_| keep1),
             ]
             .into_iter()
             .flatten()
@@ -677,8 +748,9 @@ impl<'a> Locked<'a> {
         let mut out: Keyed = Vec::new();
         let mut cut = false;
         if let Some(g) = got1 {
+            let held = g.xid.clone().map(|x| (x, g.pid));
             let res = match self.second.get() {
-                Ok((c2, ())) => settle_claim(shared, c2, g, noted && note1),
+                Ok((c2, ())) => keep_or_hold(shared, c2, g, noted),
                 Err(_) => Err(Error::new(
                     ErrorKind::Other,
                     "claiming jobs (second connection): the connection is gone",
@@ -691,12 +763,20 @@ impl<'a> Locked<'a> {
                     self.open[1] = open;
                 }
                 Err(e) => {
+                    self.abandon(held);
                     let wait = self.second.judge::<()>(Err(e)).err();
                     self.second_not_before = wait.map(|w| Instant::now() + w);
                 }
             }
         }
-        let first = got0.and_then(|g| settle_claim(shared, conn, g, noted && note0));
+        let held = got0
+            .as_ref()
+            .ok()
+            .and_then(|g| g.xid.clone().map(|x| (x, g.pid)));
+        let first = got0.and_then(|g| keep_or_hold(shared, conn, g, noted));
+        if first.is_err() {
+            self.abandon(held);
+        }
         let res = match first {
             Ok((keyed, was_cut, open)) => {
                 out.extend(keyed);
@@ -715,24 +795,6 @@ impl<'a> Locked<'a> {
                 Err(e)
             }
         }
-    }
-
-    /// A reply's jobs parsed, with its transaction's id and session.
-    fn got(&self, claimed: Option<Result<Vec<postgres::Row>>>, sent: Instant) -> Result<Got> {
-        let mut rows = match claimed {
-            Some(Ok(rows)) => rows,
-            Some(Err(e)) => return Err(e),
-            None => return Err(Error::new(ErrorKind::Other, "claiming jobs: not sent")),
-        };
-        let xid = rows.first().and_then(|r| r.get::<_, Option<String>>(17));
-        let pid = rows.first().and_then(|r| r.get::<_, Option<i32>>(18));
-        let (keyed, cut) = parse_claim(self.shared, &mut rows, sent);
-        Ok(Got {
-            keyed,
-            cut,
-            xid,
-            pid,
-        })
     }
 
     /// Notes the open transactions `xids` and their jobs `ids` (committed, on the note's
@@ -900,6 +962,21 @@ impl<'a> Locked<'a> {
                     sent: None,
                 });
             }
+        }
+    }
+
+    /// A transaction that locked jobs was left uncommitted on a failed link (`xid` and the
+    /// session's process): none of its jobs was handed out, but the session may live on
+    /// holding them (a half-open link), and the note may name it. It is ended and taken off
+    /// the note as a lost one with no jobs.
+    fn abandon(&mut self, abandoned: Option<(String, Option<i32>)>) {
+        if let Some((xid, pid)) = abandoned {
+            self.lost.push(Lost {
+                xid,
+                pid,
+                keys: Vec::new(),
+                sent: None,
+            });
         }
     }
 

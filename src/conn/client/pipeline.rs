@@ -166,7 +166,8 @@ pub(crate) struct Cycle {
 
 impl Connection {
     /// One round-trip that ends the open transaction (after `settle`, when given, runs in
-    /// it) and, with `claim`, opens a new one that runs it and stays open; not through a
+    /// it) and, with `claim`, opens a new one (`begin`: `BEGIN` and any `SET LOCAL`, one
+    /// simple query) that runs it and stays open; not through a
     /// transaction pooler (the caller checks). A `claim` that fails leaves no transaction
     /// open: it is rolled back here (a second round-trip, only then). `Err` is returned only
     /// when the link itself failed: what committed is then unknown, and the connection must
@@ -174,6 +175,7 @@ impl Connection {
     pub(crate) fn query_cached_cycle(
         &mut self,
         what: &str,
+        begin: &'static str,
         settle: Option<(&'static str, &[&(dyn ToSql + Sync)])>,
         claim: Option<(&'static str, &[&(dyn ToSql + Sync)])>,
     ) -> Result<Cycle> {
@@ -205,7 +207,7 @@ impl Connection {
             };
             let begin_f = async {
                 if s2.is_some() {
-                    Some(client.batch_execute("BEGIN").await)
+                    Some(client.batch_execute(begin).await)
                 } else {
                     None
                 }
