@@ -841,6 +841,7 @@ DECLARE
     v_outcomes text[] := '{}';
     i integer;
     v_gone bigint[];
+    v_pid integer;
 BEGIN
     -- The workers whose lease ended, locked until this transaction ends: a heartbeat that
     -- comes now waits, then finds its row gone. A row being written (a heartbeat under way)
@@ -850,6 +851,27 @@ BEGIN
              WHERE postpone_lease_end(w.last_heartbeat, w.stalled_after_ms, p_stalled_ms, 0) < now()
                AND w.id <> p_me
                FOR UPDATE SKIP LOCKED) w;
+    -- A session still holding a transaction such a worker noted (a link gone half-open,
+    -- which the server has not noticed) is ended, so that its jobs are free; a session
+    -- this role may not end is left to the server's timeouts.
+    IF cardinality(v_gone) > 0
+       AND EXISTS (SELECT 1 FROM postpone_workers w
+                    WHERE w.id = ANY(v_gone) AND w.claim_xids IS NOT NULL) THEN
+        FOR v_pid IN
+            SELECT a.pid
+              FROM pg_stat_activity a
+             WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+               AND a.backend_xid IN (SELECT x::xid
+                                       FROM postpone_workers w, unnest(w.claim_xids) AS x
+                                      WHERE w.id = ANY(v_gone))
+        LOOP
+            BEGIN
+                PERFORM pg_terminate_backend(v_pid);
+            EXCEPTION WHEN insufficient_privilege THEN
+                NULL;
+            END;
+        END LOOP;
+    END IF;
     -- Jobs such a worker lost with its claim's transaction (postpone_note_claim) are its
     -- running jobs: they get their attempt and are requeued with the others below. A row
     -- someone holds locked is left (when the note goes, it is claimable again).
