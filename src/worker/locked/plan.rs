@@ -45,11 +45,27 @@ impl Absorb {
 
     /// What the job of `key` ended with, if it did: its kind, whether it has an output,
     /// and how long it ran.
-    pub(super) fn peek(&self, key: &AttemptKey) -> Option<(OutcomeKind, bool, Option<Duration>)> {
-        self.lock()
-            .get(key)
-            .and_then(|o| o.as_ref())
-            .map(|o| (o.kind, o.output.is_some(), o.ran))
+    pub(super) fn peek(
+        &self,
+        keys: &[AttemptKey],
+    ) -> Vec<Option<(OutcomeKind, bool, Option<Duration>)>> {
+        let m = self.lock();
+        keys.iter()
+            .map(|k| {
+                m.get(k)
+                    .and_then(|o| o.as_ref())
+                    .map(|o| (o.kind, o.output.is_some(), o.ran))
+            })
+            .collect()
+    }
+
+    /// Forgets `keys` at once, returning the outcome of each that came.
+    pub(super) fn remove_all(&self, keys: &[AttemptKey]) -> Vec<Option<Outcome>> {
+        let mut m = self.lock();
+        let out = keys.iter().map(|k| m.remove(k).flatten()).collect();
+        drop(m);
+        self.written.notify_all();
+        out
     }
 
     /// Forgets `key`, returning its outcome if one came.
@@ -133,8 +149,9 @@ impl Plan {
             outputs: Vec::with_capacity(keys.len()),
             ran_us: Vec::with_capacity(keys.len()),
         };
-        for (k, phase) in keys.iter().zip(phases) {
-            let (write, ran) = match (shared.absorb.peek(k), phase) {
+        let ended = shared.absorb.peek(keys);
+        for ((k, phase), ended) in keys.iter().zip(phases).zip(ended) {
+            let (write, ran) = match (ended, phase) {
                 (_, LockedPhase::Gone) => (Write::Release, None),
                 (Some((OutcomeKind::Succeeded, false, Some(ran))), _) => {
                     (Write::Succeeded, Some(ran))

@@ -80,8 +80,8 @@ impl Locked<'_> {
         let shared = self.shared;
         let mut settled = Vec::new();
         let mut recorded = 0u64;
-        for (k, w) in plan.keys.iter().zip(&plan.writes) {
-            let outcome = shared.absorb.remove(k);
+        let outcomes = shared.absorb.remove_all(&plan.keys);
+        for ((k, w), outcome) in plan.keys.iter().zip(&plan.writes).zip(outcomes) {
             let written = done.contains_key(&k.id.0);
             match w {
                 Write::Succeeded if written => {
