@@ -111,7 +111,7 @@ phase_sql() {
     # A warm-up batch in every run, the first: the server's caches (catalogues, plans,
     # PL/pgSQL functions) are filled before what is counted apart.
     defer_stmt
-    printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true);"
+    printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
     printf '%s\n\n' "EXECUTE f(pg_temp.ids(1, $B), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
     [ "$PRUNE" = 0 ] || printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
     [ "$p" -ge 1 ] || return 0
@@ -120,7 +120,7 @@ phase_sql() {
     done
     [ "$p" -ge 2 ] || return 0
     for ((i = 0; i < N / B; i++)); do
-        printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true);"
+        printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
     done
     [ "$p" -ge 3 ] || return 0
     for ((i = 1; i <= N / B; i++)); do

@@ -224,11 +224,13 @@ def main():
                   f"{res['drain']['server_cpu_us_per_job_whole_run']} µs")
         res["total_bytes_per_job"] = round(res["defer"]["bytes_per_job"] + res["drain"]["bytes_per_job"], 1)
         if d.get("statements"):
-            print(f"\n== pg_stat_statements (WAL per job; nested statements counted in their callers too)")
+            print(f"\n== pg_stat_statements (WAL and execution time per job; nested statements counted in their "
+                  f"callers too)")
             for s in d["statements"]:
-                if s["wal_bytes"] / n >= 0.5:
-                    print(f"{s['wal_bytes'] / n:>8.1f} B {s['wal_records'] / n:>6.2f} rec {s['calls']:>6} calls "
-                          f"{'top ' if s['toplevel'] else '    '} {s['query'][:110]}")
+                us = s.get("exec_ms", 0.0) * 1000 / n
+                if s["wal_bytes"] / n >= 0.5 or us >= 0.05:
+                    print(f"{s['wal_bytes'] / n:>8.1f} B {s['wal_records'] / n:>6.2f} rec {us:>6.2f} µs {s['calls']:>6} calls "
+                          f"{'top ' if s['toplevel'] else '    '} {s['query'][:100]}")
         print(json.dumps(res))
     finally:
         if cluster:

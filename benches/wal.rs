@@ -299,8 +299,8 @@ fn main() {
                         total_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
                    FROM pg_stat_statements
                   WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                    AND wal_bytes > 0
-                  ORDER BY wal_bytes DESC LIMIT 40",
+                    AND (wal_bytes > 0 OR total_exec_time > 1)
+                  ORDER BY wal_bytes DESC, total_exec_time DESC LIMIT 60",
                 &[],
             )
             .unwrap()

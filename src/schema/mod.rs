@@ -255,10 +255,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "claim_in_outcome",
         sql: include_str!("0048_claim_in_outcome.sql"),
     },
+    Migration {
+        version: 49,
+        name: "delete_once",
+        sql: include_str!("0049_delete_once.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 48;
+pub(crate) const LATEST: i32 = 49;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -118,6 +118,130 @@ fn a_drain_writes_each_job_once_and_runs_each_once() {
     assert_eq!(counted, n as i64);
 }
 
+/// The row deletes of postpone_jobs the server counted, as [`row_updates`] reads updates.
+fn row_deletes(db: &support::TestDb) -> i64 {
+    let mut last = -1;
+    for _ in 0..30 {
+        let now = count(
+            db,
+            "SELECT coalesce(n_tup_del, 0) FROM pg_stat_user_tables
+              WHERE relname = 'postpone_jobs' AND schemaname = current_schema()",
+        );
+        if now == last {
+            return now;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    last
+}
+
+/// A worker that deletes the jobs that succeed deletes each in its claim's transaction,
+/// never writing it first: each job runs once, is deleted once and is counted once in the
+/// statistics, with its wait.
+#[test]
+fn a_drain_that_deletes_what_succeeds_deletes_each_job_once() {
+    let (db, app) = setup();
+    let n = 3000;
+    let ids = defer_n(&app, n);
+    let (updates0, deletes0) = (row_updates(&db), row_deletes(&db));
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .delete_finished(postpone::DeleteJobs::Successful)
+        .claim_in_outcome_transaction(true)
+        .spawn()
+        .unwrap();
+    let gone = support::wait_until(Duration::from_secs(60), || {
+        count(&db, "SELECT count(*) FROM postpone_jobs") == 0
+    });
+    assert!(
+        gone,
+        "{} of {n} jobs left after 60 s",
+        count(&db, "SELECT count(*) FROM postpone_jobs")
+    );
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, n as u64);
+    w.shutdown(Duration::from_secs(5));
+    // Written once here means deleted in the claim's transaction, never updated.
+    assert!(
+        stats.written_once >= n as u64 / 2,
+        "{} of {n} jobs deleted in their claim's transaction: {stats:?}",
+        stats.written_once
+    );
+    let twice = n as i64 - stats.written_once as i64;
+    let updates = row_updates(&db) - updates0;
+    assert!(
+        updates <= twice + n as i64 / 10,
+        "{updates} row updates for {n} deleted jobs, {} of them deleted at once",
+        stats.written_once
+    );
+    assert_eq!(row_deletes(&db) - deletes0, n as i64);
+    // Counted once each; those deleted in their claim's transaction with their wait (a
+    // job deleted after it was written held, without its start, is counted without one, as
+    // without this mode).
+    let (jobs, waits): (i64, i64) = {
+        let r = db
+            .client()
+            .query_one(
+                "SELECT coalesce(sum(jobs), 0)::bigint,
+                        coalesce(sum(w0 + w1 + w2 + w3 + w4 + w5 + w6 + w7 + w8 + w9 + w10 + w11
+                                     + w12 + w13 + w14 + w15 + w16 + w17 + w18 + w19 + w20
+                                     + w21 + w22 + w23), 0)::bigint
+                   FROM postpone_stats WHERE span = 'hour' AND outcome = 'succeeded'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(jobs, n as i64);
+    assert!(
+        waits >= stats.written_once as i64 && waits <= n as i64,
+        "{waits} waits counted for {n} jobs, {} deleted at once",
+        stats.written_once
+    );
+}
+
+/// A job others wait for, deleted once it succeeds, is seen to succeed by them (written
+/// `succeeded`, then deleted): they run, and every row is gone after.
+#[test]
+fn a_deleted_job_that_others_wait_for_lets_them_run() {
+    let (db, app) = setup();
+    let firsts = defer_n(&app, 40);
+    let mut thens = Vec::new();
+    for a in &firsts {
+        thens.push(app.job("ok").after(&[*a]).defer(&()).unwrap());
+    }
+    let (tasks, runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .delete_finished(postpone::DeleteJobs::Always)
+        .claim_in_outcome_transaction(true)
+        .spawn()
+        .unwrap();
+    let gone = support::wait_until(Duration::from_secs(60), || {
+        count(&db, "SELECT count(*) FROM postpone_jobs") == 0
+    });
+    w.shutdown(Duration::from_secs(5));
+    assert!(
+        gone,
+        "jobs left after 60 s: {:?}",
+        db.client()
+            .query("SELECT id, status, has_dependents FROM postpone_jobs", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (
+                r.get::<_, i64>(0),
+                r.get::<_, String>(1),
+                r.get::<_, bool>(2)
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert_ran_once(&runs, &firsts);
+    assert_ran_once(&runs, &thens);
+    assert_eq!(count(&db, "SELECT count(*) FROM postpone_deps"), 0);
+}
+
 /// Jobs with a `lock` (and others beside them) are claimed and started as without the mode,
 /// one at a time per lock, every job once.
 #[test]

@@ -43,18 +43,20 @@ impl Absorb {
         }
     }
 
-    /// What the job of `key` ended with, if it did: its kind, whether it has an output,
-    /// and how long it ran.
-    pub(super) fn peek(
-        &self,
-        keys: &[AttemptKey],
-    ) -> Vec<Option<(OutcomeKind, bool, Option<Duration>)>> {
+    /// What the job of `key` ended with, if it did: its kind (a success to delete, whose
+    /// kind is [`OutcomeKind::Delete`] as any final outcome's under `DeleteJobs::Always`,
+    /// is told by its lack of an error: [`Ended::deleted_success`]), whether it has an
+    /// output, and how long it ran.
+    pub(super) fn peek(&self, keys: &[AttemptKey]) -> Vec<Option<Ended>> {
         let m = self.lock();
         keys.iter()
             .map(|k| {
-                m.get(k)
-                    .and_then(|o| o.as_ref())
-                    .map(|o| (o.kind, o.output.is_some(), o.ran))
+                m.get(k).and_then(|o| o.as_ref()).map(|o| Ended {
+                    kind: o.kind,
+                    output: o.output.is_some(),
+                    error: o.error.is_some(),
+                    ran: o.ran,
+                })
             })
             .collect()
     }
@@ -96,10 +98,28 @@ impl Absorb {
     }
 }
 
+/// What an executor said of a locked job it ended.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ended {
+    kind: OutcomeKind,
+    output: bool,
+    error: bool,
+    ran: Option<Duration>,
+}
+
+impl Ended {
+    /// A success whose row the worker deletes (`DeleteJobs::Successful` or `Always`).
+    fn deleted_success(&self) -> bool {
+        self.kind == OutcomeKind::Delete && !self.error
+    }
+}
+
 /// What a settle writes of one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Write {
     Succeeded,
+    /// Succeeded, and deleted (the worker deletes jobs that succeed).
+    Delete,
     /// Running (or ended otherwise), started this many µs ago.
     Running,
     /// Not started.
@@ -113,6 +133,7 @@ impl Write {
     pub(super) fn word(self) -> &'static str {
         match self {
             Write::Succeeded => "succeeded",
+            Write::Delete => "delete",
             Write::Running => "running",
             Write::Held => "held",
             Write::Release => "release",
@@ -153,12 +174,13 @@ impl Plan {
         for ((k, phase), ended) in keys.iter().zip(phases).zip(ended) {
             let (write, ran) = match (ended, phase) {
                 (_, LockedPhase::Gone) => (Write::Release, None),
-                (Some((OutcomeKind::Succeeded, false, Some(ran))), _) => {
-                    (Write::Succeeded, Some(ran))
-                }
-                (Some((_, _, Some(ran))), _) => (Write::Running, Some(ran)),
                 // Ended without starting: given back.
-                (Some((_, _, None)), _) => (Write::Release, None),
+                (Some(e), _) if e.ran.is_none() => (Write::Release, None),
+                (Some(e), _) if e.kind == OutcomeKind::Succeeded && !e.output => {
+                    (Write::Succeeded, e.ran)
+                }
+                (Some(e), _) if e.deleted_success() => (Write::Delete, e.ran),
+                (Some(e), _) => (Write::Running, e.ran),
                 (None, LockedPhase::Running(ran)) => (Write::Running, Some(ran)),
                 // Its task returned; its outcome is on its way here.
                 (None, LockedPhase::Done) => (Write::Running, Some(Duration::ZERO)),

@@ -84,7 +84,7 @@ impl Locked<'_> {
         for ((k, w), outcome) in plan.keys.iter().zip(&plan.writes).zip(outcomes) {
             let written = done.contains_key(&k.id.0);
             match w {
-                Write::Succeeded if written => {
+                Write::Succeeded | Write::Delete if written => {
                     recorded += 1;
                     settled.push(*k);
                 }
@@ -216,7 +216,7 @@ impl Locked<'_> {
         );
         let running = plan.rebuilt(
             |w| {
-                if w == Write::Succeeded {
+                if matches!(w, Write::Succeeded | Write::Delete) {
                     Write::Running
                 } else {
                     w
