@@ -15,6 +15,10 @@
 -- postpone_stats_add, which both call with their counts. A job other jobs wait for is written
 -- `succeeded` first (its dependents see it succeed; deleted `todo` they would see it
 -- deleted), then deleted, in the same transaction.
+--
+-- A claim's note (postpone_note_claim) takes its jobs as ranges of ids too, which the
+-- worker finds: building one range per job cost the note's transaction more than the rest
+-- of it.
 
 -- Adds finished jobs to the statistics: `p_rows`, a cursor over rows of this minute's and
 -- this hour's counts (span, at, queue, outcome, jobs, w0 to w23: the jobs that waited in
@@ -378,4 +382,23 @@ BEGIN
     END IF;
     RETURN QUERY SELECT unnest(v_written);
 END
+$function$;
+
+-- Notes the worker's open transactions of lock-only claims and their jobs, given as ranges
+-- of ids (`p_from` to `p_to`, both included), in place of its note before (see the
+-- three-argument postpone_note_claim of version 48, which takes one id a job). False: the
+-- worker's row is gone.
+CREATE FUNCTION postpone_note_claim(p_worker bigint, p_xids xid8[], p_from bigint[], p_to bigint[])
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$
+    WITH n AS (
+        UPDATE postpone_workers w
+           SET claim_xids = p_xids,
+               claim_jobs = (SELECT range_agg(int8range(u.f, u.t, '[]'))
+                               FROM unnest(p_from, p_to) AS u(f, t))
+         WHERE w.id = p_worker
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM n)
 $function$;

@@ -91,10 +91,11 @@ SELECT id FROM postpone_settle_locked($1::bigint, $2::text::xid8, $3::bigint[], 
                                       $5::text[], $6::jsonb[], $7::bigint[]) AS s(id)";
 
 /// Notes the worker's open transactions of lock-only claims (`$2`, their ids as text) and
-/// the jobs they locked (`$3` ids) on its row, in place of its note before; committed before
-/// any of them starts. False: the worker's row is gone (presumed dead).
+/// the jobs they locked (ranges of ids, `$3` to `$4` each, both included) on its row, in
+/// place of its note before; committed before any of them starts. False: the worker's row
+/// is gone (presumed dead).
 pub(crate) const CLAIM_NOTE: &str =
-    "SELECT postpone_note_claim($1::bigint, $2::text[]::xid8[], $3::bigint[])";
+    "SELECT postpone_note_claim($1::bigint, $2::text[]::xid8[], $3::bigint[], $4::bigint[])";
 
 /// Takes the lost transaction `$2` (its id as text), whose jobs the worker has written, off
 /// the worker `$1`'s note.

@@ -665,3 +665,40 @@ fn cancels_and_aborts_of_locked_jobs_wait_then_apply() {
         }
     }
 }
+
+/// A claim's note given as ranges of ids (what the worker sends) names the same jobs as one
+/// given id by id.
+#[test]
+fn a_note_of_ranges_names_the_jobs_a_note_of_ids_names() {
+    let (db, app) = setup();
+    let mut c = db.client();
+    let worker: i64 = c
+        .query_one(
+            "INSERT INTO postpone_workers (name) VALUES ('noted') RETURNING id",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    drop(app);
+    let ids: Vec<i64> = vec![1, 2, 3, 7, 9, 10, 11, 40];
+    let mut note = |sql: &str, params: &[&(dyn postgres::types::ToSql + Sync)]| -> String {
+        let noted: bool = c.query_one(sql, params).unwrap().get(0);
+        assert!(noted);
+        c.query_one(
+            "SELECT claim_jobs::text FROM postpone_workers WHERE id = $1",
+            &[&worker],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let by_ids = note(
+        "SELECT postpone_note_claim($1, ARRAY['5'::xid8], $2::bigint[])",
+        &[&worker, &ids],
+    );
+    let by_ranges = note(
+        "SELECT postpone_note_claim($1, ARRAY['5'::xid8], $2::bigint[], $3::bigint[])",
+        &[&worker, &vec![1i64, 7, 9, 40], &vec![3i64, 7, 11, 40]],
+    );
+    assert_eq!(by_ids, "{[1,4),[7,8),[9,12),[40,41)}");
+    assert_eq!(by_ranges, by_ids);
+}

@@ -1959,6 +1959,21 @@ AS $function$
     SELECT now() + least(greatest(p_delay_us, 0), 3155760000000000) * interval '1 microsecond'
 $function$;
 
+CREATE OR REPLACE FUNCTION public.postpone_note_claim(p_worker bigint, p_xids xid8[], p_from bigint[], p_to bigint[])
+ RETURNS boolean
+ LANGUAGE sql
+AS $function$
+    WITH n AS (
+        UPDATE postpone_workers w
+           SET claim_xids = p_xids,
+               claim_jobs = (SELECT range_agg(int8range(u.f, u.t, '[]'))
+                               FROM unnest(p_from, p_to) AS u(f, t))
+         WHERE w.id = p_worker
+        RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM n)
+$function$;
+
 CREATE OR REPLACE FUNCTION public.postpone_note_claim(p_worker bigint, p_xids xid8[], p_ids bigint[])
  RETURNS boolean
  LANGUAGE sql

@@ -368,9 +368,14 @@ impl<'a> Locked<'a> {
             return false;
         }
         let shared = self.shared;
+        let (from, to) = id_ranges(ids);
         let res = match self.notes.get() {
             Ok((c, ())) => c
-                .query_cached("noting claims", store::CLAIM_NOTE, &[&worker, &xids, &ids])
+                .query_cached(
+                    "noting claims",
+                    store::CLAIM_NOTE,
+                    &[&worker, &xids, &from, &to],
+                )
                 .map(|rows| rows.first().is_some_and(|r| r.get::<_, bool>(0))),
             Err(_) => {
                 if self.notes.refused() {
@@ -566,5 +571,40 @@ impl super::WorkerBuilder {
     pub fn claim_in_outcome_transaction(mut self, on: bool) -> Self {
         self.opts.locked_claims = on;
         self
+    }
+}
+
+/// `ids` as ranges of consecutive ids: the first and the last id of each (both included),
+/// in order. A claim's jobs are mostly consecutive, so a note holds a few ranges where it
+/// would hold hundreds of ids.
+fn id_ranges(ids: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let mut sorted = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let (mut from, mut to) = (Vec::new(), Vec::<i64>::new());
+    for id in sorted {
+        match to.last_mut() {
+            Some(last) if last.checked_add(1) == Some(id) => *last = id,
+            _ => {
+                from.push(id);
+                to.push(id);
+            }
+        }
+    }
+    (from, to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::id_ranges;
+
+    #[test]
+    fn ids_become_ranges_of_consecutive_ids() {
+        assert_eq!(id_ranges(&[]), (vec![], vec![]));
+        assert_eq!(id_ranges(&[7]), (vec![7], vec![7]));
+        assert_eq!(
+            id_ranges(&[5, 3, 4, 9, 10, 4, 12, i64::MAX, i64::MAX - 1]),
+            (vec![3, 9, 12, i64::MAX - 1], vec![5, 10, 12, i64::MAX])
+        );
     }
 }
