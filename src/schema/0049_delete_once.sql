@@ -16,6 +16,12 @@
 -- `succeeded` first (its dependents see it succeed; deleted `todo` they would see it
 -- deleted), then deleted, in the same transaction.
 --
+-- Without that mode, such a worker deleted its held jobs (those that ran shorter than the
+-- start's delay: most) with no start on their rows, and the statistics counted them with no
+-- wait: its histogram of waits stayed empty. postpone_finish now counts them itself, with
+-- their waits, and the delete trigger counts the rows of started jobs only (a held job
+-- deleted by anyone else did not run).
+--
 -- A claim's note (postpone_note_claim) takes its jobs as ranges of ids too, which the
 -- worker finds: building one range per job cost the note's transaction more than the rest
 -- of it.
@@ -115,8 +121,61 @@ BEGIN
 END
 $function$;
 
+-- Adds jobs that succeeded to the statistics, counted by their callers per queue and bucket
+-- of wait: `p_counts` jobs of queue `p_queues` in bucket `p_buckets` (0 to 23, as
+-- postpone_stats_record finds them; NULL: no wait), for the callers that know a job's start
+-- where its row does not (postpone_settle_locked, and postpone_finish for a held job it
+-- deletes).
+CREATE FUNCTION postpone_stats_add_succeeded(p_queues text[], p_buckets integer[], p_counts bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_rows refcursor;
+BEGIN
+    OPEN v_rows FOR
+    WITH y AS (
+            SELECT u.queue, 'succeeded'::text AS outcome, u.b, u.n
+              FROM unnest(p_queues, p_buckets, p_counts) AS u(queue, b, n)
+        ), g AS (
+            SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
+              FROM y GROUP BY y.queue, y.outcome
+        )
+        SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
+          FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
+         ORDER BY 1, g.queue, g.outcome;
+    PERFORM postpone_stats_add(v_rows);
+END
+$function$;
+
 -- The trigger: a statement's jobs that reached a final status (an UPDATE from `todo` or
--- `doing`), or the rows of running jobs it deleted (`DeleteJobs`: they succeeded).
+-- `doing`), or the rows of started jobs it deleted (`DeleteJobs`: they succeeded). A held
+-- job's row has no start: its worker's postpone_finish counts it, with its wait, when it
+-- deletes it; deleted by anyone else it did not run.
 CREATE OR REPLACE FUNCTION postpone_stats_record()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -182,7 +241,8 @@ BEGIN
               FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
              ORDER BY 1, g.queue, g.outcome;
     ELSE
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o WHERE o.status = 'doing') THEN
+        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o
+                        WHERE o.status = 'doing' AND o.started_at IS NOT NULL) THEN
             RETURN NULL;
         END IF;
         OPEN v_rows FOR
@@ -192,7 +252,7 @@ BEGIN
                                          THEN o.started_at - o.scheduled_at END,
                                     v_bounds) AS b
                   FROM postpone_stats_old o
-                 WHERE o.status = 'doing'
+                 WHERE o.status = 'doing' AND o.started_at IS NOT NULL
             ), y AS (
                 SELECT x.queue, x.outcome, x.b, count(*) AS n
                   FROM x GROUP BY x.queue, x.outcome, x.b
@@ -260,11 +320,11 @@ DECLARE
     v_alive boolean := EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker);
     v_gone bigint[];
     v_queues text[];
-    v_waits interval[];
+    v_buckets integer[];
+    v_counts bigint[];
     v_written bigint[];
     v_then_delete bigint[];
-    v_rows refcursor;
-    -- The statistics' buckets of waits (see postpone_stats_record).
+    -- The buckets of waits, as postpone_stats_record has them.
     v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
                                    FROM generate_series(0, 22) AS k);
 BEGIN
@@ -297,50 +357,16 @@ BEGIN
                       CASE WHEN isfinite(j.scheduled_at)
                            THEN now() - least(greatest(coalesce(o.ran_us, 0), 0), 3155760000000000)
                                         * interval '1 microsecond' - j.scheduled_at END AS wait
+        ), g AS (
+            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM d GROUP BY d.queue, 2
         )
-        SELECT array_agg(d.id), array_agg(d.queue), array_agg(d.wait)
-          INTO v_gone, v_queues, v_waits
-          FROM d;
+        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue), array_agg(g.b),
+               array_agg(g.n)
+          INTO v_gone, v_queues, v_buckets, v_counts
+          FROM g;
         IF v_gone IS NOT NULL THEN
-            OPEN v_rows FOR
-            WITH x AS (
-                    SELECT u.queue, 'succeeded'::text AS outcome, width_bucket(u.wait, v_bounds) AS b
-                      FROM unnest(v_queues, v_waits) AS u(queue, wait)
-                ), y AS (
-                    SELECT x.queue, x.outcome, x.b, count(*) AS n
-                      FROM x GROUP BY x.queue, x.outcome, x.b
-                ), g AS (
-                    SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                      FROM y GROUP BY y.queue, y.outcome
-                )
-                SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-                  FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-                 ORDER BY 1, g.queue, g.outcome;
-            PERFORM postpone_stats_add(v_rows);
+            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
             RETURN QUERY SELECT unnest(v_gone);
         END IF;
     END IF;
@@ -401,4 +427,193 @@ AS $function$
         RETURNING 1
     )
     SELECT EXISTS (SELECT 1 FROM n)
+$function$;
+
+-- Records outcomes (see version 20), and counts the held jobs it deletes, whose rows have no
+-- start, in the statistics itself, with their waits (the delete trigger counts started
+-- jobs' rows only).
+CREATE OR REPLACE FUNCTION postpone_finish(p_ids bigint[], p_workers bigint[], p_attempts integer[], p_outcomes text[], p_errors text[], p_outputs jsonb[], p_ran_us bigint[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_nestloop TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET jit TO 'off'
+ SET lock_timeout TO '200ms'
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_queues text[];
+    v_buckets integer[];
+    v_counts bigint[];
+    -- The buckets of waits, as postpone_stats_record has them.
+    v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
+                                   FROM generate_series(0, 22) AS k);
+BEGIN
+    -- A statement without a deletion leaves out the DELETE: even deleting nothing, it would
+    -- fire the jobs table's statement triggers for DELETE (two more trigger calls).
+    IF 'delete' = ANY(p_outcomes) THEN
+        WITH o AS (
+            SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
+                                 p_ran_us)
+                AS o(id, worker, attempt, outcome, error, output, ran_us)
+        ), updated AS (
+            UPDATE postpone_jobs j
+               SET status = CASE WHEN j.abort_requested THEN 'aborted'
+                                 WHEN o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us)
+                                     THEN 'cancelled'
+                                 WHEN j.cancel_requested AND o.outcome = 'aborted' THEN 'cancelled'
+                                 ELSE o.outcome END,
+                   finished_at = now(),
+                   started_at = CASE WHEN j.started_at IS NOT NULL OR o.ran_us IS NULL
+                                     THEN j.started_at
+                                     ELSE now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                  * interval '1 microsecond' END,
+                   attempts = CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                   THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+                   cancel_requested = false,
+                   expired = (NOT j.abort_requested AND (o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us))),
+                   output = CASE WHEN o.outcome = 'succeeded' AND NOT j.abort_requested
+                                  AND NOT postpone_started_late(j.expires_at, j.started_at, o.ran_us)
+                                 THEN o.output ELSE j.output END,
+                   errors = CASE
+                       WHEN (NOT j.abort_requested AND (o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us)))
+                           THEN coalesce(j.errors, '[]'::jsonb)
+                                || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                                        ELSE jsonb_build_array(jsonb_build_object(
+                                            'attempt', j.attempts, 'at', now(), 'error', o.error)) END
+                                || jsonb_build_array(jsonb_build_object(
+                                    'attempt', CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                                    THEN greatest(j.attempts - 1, 0)
+                                                    ELSE j.attempts END,
+                                    'at', now(),
+                                    'error', postpone_expiry_text(j.expires_at, NULL)
+                                             || CASE WHEN o.outcome = 'expired' THEN ''
+                                                     ELSE format(' (its worker started it %s later; what its task returned, %s, is not kept)',
+                                                                 (now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                                          * interval '1 microsecond') - j.expires_at,
+                                                                 CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                                      ELSE o.outcome END) END))
+                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                           THEN j.errors
+                       ELSE coalesce(j.errors, '[]'::jsonb)
+                            || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                                    ELSE jsonb_build_array(jsonb_build_object(
+                                        'attempt', CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                                        THEN greatest(j.attempts - 1, 0)
+                                                        ELSE j.attempts END,
+                                        'at', now(), 'error', o.error)) END
+                            || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                                    THEN jsonb_build_array(jsonb_build_object(
+                                        'attempt', j.attempts, 'at', now(),
+                                        'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
+                                                        CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                             ELSE o.outcome END)))
+                                    ELSE '[]'::jsonb END END
+              FROM o
+             WHERE j.id = o.id AND j.id = ANY(p_ids)
+               AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
+               AND j.status IS NOT DISTINCT FROM 'doing'
+               AND j.worker_id IS NOT DISTINCT FROM o.worker
+               AND j.attempts IS NOT DISTINCT FROM o.attempt
+            RETURNING j.id
+        ), deleted AS (
+            DELETE FROM postpone_jobs j
+             USING o
+             WHERE j.id = o.id AND j.id = ANY(p_ids) AND o.outcome = 'delete'
+               AND j.abort_requested IS NOT DISTINCT FROM false
+               AND j.status IS NOT DISTINCT FROM 'doing'
+               AND j.worker_id IS NOT DISTINCT FROM o.worker
+               AND j.attempts IS NOT DISTINCT FROM o.attempt
+            RETURNING j.id, j.queue, j.started_at IS NULL AS held,
+                      CASE WHEN j.started_at IS NULL AND isfinite(j.scheduled_at)
+                           THEN now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                        * interval '1 microsecond' - j.scheduled_at END AS wait
+        ), g AS (
+            -- A held job's row has no start (it ran shorter than the start's delay): the
+            -- delete trigger does not count it; this does, with its wait.
+            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM deleted d WHERE d.held GROUP BY d.queue, 2
+        )
+        SELECT (SELECT array_agg(x.id)
+                  FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
+               array_agg(g.queue), array_agg(g.b), array_agg(g.n)
+          INTO v_ids, v_queues, v_buckets, v_counts
+          FROM g;
+        IF v_queues IS NOT NULL THEN
+            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+        END IF;
+        RETURN QUERY SELECT unnest(v_ids);
+    ELSE
+        RETURN QUERY
+        WITH o AS (
+            SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
+                                 p_ran_us)
+                AS o(id, worker, attempt, outcome, error, output, ran_us)
+        ), updated AS (
+            UPDATE postpone_jobs j
+               SET status = CASE WHEN j.abort_requested THEN 'aborted'
+                                 WHEN o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us)
+                                     THEN 'cancelled'
+                                 WHEN j.cancel_requested AND o.outcome = 'aborted' THEN 'cancelled'
+                                 ELSE o.outcome END,
+                   finished_at = now(),
+                   started_at = CASE WHEN j.started_at IS NOT NULL OR o.ran_us IS NULL
+                                     THEN j.started_at
+                                     ELSE now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                  * interval '1 microsecond' END,
+                   attempts = CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                   THEN greatest(j.attempts - 1, 0) ELSE j.attempts END,
+                   cancel_requested = false,
+                   expired = (NOT j.abort_requested AND (o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us))),
+                   output = CASE WHEN o.outcome = 'succeeded' AND NOT j.abort_requested
+                                  AND NOT postpone_started_late(j.expires_at, j.started_at, o.ran_us)
+                                 THEN o.output ELSE j.output END,
+                   errors = CASE
+                       WHEN (NOT j.abort_requested AND (o.outcome = 'expired' OR postpone_started_late(j.expires_at, j.started_at, o.ran_us)))
+                           THEN coalesce(j.errors, '[]'::jsonb)
+                                || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                                        ELSE jsonb_build_array(jsonb_build_object(
+                                            'attempt', j.attempts, 'at', now(), 'error', o.error)) END
+                                || jsonb_build_array(jsonb_build_object(
+                                    'attempt', CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                                    THEN greatest(j.attempts - 1, 0)
+                                                    ELSE j.attempts END,
+                                    'at', now(),
+                                    'error', postpone_expiry_text(j.expires_at, NULL)
+                                             || CASE WHEN o.outcome = 'expired' THEN ''
+                                                     ELSE format(' (its worker started it %s later; what its task returned, %s, is not kept)',
+                                                                 (now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                                          * interval '1 microsecond') - j.expires_at,
+                                                                 CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                                      ELSE o.outcome END) END))
+                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                           THEN j.errors
+                       ELSE coalesce(j.errors, '[]'::jsonb)
+                            || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                                    ELSE jsonb_build_array(jsonb_build_object(
+                                        'attempt', CASE WHEN j.started_at IS NULL AND o.ran_us IS NULL
+                                                        THEN greatest(j.attempts - 1, 0)
+                                                        ELSE j.attempts END,
+                                        'at', now(), 'error', o.error)) END
+                            || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                                    THEN jsonb_build_array(jsonb_build_object(
+                                        'attempt', j.attempts, 'at', now(),
+                                        'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
+                                                        CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                             ELSE o.outcome END)))
+                                    ELSE '[]'::jsonb END END
+              FROM o
+             WHERE j.id = o.id AND j.id = ANY(p_ids)
+               AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
+               AND j.status IS NOT DISTINCT FROM 'doing'
+               AND j.worker_id IS NOT DISTINCT FROM o.worker
+               AND j.attempts IS NOT DISTINCT FROM o.attempt
+            RETURNING j.id
+        )
+        SELECT id FROM updated;
+    END IF;
+END
 $function$;

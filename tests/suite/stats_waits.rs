@@ -1,8 +1,9 @@
 //! The statistics trigger's roll-up (`postpone_stats_record`, schema versions 19, 31, 35, 40 and 45):
 //! each finished job counted once, in its queue and outcome, and in the bucket of its wait
 //! (b = 0 under 1 ms, else 1 + floor(log2(ms)), at most 23; no bucket when a time is missing
-//! or infinite), whether the statement updates or deletes it; rows that were already
-//! finished not counted again.
+//! or infinite), whether the statement updates or deletes it (a deleted row counts when its
+//! job started); rows that were already finished not counted again; and a worker that
+//! deletes what succeeds counts its held jobs, whose rows have no start, with their waits.
 
 use crate::support;
 
@@ -84,7 +85,9 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
         ids.push(id);
     }
     // All but the last two finished by one statement (one of them failed); the last two
-    // deleted while running (a success, as DeleteJobs::Always records it).
+    // deleted while `doing`: the one that started is a success, as DeleteJobs records it;
+    // the one that never did is not counted (its worker's postpone_finish counts a held job
+    // it deletes, with its wait; deleted by anyone else it did not run).
     let (done, gone) = ids.split_at(ids.len() - 2);
     c.execute(
         "UPDATE postpone_jobs SET finished_at = now(),
@@ -115,7 +118,7 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
     };
     let ok = &waits[..waits.len() - 2];
     // Succeeded: the updated ones but the failed one (its wait, 1000 ms, bucket 10), and
-    // the two deleted (no bucket: a never-started job and an infinite time).
+    // the started one deleted (no bucket: an infinite time).
     let want_ok = hist(&bucket_of(ok, Some(6)));
     let want_failed = hist(&[(10, 1)]);
     let mut want = Vec::new();
@@ -131,10 +134,49 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
             span.to_owned(),
             "default".to_owned(),
             "succeeded".to_owned(),
-            // Every job but the failed one: the deleted ones count as successes.
-            waits.len() as i64 - 1,
+            // Every job but the failed one and the one deleted before it started.
+            waits.len() as i64 - 2,
             want_ok.clone(),
         ));
     }
     assert_eq!(stats(&mut c), want);
+}
+
+/// A worker that deletes what succeeds counts every job with its wait: most of its jobs are
+/// deleted held (they ran shorter than the start's delay, so their rows have no start), and
+/// its outcome statement counts those itself.
+#[test]
+fn a_worker_that_deletes_what_succeeds_counts_each_jobs_wait() {
+    use crate::worker_util::{counting_tasks, fast_worker, setup};
+    use std::time::Duration;
+    let (db, app) = setup();
+    let n = 600;
+    let jobs: Vec<postpone::NewJob> = (0..n)
+        .map(|i| postpone::NewJob::new("ok", &json!(i)).unwrap())
+        .collect();
+    app.defer_batch(&jobs).unwrap();
+    let (tasks, _runs) = counting_tasks();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .delete_finished(postpone::DeleteJobs::Successful)
+        .spawn()
+        .unwrap();
+    let mut c = db.client();
+    let left = |c: &mut postgres::Client| -> i64 {
+        c.query_one("SELECT count(*) FROM postpone_jobs", &[])
+            .unwrap()
+            .get(0)
+    };
+    let gone = wait_until(Duration::from_secs(60), || left(&mut db.client()) == 0);
+    w.shutdown(Duration::from_secs(5));
+    assert!(gone, "{} of {n} jobs left after 60 s", left(&mut c));
+    let rows = stats(&mut c);
+    let hour: Vec<_> = rows.iter().filter(|r| r.0 == "hour").collect();
+    assert_eq!(hour.len(), 1, "{rows:?}");
+    let (_, queue, outcome, count, buckets) = hour[0];
+    assert_eq!(
+        (queue.as_str(), outcome.as_str(), *count),
+        ("default", "succeeded", n as i64)
+    );
+    assert_eq!(buckets.iter().sum::<i64>(), n as i64, "{buckets:?}");
 }

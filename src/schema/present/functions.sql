@@ -1646,11 +1646,18 @@ CREATE OR REPLACE FUNCTION public.postpone_finish(p_ids bigint[], p_workers bigi
  SET jit TO 'off'
  SET lock_timeout TO '200ms'
 AS $function$
+DECLARE
+    v_ids bigint[];
+    v_queues text[];
+    v_buckets integer[];
+    v_counts bigint[];
+    -- The buckets of waits, as postpone_stats_record has them.
+    v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
+                                   FROM generate_series(0, 22) AS k);
 BEGIN
     -- A statement without a deletion leaves out the DELETE: even deleting nothing, it would
     -- fire the jobs table's statement triggers for DELETE (two more trigger calls).
     IF 'delete' = ANY(p_outcomes) THEN
-        RETURN QUERY
         WITH o AS (
             SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
                                  p_ran_us)
@@ -1723,9 +1730,25 @@ BEGIN
                AND j.status IS NOT DISTINCT FROM 'doing'
                AND j.worker_id IS NOT DISTINCT FROM o.worker
                AND j.attempts IS NOT DISTINCT FROM o.attempt
-            RETURNING j.id
+            RETURNING j.id, j.queue, j.started_at IS NULL AS held,
+                      CASE WHEN j.started_at IS NULL AND isfinite(j.scheduled_at)
+                           THEN now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                        * interval '1 microsecond' - j.scheduled_at END AS wait
+        ), g AS (
+            -- A held job's row has no start (it ran shorter than the start's delay): the
+            -- delete trigger does not count it; this does, with its wait.
+            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM deleted d WHERE d.held GROUP BY d.queue, 2
         )
-        SELECT id FROM updated UNION ALL SELECT id FROM deleted;
+        SELECT (SELECT array_agg(x.id)
+                  FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
+               array_agg(g.queue), array_agg(g.b), array_agg(g.n)
+          INTO v_ids, v_queues, v_buckets, v_counts
+          FROM g;
+        IF v_queues IS NOT NULL THEN
+            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+        END IF;
+        RETURN QUERY SELECT unnest(v_ids);
     ELSE
         RETURN QUERY
         WITH o AS (
@@ -2531,11 +2554,11 @@ DECLARE
     v_alive boolean := EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker);
     v_gone bigint[];
     v_queues text[];
-    v_waits interval[];
+    v_buckets integer[];
+    v_counts bigint[];
     v_written bigint[];
     v_then_delete bigint[];
-    v_rows refcursor;
-    -- The statistics' buckets of waits (see postpone_stats_record).
+    -- The buckets of waits, as postpone_stats_record has them.
     v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
                                    FROM generate_series(0, 22) AS k);
 BEGIN
@@ -2568,50 +2591,16 @@ BEGIN
                       CASE WHEN isfinite(j.scheduled_at)
                            THEN now() - least(greatest(coalesce(o.ran_us, 0), 0), 3155760000000000)
                                         * interval '1 microsecond' - j.scheduled_at END AS wait
+        ), g AS (
+            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM d GROUP BY d.queue, 2
         )
-        SELECT array_agg(d.id), array_agg(d.queue), array_agg(d.wait)
-          INTO v_gone, v_queues, v_waits
-          FROM d;
+        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue), array_agg(g.b),
+               array_agg(g.n)
+          INTO v_gone, v_queues, v_buckets, v_counts
+          FROM g;
         IF v_gone IS NOT NULL THEN
-            OPEN v_rows FOR
-            WITH x AS (
-                    SELECT u.queue, 'succeeded'::text AS outcome, width_bucket(u.wait, v_bounds) AS b
-                      FROM unnest(v_queues, v_waits) AS u(queue, wait)
-                ), y AS (
-                    SELECT x.queue, x.outcome, x.b, count(*) AS n
-                      FROM x GROUP BY x.queue, x.outcome, x.b
-                ), g AS (
-                    SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                           coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                      FROM y GROUP BY y.queue, y.outcome
-                )
-                SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-                  FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-                 ORDER BY 1, g.queue, g.outcome;
-            PERFORM postpone_stats_add(v_rows);
+            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
             RETURN QUERY SELECT unnest(v_gone);
         END IF;
     END IF;
@@ -2816,6 +2805,52 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION public.postpone_stats_add_succeeded(p_queues text[], p_buckets integer[], p_counts bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    v_rows refcursor;
+BEGIN
+    OPEN v_rows FOR
+    WITH y AS (
+            SELECT u.queue, 'succeeded'::text AS outcome, u.b, u.n
+              FROM unnest(p_queues, p_buckets, p_counts) AS u(queue, b, n)
+        ), g AS (
+            SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
+              FROM y GROUP BY y.queue, y.outcome
+        )
+        SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
+          FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
+         ORDER BY 1, g.queue, g.outcome;
+    PERFORM postpone_stats_add(v_rows);
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION public.postpone_stats_record()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -2881,7 +2916,8 @@ BEGIN
               FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
              ORDER BY 1, g.queue, g.outcome;
     ELSE
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o WHERE o.status = 'doing') THEN
+        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o
+                        WHERE o.status = 'doing' AND o.started_at IS NOT NULL) THEN
             RETURN NULL;
         END IF;
         OPEN v_rows FOR
@@ -2891,7 +2927,7 @@ BEGIN
                                          THEN o.started_at - o.scheduled_at END,
                                     v_bounds) AS b
                   FROM postpone_stats_old o
-                 WHERE o.status = 'doing'
+                 WHERE o.status = 'doing' AND o.started_at IS NOT NULL
             ), y AS (
                 SELECT x.queue, x.outcome, x.b, count(*) AS n
                   FROM x GROUP BY x.queue, x.outcome, x.b
