@@ -59,15 +59,18 @@ fn assert_all_done_once(db: &support::TestDb, n: usize) {
     assert_eq!(succeeded(db), n as i64);
 }
 
-/// The row updates of postpone_jobs the server counted (once its sessions reported them).
-fn row_updates(db: &support::TestDb) -> i64 {
+/// A count of postpone_jobs' rows the server keeps (`n_tup_upd`, `n_tup_del`), once its
+/// sessions reported theirs.
+fn rows_counted(db: &support::TestDb, column: &str) -> i64 {
     let mut last = -1;
     // Sessions report their counts when idle, at most once a second.
     for _ in 0..30 {
         let now = count(
             db,
-            "SELECT coalesce(n_tup_upd + n_tup_hot_upd * 0, 0) FROM pg_stat_user_tables
-              WHERE relname = 'postpone_jobs' AND schemaname = current_schema()",
+            &format!(
+                "SELECT coalesce({column}, 0) FROM pg_stat_user_tables
+                  WHERE relname = 'postpone_jobs' AND schemaname = current_schema()"
+            ),
         );
         if now == last {
             return now;
@@ -76,6 +79,11 @@ fn row_updates(db: &support::TestDb) -> i64 {
         std::thread::sleep(Duration::from_millis(1200));
     }
     last
+}
+
+/// The row updates of postpone_jobs the server counted.
+fn row_updates(db: &support::TestDb) -> i64 {
+    rows_counted(db, "n_tup_upd")
 }
 
 #[test]
@@ -118,22 +126,9 @@ fn a_drain_writes_each_job_once_and_runs_each_once() {
     assert_eq!(counted, n as i64);
 }
 
-/// The row deletes of postpone_jobs the server counted, as [`row_updates`] reads updates.
+/// The row deletes of postpone_jobs the server counted.
 fn row_deletes(db: &support::TestDb) -> i64 {
-    let mut last = -1;
-    for _ in 0..30 {
-        let now = count(
-            db,
-            "SELECT coalesce(n_tup_del, 0) FROM pg_stat_user_tables
-              WHERE relname = 'postpone_jobs' AND schemaname = current_schema()",
-        );
-        if now == last {
-            return now;
-        }
-        last = now;
-        std::thread::sleep(Duration::from_millis(1200));
-    }
-    last
+    rows_counted(db, "n_tup_del")
 }
 
 /// A worker that deletes the jobs that succeed deletes each in its claim's transaction,
