@@ -8,20 +8,21 @@
 -- `delete` (the job succeeded, and the worker deletes such jobs) and deletes the row in
 -- the claim's transaction, where it is still `todo` and locked by it.
 --
--- The delete trigger of the statistics counts the deleted rows of running jobs only (a
--- waiting job deleted by an operator did not finish), so postpone_settle_locked adds its
--- deleted jobs to the statistics itself, with their wait (from their start, which it
--- knows). The writing of postpone_stats moves from postpone_stats_record to
--- postpone_stats_add, which both call with their counts. A job other jobs wait for is written
--- `succeeded` first (its dependents see it succeed; deleted `todo` they would see it
--- deleted), then deleted, in the same transaction.
---
--- Without that mode, such a worker deleted its held jobs (those that ran shorter than the
--- start's delay: most) with no start on their rows, and the statistics counted them with no
--- wait: its histogram of waits stayed empty. postpone_finish now counts them itself, with
--- their waits, and the delete trigger counts the rows of started jobs only (a held job
--- deleted by anyone else did not run).
---
+-- The statistics of deleted jobs move from the delete trigger to the statements that
+-- delete them (postpone_finish, postpone_settle_locked), which know what the rows do not:
+-- - a job the settle deletes is `todo` until the commit, and started `ran_us` ago;
+-- - a held job (most jobs: those that run shorter than the start's delay) has no start on
+--   its row: the trigger counted it with no wait, so a worker that deletes what succeeds
+--   had no waits in its statistics at all;
+-- - under DeleteJobs::Always the outcome of a job deleted as it ends is not written: the
+--   trigger counted every such job a success. The worker now says it (`delete:failed`,
+--   `delete:cancelled`, `delete:aborted`; `delete` is still a success).
+-- So the trigger fires on UPDATE only (no one else deletes a running job: an operator's
+-- delete refuses them), and the writing of postpone_stats is postpone_stats_add, which the
+-- trigger and postpone_stats_add_counts (the statements' counts) call. A job other jobs
+-- wait for is written `succeeded` by the settle first (its dependents see it succeed;
+-- deleted `todo` they would see it deleted), then deleted, in the same transaction.
+
 -- A claim's note (postpone_note_claim) takes its jobs as ranges of ids too, which the
 -- worker finds: building one range per job cost the note's transaction more than the rest
 -- of it.
@@ -121,12 +122,12 @@ BEGIN
 END
 $function$;
 
--- Adds jobs that succeeded to the statistics, counted by their callers per queue and bucket
--- of wait: `p_counts` jobs of queue `p_queues` in bucket `p_buckets` (0 to 23, as
--- postpone_stats_record finds them; NULL: no wait), for the callers that know a job's start
--- where its row does not (postpone_settle_locked, and postpone_finish for a held job it
--- deletes).
-CREATE FUNCTION postpone_stats_add_succeeded(p_queues text[], p_buckets integer[], p_counts bigint[])
+-- Adds finished jobs to the statistics, counted by their callers per queue, outcome and
+-- bucket of wait: `p_counts` jobs of queue `p_queues` with outcome `p_outcomes` in bucket
+-- `p_buckets` (0 to 23, as postpone_stats_record finds them; NULL: no wait), for the
+-- statements that delete the jobs they end (postpone_finish, postpone_settle_locked): the
+-- rows they delete do not say the outcome, nor, for a held job, its start.
+CREATE FUNCTION postpone_stats_add_counts(p_queues text[], p_outcomes text[], p_buckets integer[], p_counts bigint[])
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -135,8 +136,8 @@ DECLARE
 BEGIN
     OPEN v_rows FOR
     WITH y AS (
-            SELECT u.queue, 'succeeded'::text AS outcome, u.b, u.n
-              FROM unnest(p_queues, p_buckets, p_counts) AS u(queue, b, n)
+            SELECT u.queue, u.outcome, u.b, u.n
+              FROM unnest(p_queues, p_outcomes, p_buckets, p_counts) AS u(queue, outcome, b, n)
         ), g AS (
             SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
                    coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
@@ -173,9 +174,13 @@ END
 $function$;
 
 -- The trigger: a statement's jobs that reached a final status (an UPDATE from `todo` or
--- `doing`), or the rows of started jobs it deleted (`DeleteJobs`: they succeeded). A held
--- job's row has no start: its worker's postpone_finish counts it, with its wait, when it
--- deletes it; deleted by anyone else it did not run.
+-- `doing`). It no longer fires on DELETE: the statements that delete finished jobs
+-- (postpone_finish, postpone_settle_locked) count them themselves, with their outcome and
+-- their wait, which the rows do not hold (a held job has no start, and the outcome of a job
+-- deleted as it ends is not written); and no one else deletes a running job (an operator's
+-- delete refuses them).
+DROP TRIGGER postpone_jobs_stats_delete ON postpone_jobs;
+
 CREATE OR REPLACE FUNCTION postpone_stats_record()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -189,105 +194,57 @@ DECLARE
 BEGIN
     -- The finished jobs of this statement, counted per queue and outcome, added to this
     -- minute's and this hour's rows (in key order). A job's wait has no bucket when it did
-    -- not start or a time is infinite.
-    IF TG_OP = 'UPDATE' THEN
-        -- A claim, a heartbeat, a retry: no row reached a final status. Nothing to write.
-        -- (The statuses are those of the table's CHECK: two comparisons a row, not four.)
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_new n
-                        WHERE n.status NOT IN ('todo', 'doing')) THEN
-            RETURN NULL;
-        END IF;
-        OPEN v_rows FOR
-        WITH x AS (
-                SELECT n.queue, n.status AS outcome,
-                       width_bucket(CASE WHEN isfinite(n.started_at) AND isfinite(n.scheduled_at)
-                                         THEN n.started_at - n.scheduled_at END,
-                                    v_bounds) AS b
-                  FROM postpone_stats_new n JOIN postpone_stats_old o ON o.id = n.id
-                 WHERE n.status IN ('succeeded', 'failed', 'cancelled', 'aborted')
-                   AND o.status IN ('todo', 'doing')
-            ), y AS (
-                SELECT x.queue, x.outcome, x.b, count(*) AS n
-                  FROM x GROUP BY x.queue, x.outcome, x.b
-            ), g AS (
-                SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                  FROM y GROUP BY y.queue, y.outcome
-            )
-            SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-              FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-             ORDER BY 1, g.queue, g.outcome;
-    ELSE
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o
-                        WHERE o.status = 'doing' AND o.started_at IS NOT NULL) THEN
-            RETURN NULL;
-        END IF;
-        OPEN v_rows FOR
-        WITH x AS (
-                SELECT o.queue, 'succeeded'::text AS outcome,
-                       width_bucket(CASE WHEN isfinite(o.started_at) AND isfinite(o.scheduled_at)
-                                         THEN o.started_at - o.scheduled_at END,
-                                    v_bounds) AS b
-                  FROM postpone_stats_old o
-                 WHERE o.status = 'doing' AND o.started_at IS NOT NULL
-            ), y AS (
-                SELECT x.queue, x.outcome, x.b, count(*) AS n
-                  FROM x GROUP BY x.queue, x.outcome, x.b
-            ), g AS (
-                SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                  FROM y GROUP BY y.queue, y.outcome
-            )
-            SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-              FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-             ORDER BY 1, g.queue, g.outcome;
+    -- not start or a time is infinite. (A worker that deletes its jobs counts them in its
+    -- own statements: see postpone_stats_add_counts.)
+    -- A claim, a heartbeat, a retry: no row reached a final status. Nothing to write.
+    -- (The statuses are those of the table's CHECK: two comparisons a row, not four.)
+    IF NOT EXISTS (SELECT 1 FROM postpone_stats_new n
+                    WHERE n.status NOT IN ('todo', 'doing')) THEN
+        RETURN NULL;
     END IF;
+    OPEN v_rows FOR
+    WITH x AS (
+            SELECT n.queue, n.status AS outcome,
+                   width_bucket(CASE WHEN isfinite(n.started_at) AND isfinite(n.scheduled_at)
+                                     THEN n.started_at - n.scheduled_at END,
+                                v_bounds) AS b
+              FROM postpone_stats_new n JOIN postpone_stats_old o ON o.id = n.id
+             WHERE n.status IN ('succeeded', 'failed', 'cancelled', 'aborted')
+               AND o.status IN ('todo', 'doing')
+        ), y AS (
+            SELECT x.queue, x.outcome, x.b, count(*) AS n
+              FROM x GROUP BY x.queue, x.outcome, x.b
+        ), g AS (
+            SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
+              FROM y GROUP BY y.queue, y.outcome
+        )
+        SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
+          FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
+         ORDER BY 1, g.queue, g.outcome;
     PERFORM postpone_stats_add(v_rows);
     RETURN NULL;
 END
@@ -320,6 +277,7 @@ DECLARE
     v_alive boolean := EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker);
     v_gone bigint[];
     v_queues text[];
+    v_outcomes text[];
     v_buckets integer[];
     v_counts bigint[];
     v_written bigint[];
@@ -338,7 +296,7 @@ BEGIN
         END IF;
     END IF;
     -- Jobs that succeeded, to delete: deleted at once, unless other jobs wait for them
-    -- (below), and counted here (the delete trigger counts running jobs' rows only).
+    -- (below), and counted here (the statistics' trigger counts updates only).
     IF 'delete' = ANY(p_outcomes) THEN
         WITH o AS (
             SELECT * FROM unnest(p_ids, p_attempts, p_outcomes, p_ran_us)
@@ -361,12 +319,12 @@ BEGIN
             SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
               FROM d GROUP BY d.queue, 2
         )
-        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue), array_agg(g.b),
-               array_agg(g.n)
-          INTO v_gone, v_queues, v_buckets, v_counts
+        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue),
+               array_agg('succeeded'::text), array_agg(g.b), array_agg(g.n)
+          INTO v_gone, v_queues, v_outcomes, v_buckets, v_counts
           FROM g;
         IF v_gone IS NOT NULL THEN
-            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+            PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
             RETURN QUERY SELECT unnest(v_gone);
         END IF;
     END IF;
@@ -429,9 +387,11 @@ AS $function$
     SELECT EXISTS (SELECT 1 FROM n)
 $function$;
 
--- Records outcomes (see version 20), and counts the held jobs it deletes, whose rows have no
--- start, in the statistics itself, with their waits (the delete trigger counts started
--- jobs' rows only).
+-- Records outcomes (see version 20). `delete` is a success whose row is deleted, and
+-- `delete:failed`, `delete:cancelled` and `delete:aborted` (DeleteJobs::Always) the other
+-- final outcomes deleted; it counts the jobs it deletes in the statistics itself, with
+-- their outcome and their wait (the trigger counts updates only, and a held job's row has
+-- no start).
 CREATE OR REPLACE FUNCTION postpone_finish(p_ids bigint[], p_workers bigint[], p_attempts integer[], p_outcomes text[], p_errors text[], p_outputs jsonb[], p_ran_us bigint[])
  RETURNS SETOF bigint
  LANGUAGE plpgsql
@@ -446,6 +406,7 @@ AS $function$
 DECLARE
     v_ids bigint[];
     v_queues text[];
+    v_outcomes text[];
     v_buckets integer[];
     v_counts bigint[];
     -- The buckets of waits, as postpone_stats_record has them.
@@ -453,12 +414,24 @@ DECLARE
                                    FROM generate_series(0, 22) AS k);
 BEGIN
     -- A statement without a deletion leaves out the DELETE: even deleting nothing, it would
-    -- fire the jobs table's statement triggers for DELETE (two more trigger calls).
-    IF 'delete' = ANY(p_outcomes) THEN
+    -- fire the jobs table's statement trigger for DELETE.
+    IF p_outcomes && ARRAY['delete', 'delete:failed', 'delete:cancelled', 'delete:aborted'] THEN
         WITH o AS (
-            SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
-                                 p_ran_us)
-                AS o(id, worker, attempt, outcome, error, output, ran_us)
+            -- Every deletion is `delete` below; `kind` is the outcome it is (`succeeded`
+            -- for `delete`), for the statistics and the errors written.
+            SELECT u.id, u.worker, u.attempt,
+                   CASE WHEN u.word IN ('delete', 'delete:failed', 'delete:cancelled',
+                                        'delete:aborted')
+                        THEN 'delete' ELSE u.word END AS outcome,
+                   CASE u.word WHEN 'delete' THEN 'succeeded'
+                               WHEN 'delete:failed' THEN 'failed'
+                               WHEN 'delete:cancelled' THEN 'cancelled'
+                               WHEN 'delete:aborted' THEN 'aborted'
+                               ELSE u.word END AS kind,
+                   u.error, u.output, u.ran_us
+              FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
+                          p_ran_us)
+                AS u(id, worker, attempt, word, error, output, ran_us)
         ), updated AS (
             UPDATE postpone_jobs j
                SET status = CASE WHEN j.abort_requested THEN 'aborted'
@@ -494,9 +467,9 @@ BEGIN
                                                      ELSE format(' (its worker started it %s later; what its task returned, %s, is not kept)',
                                                                  (now() - least(greatest(o.ran_us, 0), 3155760000000000)
                                                                           * interval '1 microsecond') - j.expires_at,
-                                                                 CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                                 CASE WHEN o.outcome = 'delete' THEN o.kind
                                                                       ELSE o.outcome END) END))
-                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.kind <> 'aborted')
                            THEN j.errors
                        ELSE coalesce(j.errors, '[]'::jsonb)
                             || CASE WHEN o.error IS NULL THEN '[]'::jsonb
@@ -505,11 +478,11 @@ BEGIN
                                                         THEN greatest(j.attempts - 1, 0)
                                                         ELSE j.attempts END,
                                         'at', now(), 'error', o.error)) END
-                            || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                            || CASE WHEN j.abort_requested AND o.kind <> 'aborted'
                                     THEN jsonb_build_array(jsonb_build_object(
                                         'attempt', j.attempts, 'at', now(),
                                         'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
-                                                        CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                        CASE WHEN o.outcome = 'delete' THEN o.kind
                                                              ELSE o.outcome END)))
                                     ELSE '[]'::jsonb END END
               FROM o
@@ -527,23 +500,26 @@ BEGIN
                AND j.status IS NOT DISTINCT FROM 'doing'
                AND j.worker_id IS NOT DISTINCT FROM o.worker
                AND j.attempts IS NOT DISTINCT FROM o.attempt
-            RETURNING j.id, j.queue, j.started_at IS NULL AS held,
-                      CASE WHEN j.started_at IS NULL AND isfinite(j.scheduled_at)
-                           THEN now() - least(greatest(o.ran_us, 0), 3155760000000000)
-                                        * interval '1 microsecond' - j.scheduled_at END AS wait
+            RETURNING j.id, j.queue, o.kind,
+                      -- A held job's row has no start (it ran shorter than the start's
+                      -- delay): it started `ran_us` ago.
+                      CASE WHEN isfinite(j.scheduled_at)
+                                AND (j.started_at IS NULL OR isfinite(j.started_at))
+                           THEN coalesce(j.started_at,
+                                         now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                 * interval '1 microsecond')
+                                - j.scheduled_at END AS wait
         ), g AS (
-            -- A held job's row has no start (it ran shorter than the start's delay): the
-            -- delete trigger does not count it; this does, with its wait.
-            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
-              FROM deleted d WHERE d.held GROUP BY d.queue, 2
+            SELECT d.queue, d.kind, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM deleted d GROUP BY d.queue, d.kind, 3
         )
         SELECT (SELECT array_agg(x.id)
                   FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
-               array_agg(g.queue), array_agg(g.b), array_agg(g.n)
-          INTO v_ids, v_queues, v_buckets, v_counts
+               array_agg(g.queue), array_agg(g.kind), array_agg(g.b), array_agg(g.n)
+          INTO v_ids, v_queues, v_outcomes, v_buckets, v_counts
           FROM g;
         IF v_queues IS NOT NULL THEN
-            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+            PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
         END IF;
         RETURN QUERY SELECT unnest(v_ids);
     ELSE
@@ -615,5 +591,85 @@ BEGIN
         )
         SELECT id FROM updated;
     END IF;
+END
+$function$;
+
+-- The outcomes of builds before version 20 (no `p_ran_us`): the jobs it deletes are counted
+-- here too, as successes (their rows have their start), since the trigger counts updates
+-- only.
+CREATE OR REPLACE FUNCTION postpone_finish(p_ids bigint[], p_workers bigint[], p_attempts integer[], p_outcomes text[], p_errors text[], p_outputs jsonb[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+ SET enable_bitmapscan TO 'off'
+ SET enable_nestloop TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET jit TO 'off'
+ SET lock_timeout TO '200ms'
+AS $function$
+DECLARE
+    v_ids bigint[];
+    v_queues text[];
+    v_outcomes text[];
+    v_buckets integer[];
+    v_counts bigint[];
+    v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
+                                   FROM generate_series(0, 22) AS k);
+BEGIN
+    WITH o AS (
+        SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs)
+            AS o(id, worker, attempt, outcome, error, output)
+    ), updated AS (
+        UPDATE postpone_jobs j
+           SET status = CASE WHEN j.abort_requested THEN 'aborted' ELSE o.outcome END,
+               finished_at = now(),
+               output = CASE WHEN o.outcome = 'succeeded' AND NOT j.abort_requested
+                             THEN o.output ELSE j.output END,
+               errors = CASE
+                   WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                       THEN j.errors
+                   ELSE coalesce(j.errors, '[]'::jsonb)
+                        || CASE WHEN o.error IS NULL THEN '[]'::jsonb
+                                ELSE jsonb_build_array(jsonb_build_object(
+                                    'attempt', j.attempts, 'at', now(), 'error', o.error)) END
+                        || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                                THEN jsonb_build_array(jsonb_build_object(
+                                    'attempt', j.attempts, 'at', now(),
+                                    'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
+                                                    CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                         ELSE o.outcome END)))
+                                ELSE '[]'::jsonb END END
+          FROM o
+         WHERE j.id = o.id AND j.id = ANY(p_ids)
+           AND (o.outcome <> 'delete' OR j.abort_requested IS NOT DISTINCT FROM true)
+           AND j.status IS NOT DISTINCT FROM 'doing'
+           AND j.worker_id IS NOT DISTINCT FROM o.worker
+           AND j.attempts IS NOT DISTINCT FROM o.attempt
+        RETURNING j.id
+    ), deleted AS (
+        DELETE FROM postpone_jobs j
+         USING o
+         WHERE j.id = o.id AND j.id = ANY(p_ids) AND o.outcome = 'delete'
+           AND j.abort_requested IS NOT DISTINCT FROM false
+           AND j.status IS NOT DISTINCT FROM 'doing'
+           AND j.worker_id IS NOT DISTINCT FROM o.worker
+           AND j.attempts IS NOT DISTINCT FROM o.attempt
+        RETURNING j.id, j.queue,
+                  CASE WHEN isfinite(j.scheduled_at) AND isfinite(j.started_at)
+                       THEN j.started_at - j.scheduled_at END AS wait
+    ), g AS (
+        SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+          FROM deleted d GROUP BY d.queue, 2
+    )
+    SELECT (SELECT array_agg(x.id)
+              FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
+           array_agg(g.queue), array_agg('succeeded'::text), array_agg(g.b), array_agg(g.n)
+      INTO v_ids, v_queues, v_outcomes, v_buckets, v_counts
+      FROM g;
+    IF v_queues IS NOT NULL THEN
+        PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
+    END IF;
+    RETURN QUERY SELECT unnest(v_ids);
 END
 $function$;

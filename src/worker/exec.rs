@@ -590,11 +590,14 @@ fn finish(
     }
 }
 
+/// A final outcome other than success, as `delete` makes it: deleted under
+/// `DeleteJobs::Always`, with its kind kept for the statistics.
 fn final_kind(delete: DeleteJobs, kind: OutcomeKind) -> OutcomeKind {
-    if delete == DeleteJobs::Always {
-        OutcomeKind::Delete
-    } else {
-        kind
+    match (delete, kind) {
+        (DeleteJobs::Always, OutcomeKind::Failed) => OutcomeKind::DeleteFailed,
+        (DeleteJobs::Always, OutcomeKind::Cancelled) => OutcomeKind::DeleteCancelled,
+        (DeleteJobs::Always, OutcomeKind::Aborted) => OutcomeKind::DeleteAborted,
+        _ => kind,
     }
 }
 

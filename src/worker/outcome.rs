@@ -18,8 +18,14 @@ pub(crate) enum OutcomeKind {
     /// Not started before its deadline: ends `cancelled`, `expired` (the database writes
     /// the error).
     Expired,
-    /// Finished (any final status) and deleted: `DeleteJobs`.
+    /// Succeeded and deleted: `DeleteJobs::Successful` or `Always`.
     Delete,
+    /// Failed and deleted: `DeleteJobs::Always`.
+    DeleteFailed,
+    /// Cancelled and deleted: `DeleteJobs::Always`.
+    DeleteCancelled,
+    /// Aborted and deleted: `DeleteJobs::Always`.
+    DeleteAborted,
     /// Back to the queue after the outcome's delay, the attempt counted.
     Retry,
     /// Back to the queue keeping its schedule, the attempt given back (interrupted, or held
@@ -47,6 +53,9 @@ impl OutcomeKind {
             OutcomeKind::Aborted => "aborted",
             OutcomeKind::Expired => "expired",
             OutcomeKind::Delete => "delete",
+            OutcomeKind::DeleteFailed => "delete:failed",
+            OutcomeKind::DeleteCancelled => "delete:cancelled",
+            OutcomeKind::DeleteAborted => "delete:aborted",
             OutcomeKind::Retry => "retry",
             OutcomeKind::Release => "release",
             OutcomeKind::Snooze => "snooze",
@@ -59,6 +68,17 @@ impl OutcomeKind {
             OutcomeKind::Snooze => Statement::Snooze,
             _ => Statement::Finish,
         }
+    }
+
+    /// Whether it deletes the job's row (its words begin with `delete`).
+    pub(crate) fn deletes(self) -> bool {
+        matches!(
+            self,
+            OutcomeKind::Delete
+                | OutcomeKind::DeleteFailed
+                | OutcomeKind::DeleteCancelled
+                | OutcomeKind::DeleteAborted
+        )
     }
 
     /// Whether it puts the job back in the queue (such outcomes never ride on a claim).
@@ -163,6 +183,9 @@ mod tests {
             K::Aborted,
             K::Expired,
             K::Delete,
+            K::DeleteFailed,
+            K::DeleteCancelled,
+            K::DeleteAborted,
             K::Retry,
             K::Release,
             K::Snooze,
@@ -173,5 +196,9 @@ mod tests {
         assert_eq!(requeues, [K::Retry, K::Release, K::Snooze]);
         assert_eq!(K::Snooze.statement(), Statement::Snooze);
         assert_eq!(K::Delete.statement(), Statement::Finish);
+        let deleting: Vec<K> = all.iter().copied().filter(|k| k.deletes()).collect();
+        assert!(deleting.iter().all(|k| k.as_sql().starts_with("delete")));
+        assert_eq!(deleting.len(), 4);
+        assert!(deleting.iter().all(|k| k.statement() == Statement::Finish));
     }
 }

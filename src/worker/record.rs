@@ -411,7 +411,7 @@ impl<'s> Recorder<'s> {
             let state = now.get(&o.key.id.0);
             let same_attempt = |st: &State| st.1 == Some(o.key.worker) && st.2 == o.key.attempt;
             let already = match (o.kind, state) {
-                (OutcomeKind::Delete, None) => true,
+                (k, None) if k.deletes() => true,
                 (OutcomeKind::Expired, Some(st)) => {
                     st.0 == "cancelled" && st.1 == Some(o.key.worker)
                 }

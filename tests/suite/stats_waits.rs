@@ -1,9 +1,9 @@
 //! The statistics trigger's roll-up (`postpone_stats_record`, schema versions 19, 31, 35, 40 and 45):
 //! each finished job counted once, in its queue and outcome, and in the bucket of its wait
 //! (b = 0 under 1 ms, else 1 + floor(log2(ms)), at most 23; no bucket when a time is missing
-//! or infinite), whether the statement updates or deletes it (a deleted row counts when its
-//! job started); rows that were already finished not counted again; and a worker that
-//! deletes what succeeds counts its held jobs, whose rows have no start, with their waits.
+//! or infinite); rows that were already finished not counted again; rows deleted by hand
+//! not counted; and a worker that deletes its jobs as they end counts each, in its outcome
+//! and with its wait (schema 49).
 
 use crate::support;
 
@@ -85,9 +85,8 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
         ids.push(id);
     }
     // All but the last two finished by one statement (one of them failed); the last two
-    // deleted while `doing`: the one that started is a success, as DeleteJobs records it;
-    // the one that never did is not counted (its worker's postpone_finish counts a held job
-    // it deletes, with its wait; deleted by anyone else it did not run).
+    // deleted while `doing`, by hand: not counted (the statistics count updates; a worker's
+    // outcome statement counts the jobs it deletes itself, below).
     let (done, gone) = ids.split_at(ids.len() - 2);
     c.execute(
         "UPDATE postpone_jobs SET finished_at = now(),
@@ -117,8 +116,7 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
             .collect()
     };
     let ok = &waits[..waits.len() - 2];
-    // Succeeded: the updated ones but the failed one (its wait, 1000 ms, bucket 10), and
-    // the started one deleted (no bucket: an infinite time).
+    // Succeeded: the updated ones but the failed one (its wait, 1000 ms, bucket 10).
     let want_ok = hist(&bucket_of(ok, Some(6)));
     let want_failed = hist(&[(10, 1)]);
     let mut want = Vec::new();
@@ -134,8 +132,8 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
             span.to_owned(),
             "default".to_owned(),
             "succeeded".to_owned(),
-            // Every job but the failed one and the one deleted before it started.
-            waits.len() as i64 - 2,
+            // Every job but the failed one and the two deleted.
+            waits.len() as i64 - 3,
             want_ok.clone(),
         ));
     }
@@ -179,4 +177,48 @@ fn a_worker_that_deletes_what_succeeds_counts_each_jobs_wait() {
         ("default", "succeeded", n as i64)
     );
     assert_eq!(buckets.iter().sum::<i64>(), n as i64, "{buckets:?}");
+}
+
+/// A worker that deletes every finished job counts each in its outcome: its failures are
+/// failures, not successes, with their waits.
+#[test]
+fn a_worker_that_deletes_every_job_counts_each_in_its_outcome() {
+    use crate::worker_util::{fast_worker, setup};
+    use std::time::Duration;
+    let (db, app) = setup();
+    let mut tasks = postpone::Tasks::new();
+    tasks.register("ok", |_job: &postpone::Job| Ok(()));
+    tasks.register("fail", |_job: &postpone::Job| {
+        Err(postpone::TaskError::fail("failing on purpose"))
+    });
+    let jobs: Vec<postpone::NewJob> = (0..300)
+        .map(|i| postpone::NewJob::new(if i % 3 == 0 { "fail" } else { "ok" }, &json!(i)).unwrap())
+        .collect();
+    app.defer_batch(&jobs).unwrap();
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .delete_finished(postpone::DeleteJobs::Always)
+        .spawn()
+        .unwrap();
+    let left = |c: &mut postgres::Client| -> i64 {
+        c.query_one("SELECT count(*) FROM postpone_jobs", &[])
+            .unwrap()
+            .get(0)
+    };
+    let gone = wait_until(Duration::from_secs(60), || left(&mut db.client()) == 0);
+    w.shutdown(Duration::from_secs(5));
+    let mut c = db.client();
+    assert!(gone, "{} of 300 jobs left after 60 s", left(&mut c));
+    let hour: Vec<(String, i64, i64)> = stats(&mut c)
+        .into_iter()
+        .filter(|r| r.0 == "hour")
+        .map(|r| (r.2, r.3, r.4.iter().sum::<i64>()))
+        .collect();
+    assert_eq!(
+        hour,
+        [
+            ("failed".to_owned(), 100, 100),
+            ("succeeded".to_owned(), 200, 200)
+        ]
+    );
 }

@@ -1589,8 +1589,15 @@ CREATE OR REPLACE FUNCTION public.postpone_finish(p_ids bigint[], p_workers bigi
  SET jit TO 'off'
  SET lock_timeout TO '200ms'
 AS $function$
+DECLARE
+    v_ids bigint[];
+    v_queues text[];
+    v_outcomes text[];
+    v_buckets integer[];
+    v_counts bigint[];
+    v_bounds interval[] := ARRAY(SELECT (2 ^ k) * interval '1 millisecond'
+                                   FROM generate_series(0, 22) AS k);
 BEGIN
-    RETURN QUERY
     WITH o AS (
         SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs)
             AS o(id, worker, attempt, outcome, error, output)
@@ -1629,9 +1636,22 @@ BEGIN
            AND j.status IS NOT DISTINCT FROM 'doing'
            AND j.worker_id IS NOT DISTINCT FROM o.worker
            AND j.attempts IS NOT DISTINCT FROM o.attempt
-        RETURNING j.id
+        RETURNING j.id, j.queue,
+                  CASE WHEN isfinite(j.scheduled_at) AND isfinite(j.started_at)
+                       THEN j.started_at - j.scheduled_at END AS wait
+    ), g AS (
+        SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+          FROM deleted d GROUP BY d.queue, 2
     )
-    SELECT id FROM updated UNION ALL SELECT id FROM deleted;
+    SELECT (SELECT array_agg(x.id)
+              FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
+           array_agg(g.queue), array_agg('succeeded'::text), array_agg(g.b), array_agg(g.n)
+      INTO v_ids, v_queues, v_outcomes, v_buckets, v_counts
+      FROM g;
+    IF v_queues IS NOT NULL THEN
+        PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
+    END IF;
+    RETURN QUERY SELECT unnest(v_ids);
 END
 $function$;
 
@@ -1649,6 +1669,7 @@ AS $function$
 DECLARE
     v_ids bigint[];
     v_queues text[];
+    v_outcomes text[];
     v_buckets integer[];
     v_counts bigint[];
     -- The buckets of waits, as postpone_stats_record has them.
@@ -1656,12 +1677,24 @@ DECLARE
                                    FROM generate_series(0, 22) AS k);
 BEGIN
     -- A statement without a deletion leaves out the DELETE: even deleting nothing, it would
-    -- fire the jobs table's statement triggers for DELETE (two more trigger calls).
-    IF 'delete' = ANY(p_outcomes) THEN
+    -- fire the jobs table's statement trigger for DELETE.
+    IF p_outcomes && ARRAY['delete', 'delete:failed', 'delete:cancelled', 'delete:aborted'] THEN
         WITH o AS (
-            SELECT * FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
-                                 p_ran_us)
-                AS o(id, worker, attempt, outcome, error, output, ran_us)
+            -- Every deletion is `delete` below; `kind` is the outcome it is (`succeeded`
+            -- for `delete`), for the statistics and the errors written.
+            SELECT u.id, u.worker, u.attempt,
+                   CASE WHEN u.word IN ('delete', 'delete:failed', 'delete:cancelled',
+                                        'delete:aborted')
+                        THEN 'delete' ELSE u.word END AS outcome,
+                   CASE u.word WHEN 'delete' THEN 'succeeded'
+                               WHEN 'delete:failed' THEN 'failed'
+                               WHEN 'delete:cancelled' THEN 'cancelled'
+                               WHEN 'delete:aborted' THEN 'aborted'
+                               ELSE u.word END AS kind,
+                   u.error, u.output, u.ran_us
+              FROM unnest(p_ids, p_workers, p_attempts, p_outcomes, p_errors, p_outputs,
+                          p_ran_us)
+                AS u(id, worker, attempt, word, error, output, ran_us)
         ), updated AS (
             UPDATE postpone_jobs j
                SET status = CASE WHEN j.abort_requested THEN 'aborted'
@@ -1697,9 +1730,9 @@ BEGIN
                                                      ELSE format(' (its worker started it %s later; what its task returned, %s, is not kept)',
                                                                  (now() - least(greatest(o.ran_us, 0), 3155760000000000)
                                                                           * interval '1 microsecond') - j.expires_at,
-                                                                 CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                                 CASE WHEN o.outcome = 'delete' THEN o.kind
                                                                       ELSE o.outcome END) END))
-                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.outcome <> 'aborted')
+                       WHEN o.error IS NULL AND NOT (j.abort_requested AND o.kind <> 'aborted')
                            THEN j.errors
                        ELSE coalesce(j.errors, '[]'::jsonb)
                             || CASE WHEN o.error IS NULL THEN '[]'::jsonb
@@ -1708,11 +1741,11 @@ BEGIN
                                                         THEN greatest(j.attempts - 1, 0)
                                                         ELSE j.attempts END,
                                         'at', now(), 'error', o.error)) END
-                            || CASE WHEN j.abort_requested AND o.outcome <> 'aborted'
+                            || CASE WHEN j.abort_requested AND o.kind <> 'aborted'
                                     THEN jsonb_build_array(jsonb_build_object(
                                         'attempt', j.attempts, 'at', now(),
                                         'error', format('aborted on request while it ran (its task ended %s before the worker saw the request)',
-                                                        CASE WHEN o.outcome = 'delete' THEN 'succeeded'
+                                                        CASE WHEN o.outcome = 'delete' THEN o.kind
                                                              ELSE o.outcome END)))
                                     ELSE '[]'::jsonb END END
               FROM o
@@ -1730,23 +1763,26 @@ BEGIN
                AND j.status IS NOT DISTINCT FROM 'doing'
                AND j.worker_id IS NOT DISTINCT FROM o.worker
                AND j.attempts IS NOT DISTINCT FROM o.attempt
-            RETURNING j.id, j.queue, j.started_at IS NULL AS held,
-                      CASE WHEN j.started_at IS NULL AND isfinite(j.scheduled_at)
-                           THEN now() - least(greatest(o.ran_us, 0), 3155760000000000)
-                                        * interval '1 microsecond' - j.scheduled_at END AS wait
+            RETURNING j.id, j.queue, o.kind,
+                      -- A held job's row has no start (it ran shorter than the start's
+                      -- delay): it started `ran_us` ago.
+                      CASE WHEN isfinite(j.scheduled_at)
+                                AND (j.started_at IS NULL OR isfinite(j.started_at))
+                           THEN coalesce(j.started_at,
+                                         now() - least(greatest(o.ran_us, 0), 3155760000000000)
+                                                 * interval '1 microsecond')
+                                - j.scheduled_at END AS wait
         ), g AS (
-            -- A held job's row has no start (it ran shorter than the start's delay): the
-            -- delete trigger does not count it; this does, with its wait.
-            SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
-              FROM deleted d WHERE d.held GROUP BY d.queue, 2
+            SELECT d.queue, d.kind, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
+              FROM deleted d GROUP BY d.queue, d.kind, 3
         )
         SELECT (SELECT array_agg(x.id)
                   FROM (SELECT u.id FROM updated u UNION ALL SELECT d.id FROM deleted d) AS x),
-               array_agg(g.queue), array_agg(g.b), array_agg(g.n)
-          INTO v_ids, v_queues, v_buckets, v_counts
+               array_agg(g.queue), array_agg(g.kind), array_agg(g.b), array_agg(g.n)
+          INTO v_ids, v_queues, v_outcomes, v_buckets, v_counts
           FROM g;
         IF v_queues IS NOT NULL THEN
-            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+            PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
         END IF;
         RETURN QUERY SELECT unnest(v_ids);
     ELSE
@@ -2554,6 +2590,7 @@ DECLARE
     v_alive boolean := EXISTS (SELECT 1 FROM postpone_workers w WHERE w.id = p_worker);
     v_gone bigint[];
     v_queues text[];
+    v_outcomes text[];
     v_buckets integer[];
     v_counts bigint[];
     v_written bigint[];
@@ -2572,7 +2609,7 @@ BEGIN
         END IF;
     END IF;
     -- Jobs that succeeded, to delete: deleted at once, unless other jobs wait for them
-    -- (below), and counted here (the delete trigger counts running jobs' rows only).
+    -- (below), and counted here (the statistics' trigger counts updates only).
     IF 'delete' = ANY(p_outcomes) THEN
         WITH o AS (
             SELECT * FROM unnest(p_ids, p_attempts, p_outcomes, p_ran_us)
@@ -2595,12 +2632,12 @@ BEGIN
             SELECT d.queue, width_bucket(d.wait, v_bounds) AS b, count(*) AS n
               FROM d GROUP BY d.queue, 2
         )
-        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue), array_agg(g.b),
-               array_agg(g.n)
-          INTO v_gone, v_queues, v_buckets, v_counts
+        SELECT (SELECT array_agg(d.id) FROM d), array_agg(g.queue),
+               array_agg('succeeded'::text), array_agg(g.b), array_agg(g.n)
+          INTO v_gone, v_queues, v_outcomes, v_buckets, v_counts
           FROM g;
         IF v_gone IS NOT NULL THEN
-            PERFORM postpone_stats_add_succeeded(v_queues, v_buckets, v_counts);
+            PERFORM postpone_stats_add_counts(v_queues, v_outcomes, v_buckets, v_counts);
             RETURN QUERY SELECT unnest(v_gone);
         END IF;
     END IF;
@@ -2805,7 +2842,7 @@ BEGIN
 END
 $function$;
 
-CREATE OR REPLACE FUNCTION public.postpone_stats_add_succeeded(p_queues text[], p_buckets integer[], p_counts bigint[])
+CREATE OR REPLACE FUNCTION public.postpone_stats_add_counts(p_queues text[], p_outcomes text[], p_buckets integer[], p_counts bigint[])
  RETURNS void
  LANGUAGE plpgsql
 AS $function$
@@ -2814,8 +2851,8 @@ DECLARE
 BEGIN
     OPEN v_rows FOR
     WITH y AS (
-            SELECT u.queue, 'succeeded'::text AS outcome, u.b, u.n
-              FROM unnest(p_queues, p_buckets, p_counts) AS u(queue, b, n)
+            SELECT u.queue, u.outcome, u.b, u.n
+              FROM unnest(p_queues, p_outcomes, p_buckets, p_counts) AS u(queue, outcome, b, n)
         ), g AS (
             SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
                    coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
@@ -2864,105 +2901,57 @@ DECLARE
 BEGIN
     -- The finished jobs of this statement, counted per queue and outcome, added to this
     -- minute's and this hour's rows (in key order). A job's wait has no bucket when it did
-    -- not start or a time is infinite.
-    IF TG_OP = 'UPDATE' THEN
-        -- A claim, a heartbeat, a retry: no row reached a final status. Nothing to write.
-        -- (The statuses are those of the table's CHECK: two comparisons a row, not four.)
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_new n
-                        WHERE n.status NOT IN ('todo', 'doing')) THEN
-            RETURN NULL;
-        END IF;
-        OPEN v_rows FOR
-        WITH x AS (
-                SELECT n.queue, n.status AS outcome,
-                       width_bucket(CASE WHEN isfinite(n.started_at) AND isfinite(n.scheduled_at)
-                                         THEN n.started_at - n.scheduled_at END,
-                                    v_bounds) AS b
-                  FROM postpone_stats_new n JOIN postpone_stats_old o ON o.id = n.id
-                 WHERE n.status IN ('succeeded', 'failed', 'cancelled', 'aborted')
-                   AND o.status IN ('todo', 'doing')
-            ), y AS (
-                SELECT x.queue, x.outcome, x.b, count(*) AS n
-                  FROM x GROUP BY x.queue, x.outcome, x.b
-            ), g AS (
-                SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                  FROM y GROUP BY y.queue, y.outcome
-            )
-            SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-              FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-             ORDER BY 1, g.queue, g.outcome;
-    ELSE
-        IF NOT EXISTS (SELECT 1 FROM postpone_stats_old o
-                        WHERE o.status = 'doing' AND o.started_at IS NOT NULL) THEN
-            RETURN NULL;
-        END IF;
-        OPEN v_rows FOR
-        WITH x AS (
-                SELECT o.queue, 'succeeded'::text AS outcome,
-                       width_bucket(CASE WHEN isfinite(o.started_at) AND isfinite(o.scheduled_at)
-                                         THEN o.started_at - o.scheduled_at END,
-                                    v_bounds) AS b
-                  FROM postpone_stats_old o
-                 WHERE o.status = 'doing' AND o.started_at IS NOT NULL
-            ), y AS (
-                SELECT x.queue, x.outcome, x.b, count(*) AS n
-                  FROM x GROUP BY x.queue, x.outcome, x.b
-            ), g AS (
-                SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
-                       coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
-                  FROM y GROUP BY y.queue, y.outcome
-            )
-            SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
-              FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
-             ORDER BY 1, g.queue, g.outcome;
+    -- not start or a time is infinite. (A worker that deletes its jobs counts them in its
+    -- own statements: see postpone_stats_add_counts.)
+    -- A claim, a heartbeat, a retry: no row reached a final status. Nothing to write.
+    -- (The statuses are those of the table's CHECK: two comparisons a row, not four.)
+    IF NOT EXISTS (SELECT 1 FROM postpone_stats_new n
+                    WHERE n.status NOT IN ('todo', 'doing')) THEN
+        RETURN NULL;
     END IF;
+    OPEN v_rows FOR
+    WITH x AS (
+            SELECT n.queue, n.status AS outcome,
+                   width_bucket(CASE WHEN isfinite(n.started_at) AND isfinite(n.scheduled_at)
+                                     THEN n.started_at - n.scheduled_at END,
+                                v_bounds) AS b
+              FROM postpone_stats_new n JOIN postpone_stats_old o ON o.id = n.id
+             WHERE n.status IN ('succeeded', 'failed', 'cancelled', 'aborted')
+               AND o.status IN ('todo', 'doing')
+        ), y AS (
+            SELECT x.queue, x.outcome, x.b, count(*) AS n
+              FROM x GROUP BY x.queue, x.outcome, x.b
+        ), g AS (
+            SELECT y.queue, y.outcome, sum(y.n)::bigint AS jobs,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 0), 0)::integer AS w0,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 1), 0)::integer AS w1,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 2), 0)::integer AS w2,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 3), 0)::integer AS w3,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 4), 0)::integer AS w4,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 5), 0)::integer AS w5,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 6), 0)::integer AS w6,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 7), 0)::integer AS w7,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 8), 0)::integer AS w8,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 9), 0)::integer AS w9,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 10), 0)::integer AS w10,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 11), 0)::integer AS w11,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 12), 0)::integer AS w12,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 13), 0)::integer AS w13,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 14), 0)::integer AS w14,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 15), 0)::integer AS w15,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 16), 0)::integer AS w16,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 17), 0)::integer AS w17,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 18), 0)::integer AS w18,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 19), 0)::integer AS w19,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 20), 0)::integer AS w20,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 21), 0)::integer AS w21,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 22), 0)::integer AS w22,
+                   coalesce(sum(y.n) FILTER (WHERE y.b = 23), 0)::integer AS w23
+              FROM y GROUP BY y.queue, y.outcome
+        )
+        SELECT sp.span, date_trunc(sp.span, now()) AS at, g.*
+          FROM g CROSS JOIN (VALUES ('hour'), ('minute')) AS sp(span)
+         ORDER BY 1, g.queue, g.outcome;
     PERFORM postpone_stats_add(v_rows);
     RETURN NULL;
 END

@@ -96,7 +96,6 @@ CREATE TRIGGER postpone_jobs_done AFTER UPDATE ON public.postpone_jobs REFERENCI
 CREATE TRIGGER postpone_jobs_done_delete AFTER DELETE ON public.postpone_jobs REFERENCING OLD TABLE AS postpone_done_old FOR EACH STATEMENT EXECUTE FUNCTION postpone_notify_done();
 CREATE TRIGGER postpone_jobs_notify AFTER INSERT ON public.postpone_jobs REFERENCING NEW TABLE AS postpone_new_jobs FOR EACH STATEMENT EXECUTE FUNCTION postpone_notify_jobs();
 CREATE TRIGGER postpone_jobs_stats AFTER UPDATE ON public.postpone_jobs REFERENCING OLD TABLE AS postpone_stats_old NEW TABLE AS postpone_stats_new FOR EACH STATEMENT EXECUTE FUNCTION postpone_stats_record();
-CREATE TRIGGER postpone_jobs_stats_delete AFTER DELETE ON public.postpone_jobs REFERENCING OLD TABLE AS postpone_stats_old FOR EACH STATEMENT EXECUTE FUNCTION postpone_stats_record();
 
 CREATE TABLE postpone_key_limits (
     queue text NOT NULL,

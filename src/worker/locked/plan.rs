@@ -43,10 +43,8 @@ impl Absorb {
         }
     }
 
-    /// What the job of `key` ended with, if it did: its kind (a success to delete, whose
-    /// kind is [`OutcomeKind::Delete`] as any final outcome's under `DeleteJobs::Always`,
-    /// is told by its lack of an error: [`Ended::deleted_success`]), whether it has an
-    /// output, and how long it ran.
+    /// What the job of `key` ended with, if it did: its kind, whether it has an output,
+    /// and how long it ran.
     pub(super) fn peek(&self, keys: &[AttemptKey]) -> Vec<Option<Ended>> {
         let m = self.lock();
         keys.iter()
@@ -54,7 +52,6 @@ impl Absorb {
                 m.get(k).and_then(|o| o.as_ref()).map(|o| Ended {
                     kind: o.kind,
                     output: o.output.is_some(),
-                    error: o.error.is_some(),
                     ran: o.ran,
                 })
             })
@@ -103,15 +100,7 @@ impl Absorb {
 pub(super) struct Ended {
     kind: OutcomeKind,
     output: bool,
-    error: bool,
     ran: Option<Duration>,
-}
-
-impl Ended {
-    /// A success whose row the worker deletes (`DeleteJobs::Successful` or `Always`).
-    fn deleted_success(&self) -> bool {
-        self.kind == OutcomeKind::Delete && !self.error
-    }
 }
 
 /// What a settle writes of one job.
@@ -179,7 +168,8 @@ impl Plan {
                 (Some(e), _) if e.kind == OutcomeKind::Succeeded && !e.output => {
                     (Write::Succeeded, e.ran)
                 }
-                (Some(e), _) if e.deleted_success() => (Write::Delete, e.ran),
+                // A success whose row the worker deletes.
+                (Some(e), _) if e.kind == OutcomeKind::Delete => (Write::Delete, e.ran),
                 (Some(e), _) => (Write::Running, e.ran),
                 (None, LockedPhase::Running(ran)) => (Write::Running, Some(ran)),
                 // Its task returned; its outcome is on its way here.
