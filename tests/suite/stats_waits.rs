@@ -140,13 +140,26 @@ fn finished_jobs_are_counted_once_in_the_bucket_of_their_wait() {
     assert_eq!(stats(&mut c), want);
 }
 
+/// Waits (up to 60 s) until the worker `w`, which deletes its jobs, has deleted all `n`,
+/// then shuts it down.
+fn drain_deleted(db: &TestDb, w: postpone::WorkerHandle, n: usize) {
+    let left = || -> i64 {
+        db.client()
+            .query_one("SELECT count(*) FROM postpone_jobs", &[])
+            .unwrap()
+            .get(0)
+    };
+    let gone = wait_until(std::time::Duration::from_secs(60), || left() == 0);
+    w.shutdown(std::time::Duration::from_secs(5));
+    assert!(gone, "{} of {n} jobs left after 60 s", left());
+}
+
 /// A worker that deletes what succeeds counts every job with its wait: most of its jobs are
 /// deleted held (they ran shorter than the start's delay, so their rows have no start), and
 /// its outcome statement counts those itself.
 #[test]
 fn a_worker_that_deletes_what_succeeds_counts_each_jobs_wait() {
     use crate::worker_util::{counting_tasks, fast_worker, setup};
-    use std::time::Duration;
     let (db, app) = setup();
     let n = 600;
     let jobs: Vec<postpone::NewJob> = (0..n)
@@ -159,15 +172,8 @@ fn a_worker_that_deletes_what_succeeds_counts_each_jobs_wait() {
         .delete_finished(postpone::DeleteJobs::Successful)
         .spawn()
         .unwrap();
+    drain_deleted(&db, w, n);
     let mut c = db.client();
-    let left = |c: &mut postgres::Client| -> i64 {
-        c.query_one("SELECT count(*) FROM postpone_jobs", &[])
-            .unwrap()
-            .get(0)
-    };
-    let gone = wait_until(Duration::from_secs(60), || left(&mut db.client()) == 0);
-    w.shutdown(Duration::from_secs(5));
-    assert!(gone, "{} of {n} jobs left after 60 s", left(&mut c));
     let rows = stats(&mut c);
     let hour: Vec<_> = rows.iter().filter(|r| r.0 == "hour").collect();
     assert_eq!(hour.len(), 1, "{rows:?}");
@@ -184,7 +190,6 @@ fn a_worker_that_deletes_what_succeeds_counts_each_jobs_wait() {
 #[test]
 fn a_worker_that_deletes_every_job_counts_each_in_its_outcome() {
     use crate::worker_util::{fast_worker, setup};
-    use std::time::Duration;
     let (db, app) = setup();
     let mut tasks = postpone::Tasks::new();
     tasks.register("ok", |_job: &postpone::Job| Ok(()));
@@ -200,15 +205,8 @@ fn a_worker_that_deletes_every_job_counts_each_in_its_outcome() {
         .delete_finished(postpone::DeleteJobs::Always)
         .spawn()
         .unwrap();
-    let left = |c: &mut postgres::Client| -> i64 {
-        c.query_one("SELECT count(*) FROM postpone_jobs", &[])
-            .unwrap()
-            .get(0)
-    };
-    let gone = wait_until(Duration::from_secs(60), || left(&mut db.client()) == 0);
-    w.shutdown(Duration::from_secs(5));
+    drain_deleted(&db, w, 300);
     let mut c = db.client();
-    assert!(gone, "{} of 300 jobs left after 60 s", left(&mut c));
     let hour: Vec<(String, i64, i64)> = stats(&mut c)
         .into_iter()
         .filter(|r| r.0 == "hour")
