@@ -296,6 +296,50 @@ fn resets_while_jobs_are_only_locked_lose_none_and_run_none_twice() {
     assert_eq!(noted, 0);
 }
 
+/// The same resets while jobs are only locked, for a worker that deletes what succeeds: a
+/// lost transaction's deletions are written again by its id, every job runs once, every row
+/// is gone and the statistics count each job once.
+#[test]
+fn resets_while_jobs_to_delete_are_only_locked_lose_none_and_count_each_once() {
+    let (db, direct) = setup();
+    let proxy = support::FaultProxy::start(&db.server_addr());
+    let app = app_at(&db.url_via(&proxy), Duration::from_secs(2));
+    let n = 4000;
+    let ids = defer_n(&direct, n);
+    let (tasks, runs) = slow_counting_tasks(Duration::from_millis(1));
+    let w = fast_worker(&app, tasks)
+        .concurrency(4)
+        .stalled_after(Duration::from_secs(60))
+        .delete_finished(postpone::DeleteJobs::Successful)
+        .claim_in_outcome_transaction(true)
+        .spawn()
+        .unwrap();
+    let left = || count(&db, "SELECT count(*) FROM postpone_jobs");
+    let mut resets = 0;
+    while left() > 0 && resets < 8 {
+        std::thread::sleep(Duration::from_millis(150));
+        proxy.reset_all();
+        resets += 1;
+    }
+    let gone = support::wait_until(Duration::from_secs(60), || left() == 0);
+    assert!(gone, "{} of {n} jobs left after 60 s", left());
+    assert_ran_once(&runs, &ids);
+    let stats = stats_once_recorded(&w, n as u64);
+    w.shutdown(Duration::from_secs(5));
+    assert!(stats.written_once > 0, "{stats:?}");
+    let counted = count(
+        &db,
+        "SELECT coalesce(sum(jobs), 0)::bigint FROM postpone_stats
+          WHERE span = 'hour' AND outcome = 'succeeded'",
+    );
+    assert_eq!(counted, n as i64);
+    let noted = count(
+        &db,
+        "SELECT count(*) FROM postpone_workers WHERE postpone_note_lost(claim_xids)",
+    );
+    assert_eq!(noted, 0);
+}
+
 /// The server ends the worker's claiming session while it holds jobs only locked (an
 /// operator's pg_terminate_backend): the jobs are written again by their worker, each run
 /// once with one attempt.
