@@ -344,19 +344,29 @@ fn a_shutdown_over_half_open_links_returns_in_time_and_loses_nothing() {
 #[test]
 fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
     // Every job runs at once (a worker holds no job it cannot start: the jobs that wait at
-    // the gate are all running), and more outcomes than the fetcher's share wait at once.
+    // the gate are all running). The gate lets one job end first, and the rest only once the
+    // completer is held in its statement for that one: so more outcomes than the fetcher's
+    // share wait at once whatever the threads' order (the completer takes every outcome
+    // waiting when it wakes, and would otherwise take a varying part of them).
     const JOBS: usize = 300;
     let (db, app) = setup();
-    let gate = Arc::new((Mutex::new(false), Condvar::new()));
+    // How many jobs may still pass the gate.
+    let gate = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let open = |n: usize| {
+        let (permits, cv) = &*gate;
+        *permits.lock().unwrap() += n;
+        cv.notify_all();
+    };
     let mut tasks = postpone::Tasks::new();
     {
         let gate = gate.clone();
         tasks.register("ok", move |_: &postpone::Job| {
-            let (open, cv) = &*gate;
-            let mut open = open.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
+            let (permits, cv) = &*gate;
+            let mut permits = permits.lock().unwrap();
+            while *permits == 0 {
+                permits = cv.wait(permits).unwrap();
             }
+            *permits -= 1;
             Ok(())
         });
     }
@@ -367,14 +377,14 @@ fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
         .unwrap();
     let mut c = db.client();
     let fetcher = fetcher_pid(&mut c);
-    // Every update of jobs that is not the fetcher's takes 500 ms more (the completer falls
+    // Every update of jobs that is not the fetcher's takes 3 s more (the completer falls
     // behind); the fetcher's statements other than its claims are written down.
     c.batch_execute(&format!(
         "CREATE TABLE fetcher_statements (query text);
          CREATE FUNCTION watch_updates() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
              IF pg_backend_pid() <> {0} THEN
-                 PERFORM pg_sleep(0.5);
+                 PERFORM pg_sleep(3);
              ELSIF current_query() NOT LIKE '%postpone_claim_batch%' THEN
                  INSERT INTO fetcher_statements VALUES (current_query());
              END IF;
@@ -388,13 +398,27 @@ fn outcomes_the_fetcher_records_for_jobs_that_are_gone_count_nowhere() {
     defer_n(&app, JOBS);
     let claimed = support::wait_until(Duration::from_secs(30), || w.stats().claimed == JOBS as u64);
     assert!(claimed, "the worker claimed every job: {:?}", w.stats());
-    // The jobs go while they run; then they all finish at once.
+    // The jobs go while they run; then one ends, and once the completer records it (held
+    // 3 s by the trigger), all the others end at once.
     c.batch_execute("DELETE FROM postpone_jobs").unwrap();
-    {
-        let (open, cv) = &*gate;
-        *open.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    open(1);
+    let completer_held = support::wait_until(Duration::from_secs(30), || {
+        c.query_one(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> $1
+                AND wait_event = 'PgSleep' AND query LIKE '%postpone_finish%'",
+            &[&fetcher],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            > 0
+    });
+    assert!(
+        completer_held,
+        "the completer never recorded the first outcome: {:?}",
+        w.stats()
+    );
+    open(JOBS - 1);
     let fetcher_recorded = support::wait_until(Duration::from_secs(30), || {
         c.query_one("SELECT count(*) FROM fetcher_statements", &[])
             .unwrap()
