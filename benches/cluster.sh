@@ -11,7 +11,9 @@
 # DIR/log, its Unix socket in DIR), listens on 127.0.0.1 on a port that was free a moment
 # before, trusts local connections for user postgres, and changes nothing else from initdb's
 # postgresql.conf but `shared_buffers = 128MB` (initdb's default where the kernel allows it,
-# and the machine server's value: written out so that every run has it). Server binaries:
+# and the machine server's value: written out so that every run has it). An experiment can
+# add lines of its own: POSTPONE_CLUSTER_CONF='max_wal_size = 8GB' (`;` separates lines);
+# a result measured so is not a default-settings figure, and should say so. Server binaries:
 # PG_BIN, else the newest /usr/lib/postgresql/*/bin with initdb. As root, initdb and the
 # server run as the postgres user (both refuse root). compare.sh and `cargo bench --bench
 # throughput -- --cluster` call this; they stop the cluster when they end, also on failure.
@@ -55,6 +57,10 @@ listen_addresses = '127.0.0.1'
 unix_socket_directories = '$dir'
 shared_buffers = 128MB
 EOF
+    if [ -n "${POSTPONE_CLUSTER_CONF:-}" ]; then
+        echo "# the experiment's own (POSTPONE_CLUSTER_CONF)" >>"$dir/data/postgresql.conf"
+        tr ';' '\n' <<<"$POSTPONE_CLUSTER_CONF" >>"$dir/data/postgresql.conf"
+    fi
     if ! as_pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start >/dev/null; then
         cat "$dir/log" >&2
         rm -rf "$dir"
@@ -78,7 +84,7 @@ stop)
     ;;
 settings)
     port=${2:?usage: cluster.sh settings PORT}
-    psql -h 127.0.0.1 -p "$port" -U postgres -XAtq -d postgres -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', autovacuum ' || current_setting('autovacuum') || ', shared_buffers ' || current_setting('shared_buffers') || ', synchronous_commit ' || current_setting('synchronous_commit') || ', max_wal_size ' || current_setting('max_wal_size') || ', checkpoint_timeout ' || current_setting('checkpoint_timeout')"
+    psql -h 127.0.0.1 -p "$port" -U postgres -XAtq -d postgres -c "SELECT 'PostgreSQL ' || current_setting('server_version') || ', autovacuum ' || current_setting('autovacuum') || ', shared_buffers ' || current_setting('shared_buffers') || ', synchronous_commit ' || current_setting('synchronous_commit') || ', max_wal_size ' || current_setting('max_wal_size') || ', checkpoint_timeout ' || current_setting('checkpoint_timeout') || ', wal_compression ' || current_setting('wal_compression')"
     ;;
 *)
     echo "usage: benches/cluster.sh start | stop DIR | settings PORT" >&2

@@ -794,6 +794,7 @@ fn steady_run(
     let t0 = Instant::now();
     let mut last = (t0, 0u64);
     let mut ticks = Vec::new();
+    let (mut wal_first, mut wal_prev) = (None, None);
     while t0.elapsed() < Duration::from_secs(seconds) {
         let next = last.0 + Duration::from_secs(a.interval);
         while Instant::now() < next {
@@ -822,7 +823,10 @@ fn steady_run(
             .query_one(
                 "SELECT n_dead_tup, n_live_tup, pg_relation_size('postpone_jobs_due_idx'),
                         coalesce(autovacuum_count, 0), pg_table_size('postpone_jobs'),
-                        pg_indexes_size('postpone_jobs'), pg_total_relation_size('postpone_jobs')
+                        pg_indexes_size('postpone_jobs'), pg_total_relation_size('postpone_jobs'),
+                        (SELECT wal_bytes::bigint FROM pg_stat_wal),
+                        (SELECT wal_fpi FROM pg_stat_wal),
+                        (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)
                    FROM pg_stat_user_tables WHERE relname = 'postpone_jobs'",
                 &[],
             )
@@ -830,8 +834,19 @@ fn steady_run(
         let mb = |i: usize| row.get::<_, i64>(i) as f64 / (1024.0 * 1024.0);
         let t_s = (now - t0).as_secs_f64();
         let vacuums = h.stats().vacuums;
+        // The server's WAL (every database's) and its full-page images since the last tick,
+        // per job recorded, and the checkpoints since the run began.
+        let wal = (
+            row.get::<_, i64>(7),
+            row.get::<_, i64>(8),
+            row.get::<_, i64>(9),
+        );
+        let (wal0, wal_last) = (*wal_first.get_or_insert(wal), wal_prev.replace(wal));
+        let per_job = |now: i64, before: Option<i64>| {
+            before.map_or(f64::NAN, |b| (now - b) as f64 / (n - last.1).max(1) as f64)
+        };
         println!(
-            "{{\"what\": \"{name}\", \"t_s\": {t_s:.0}, \"jobs_per_s\": {rate:.1}, \"claim_walk_ms\": {:.2}, \"dead_tuples\": {}, \"live_tuples\": {}, \"due_idx_kb\": {}, \"table_mb\": {:.1}, \"index_mb\": {:.1}, \"total_mb\": {:.1}, \"vacuums\": {vacuums}, \"autovacuums\": {}}}",
+            "{{\"what\": \"{name}\", \"t_s\": {t_s:.0}, \"jobs_per_s\": {rate:.1}, \"claim_walk_ms\": {:.2}, \"dead_tuples\": {}, \"live_tuples\": {}, \"due_idx_kb\": {}, \"table_mb\": {:.1}, \"index_mb\": {:.1}, \"total_mb\": {:.1}, \"vacuums\": {vacuums}, \"autovacuums\": {}, \"wal_bytes_per_job\": {:.0}, \"wal_fpi_per_job\": {:.3}, \"checkpoints\": {}}}",
             walk.as_secs_f64() * 1000.0,
             row.get::<_, i64>(0),
             row.get::<_, i64>(1),
@@ -840,6 +855,9 @@ fn steady_run(
             mb(5),
             mb(6),
             row.get::<_, i64>(3),
+            per_job(wal.0, wal_last.map(|w| w.0)),
+            per_job(wal.1, wal_last.map(|w| w.1)),
+            wal.2 - wal0.2,
         );
         if let Some(f) = csv.as_mut() {
             writeln!(
