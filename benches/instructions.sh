@@ -3,8 +3,8 @@
 # the machine's load, for changes too small for a timed bench to see (a few percent of the
 # server's CPU a job, where two runs of the same timed bench differ by more).
 #
-#   benches/instructions.sh [--cli PATH] [--n N] [--batch B] [--setup SQL] [--keep]
-#                           [--outcome succeeded|delete] [--prune]
+#   benches/instructions.sh [--cli PATH] [--n N] [--batch B] [--warm-up W] [--setup SQL]
+#                           [--keep] [--outcome succeeded|delete] [--prune]
 #
 # A cluster of its own (benches/cluster.sh) is migrated by the CLI (`--cli`, default
 # target/release/postpone: `cargo build --release --features cli --bin postpone`), then
@@ -12,8 +12,10 @@
 # server in single-user mode (`postgres --single`), each under `valgrind --tool=callgrind`
 # on a copy of that data directory, each doing one phase more than the last:
 #
-#   0  a worker row (the claim's fence) and one batch of each statement below, to fill the
-#      server's caches (its jobs are not counted)
+#   0  a worker row (the claim's fence) and W rounds (`--warm-up W`, default 6) of one batch
+#      of each statement below, to fill the server's caches (its jobs are not counted): a
+#      prepared statement gets custom plans for its first five runs (PostgreSQL's plan
+#      cache), then its generic plan, as on a worker's long-lived connections
 #   1  + N no-op jobs deferred in batches of B (the batch defer's statement, JOB_INSERT_BATCH)
 #   2  + claimed B at a time (the worker's claim statement, JOB_CLAIM, with a byte budget)
 #   3  + recorded `succeeded` B at a time (the outcome statement, JOB_FINISH_BATCH)
@@ -43,6 +45,7 @@ ROOT=$(dirname "$HERE")
 CLI="$ROOT/target/release/postpone"
 N=10000
 B=1000
+W=6
 SETUP=""
 KEEP=0
 OUTCOME=succeeded
@@ -52,6 +55,7 @@ while [ $# -gt 0 ]; do
     --cli) CLI=$2; shift 2 ;;
     --n) N=$2; shift 2 ;;
     --batch) B=$2; shift 2 ;;
+    --warm-up) W=$2; shift 2 ;;
     --setup) SETUP=$2; shift 2 ;;
     --keep) KEEP=1; shift ;;
     --outcome) OUTCOME=$2; shift 2 ;;
@@ -62,6 +66,7 @@ done
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is missing (apt-get install valgrind)" >&2; exit 3; }
 [ -x "$CLI" ] || { echo "instructions.sh: no CLI at $CLI (cargo build --release --features cli --bin postpone)" >&2; exit 3; }
 [ $((N % B)) = 0 ] || { echo "instructions.sh: --n must be a multiple of --batch" >&2; exit 2; }
+[ "$W" -ge 1 ] || { echo "instructions.sh: --warm-up must be 1 or more" >&2; exit 2; }
 case "$OUTCOME" in succeeded | delete) ;; *) echo "instructions.sh: --outcome succeeded or delete" >&2; exit 2 ;; esac
 [ "$OUTCOME" = succeeded ] || [ "$PRUNE" = 0 ] || { echo "instructions.sh: --prune needs --outcome succeeded" >&2; exit 2; }
 
@@ -108,12 +113,15 @@ phase_sql() {
     printf '%s\n\n' "PREPARE c(bigint, int, text[], text[], int, bigint, boolean) AS SELECT count(*) FROM ($CLAIM) x;"
     printf '%s\n\n' "PREPARE f(bigint[], bigint[], int[], text[], text[], jsonb[], bigint[]) AS SELECT count(*) FROM ($FINISH) x;"
     printf '%s\n\n' "PREPARE p(text[], bigint, int) AS WITH x AS ($PRUNE_STMT RETURNING 1) SELECT count(*) FROM x;"
-    # A warm-up batch in every run, the first: the server's caches (catalogues, plans,
-    # PL/pgSQL functions) are filled before what is counted apart.
-    defer_stmt
-    printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
-    printf '%s\n\n' "EXECUTE f(pg_temp.ids(1, $B), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
-    [ "$PRUNE" = 0 ] || printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
+    # Warm-up rounds in every run, first: the server's caches (catalogues, plans, PL/pgSQL
+    # functions) are filled, and each prepared statement has its generic plan, before what
+    # is counted apart. Round i's jobs are ids (i-1)*B+1 to i*B.
+    for ((i = 1; i <= W; i++)); do
+        defer_stmt
+        printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
+        printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+        [ "$PRUNE" = 0 ] || printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
+    done
     [ "$p" -ge 1 ] || return 0
     for ((i = 0; i < N / B; i++)); do
         defer_stmt
@@ -123,8 +131,8 @@ phase_sql() {
         printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
     done
     [ "$p" -ge 3 ] || return 0
-    for ((i = 1; i <= N / B; i++)); do
-        printf '%s\n\n' "EXECUTE f(pg_temp.ids($((i * B + 1)), $(((i + 1) * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+    for ((i = W + 1; i <= W + N / B; i++)); do
+        printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
     done
     if [ "$p" -ge 4 ]; then
         for ((i = 1; i <= N / B; i++)); do
@@ -165,7 +173,7 @@ if [ "$OUTCOME" = delete ]; then
 elif [ "$PRUNE" = 1 ]; then
     want="succeeded = \"$N\""
 else
-    want="succeeded = \"$((N + B))\""
+    want="succeeded = \"$((N + W * B))\""
 fi
 if ! grep -q "$want" "$WORK/out.3" || { [ "$PRUNE" = 1 ] && ! grep -q 'jobs = "0"' "$WORK/out.4"; }; then
     echo "instructions.sh: the jobs did not end as they should ($want after phase 3; none left after a prune):" >&2
@@ -175,7 +183,7 @@ fi
 per() { python3 -c "print(f'{($1 - $2) / $N:,.0f}')"; }
 LAST=3
 [ "$PRUNE" = 0 ] || LAST=4
-echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B, outcome $OUTCOME; instructions a job"
+echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B, outcome $OUTCOME, $W warm-up rounds; instructions a job"
 echo "  defer  $(per "${IR[1]}" "${IR[0]}")"
 echo "  claim  $(per "${IR[2]}" "${IR[1]}")"
 echo "  finish $(per "${IR[3]}" "${IR[2]}")"
@@ -183,8 +191,8 @@ echo "  finish $(per "${IR[3]}" "${IR[2]}")"
 echo "  total  $(per "${IR[$LAST]}" "${IR[0]}")"
 prune_json=""
 [ "$PRUNE" = 0 ] || prune_json=", \"prune\": $(((IR[4] - IR[3]) / N))"
-printf '{"what": "instructions", "n": %s, "batch": %s, "schema": "%s", "outcome": "%s", "defer": %s, "claim": %s, "finish": %s%s}\n' \
-    "$N" "$B" "$VERSION" "$OUTCOME" \
+printf '{"what": "instructions", "n": %s, "batch": %s, "warm_up": %s, "schema": "%s", "outcome": "%s", "defer": %s, "claim": %s, "finish": %s%s}\n' \
+    "$N" "$B" "$W" "$VERSION" "$OUTCOME" \
     "$(((IR[1] - IR[0]) / N))" "$(((IR[2] - IR[1]) / N))" "$(((IR[3] - IR[2]) / N))" "$prune_json"
 if [ "$KEEP" = 1 ]; then
     keep=$(mktemp -d /tmp/postpone-instructions-kept.XXXXXX)

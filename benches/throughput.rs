@@ -431,14 +431,15 @@ fn bench_work(app: &App, a: &Args, r: &mut Results) {
                 if tl && t.elapsed() >= last_tl + Duration::from_millis(4) {
                     last_tl = t.elapsed();
                     eprintln!(
-                        "timeline {:.1} ms: claims {} claimed {} succeeded {} recorded {} (with claims {}, by the fetcher {})",
+                        "timeline {:.1} ms: claims {} claimed {} succeeded {} recorded {} (with claims {}, by the fetcher {}, written once {})",
                         last_tl.as_secs_f64() * 1e3,
                         st.claims,
                         st.claimed,
                         st.succeeded,
                         st.recorded,
                         st.outcomes_on_claims,
-                        st.outcomes_by_fetcher
+                        st.outcomes_by_fetcher,
+                        st.written_once
                     );
                 }
                 let done = st.recorded;
