@@ -115,11 +115,11 @@ phase_sql() {
     printf '%s\n\n' "PREPARE p(text[], bigint, int) AS WITH x AS ($PRUNE_STMT RETURNING 1) SELECT count(*) FROM x;"
     # Warm-up rounds in every run, first: the server's caches (catalogues, plans, PL/pgSQL
     # functions) are filled, and each prepared statement has its generic plan, before what
-    # is counted apart. Round i's jobs are ids (i-1)*B+1 to i*B.
+    # is counted apart.
     for ((i = 1; i <= W; i++)); do
         defer_stmt
-        printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
-        printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+        claim_stmt
+        finish_stmt "$i"
         [ "$PRUNE" = 0 ] || printf '%s\n\n' "EXECUTE p(ARRAY['succeeded'], 0, $B);"
     done
     [ "$p" -ge 1 ] || return 0
@@ -128,11 +128,11 @@ phase_sql() {
     done
     [ "$p" -ge 2 ] || return 0
     for ((i = 0; i < N / B; i++)); do
-        printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
+        claim_stmt
     done
     [ "$p" -ge 3 ] || return 0
     for ((i = W + 1; i <= W + N / B; i++)); do
-        printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+        finish_stmt "$i"
     done
     if [ "$p" -ge 4 ]; then
         for ((i = 1; i <= N / B; i++)); do
@@ -140,6 +140,16 @@ phase_sql() {
         done
     fi
     printf '%s\n\n' "SELECT 'check', count(*) FILTER (WHERE status = 'succeeded') AS succeeded, count(*) AS jobs FROM postpone_jobs;"
+}
+
+claim_stmt() {
+    printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
+}
+
+# The outcome of the I-th batch deferred (warm-up rounds included): ids (I-1)*B+1 to I*B.
+finish_stmt() {
+    local i=$1
+    printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
 }
 
 defer_stmt() {
