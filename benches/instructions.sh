@@ -4,7 +4,7 @@
 # server's CPU a job, where two runs of the same timed bench differ by more).
 #
 #   benches/instructions.sh [--cli PATH] [--n N] [--batch B] [--warm-up W] [--setup SQL]
-#                           [--keep] [--outcome succeeded|delete] [--prune]
+#                           [--keep] [--outcome succeeded|delete] [--prune] [--queues Q,...]
 #
 # A cluster of its own (benches/cluster.sh) is migrated by the CLI (`--cli`, default
 # target/release/postpone: `cargo build --release --features cli --bin postpone`), then
@@ -20,6 +20,10 @@
 #   2  + claimed B at a time (the worker's claim statement, JOB_CLAIM, with a byte budget)
 #   3  + recorded `succeeded` B at a time (the outcome statement, JOB_FINISH_BATCH)
 #   4  with `--prune`: + deleted B at a time as retention deletes finished jobs (JOBS_PRUNE)
+#
+# `--queues a,b,c` defers each batch's jobs to those queues in turn and claims naming them
+# (a worker of named queues, whose claim merges a walk of each); by default every job is
+# deferred to `default` and claimed by a worker of every queue.
 #
 # `--outcome delete` records the outcome `DeleteJobs::Always` records (the row deleted
 # instead of kept; no `--prune` then). `--outcome succeeded --prune` against `--outcome
@@ -50,6 +54,7 @@ SETUP=""
 KEEP=0
 OUTCOME=succeeded
 PRUNE=0
+QUEUES=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --cli) CLI=$2; shift 2 ;;
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
     --keep) KEEP=1; shift ;;
     --outcome) OUTCOME=$2; shift 2 ;;
     --prune) PRUNE=1; shift ;;
+    --queues) QUEUES=$2; shift 2 ;;
     *) echo "instructions.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -109,6 +115,7 @@ phase_sql() {
     # Single-user mode reads statements ended by a semicolon and a blank line (-j).
     printf '%s\n\n' "INSERT INTO postpone_workers (id, name, host, pid, queues, concurrency) VALUES (1, 'instructions', 'bench', 1, NULL, 4);"
     printf '%s\n\n' "CREATE FUNCTION pg_temp.ids(a bigint, b bigint) RETURNS bigint[] LANGUAGE sql AS 'SELECT array_agg(g ORDER BY g) FROM generate_series(a, b) g';"
+    printf '%s\n\n' "CREATE FUNCTION pg_temp.queues(n int) RETURNS text[] LANGUAGE sql AS 'SELECT array_agg(q.a[1 + g % cardinality(q.a)] ORDER BY g) FROM generate_series(0, n - 1) g, (SELECT ''$QUEUE_ARRAY''::text[] AS a) q';"
     printf '%s\n\n' "PREPARE d(text[], text[], json[], int[], text[], text[], timestamptz[], bigint[], int[], jsonb[], jsonb[], timestamptz[], bigint[]) AS WITH x AS ($INSERT_BATCH) SELECT count(*) FROM x;"
     printf '%s\n\n' "PREPARE c(bigint, int, text[], text[], int, bigint, boolean) AS SELECT count(*) FROM ($CLAIM) x;"
     printf '%s\n\n' "PREPARE f(bigint[], bigint[], int[], text[], text[], jsonb[], bigint[]) AS SELECT count(*) FROM ($FINISH) x;"
@@ -143,7 +150,7 @@ phase_sql() {
 }
 
 claim_stmt() {
-    printf '%s\n\n' "EXECUTE c(1, $B, NULL, NULL, $B, 67108864, true, false);"
+    printf '%s\n\n' "EXECUTE c(1, $B, $CLAIM_QUEUES, NULL, $B, 67108864, true, false);"
 }
 
 # The outcome of the I-th batch deferred (warm-up rounds included): ids (I-1)*B+1 to I*B.
@@ -153,8 +160,18 @@ finish_stmt() {
 }
 
 defer_stmt() {
-    printf '%s\n\n' "EXECUTE d(array_fill('default'::text, ARRAY[$B]), array_fill('noop'::text, ARRAY[$B]), array_fill('{}'::json, ARRAY[$B]), array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
+    printf '%s\n\n' "EXECUTE d($DEFER_QUEUES, array_fill('noop'::text, ARRAY[$B]), array_fill('{}'::json, ARRAY[$B]), array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
 }
+
+if [ -n "$QUEUES" ]; then
+    QUEUE_ARRAY="{$QUEUES}"
+    CLAIM_QUEUES="'$QUEUE_ARRAY'::text[]"
+    DEFER_QUEUES="pg_temp.queues($B)"
+else
+    QUEUE_ARRAY="{default}"
+    CLAIM_QUEUES=NULL
+    DEFER_QUEUES="array_fill('default'::text, ARRAY[$B])"
+fi
 
 WORK=$(mktemp -d /tmp/postpone-instructions.XXXXXX)
 chmod 755 "$WORK"
@@ -193,7 +210,7 @@ fi
 per() { python3 -c "print(f'{($1 - $2) / $N:,.0f}')"; }
 LAST=3
 [ "$PRUNE" = 0 ] || LAST=4
-echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B, outcome $OUTCOME, $W warm-up rounds; instructions a job"
+echo "PostgreSQL $PGVERSION, schema $VERSION, $N no-op jobs, batches of $B, outcome $OUTCOME, $W warm-up rounds, queues ${QUEUES:-(every queue)}; instructions a job"
 echo "  defer  $(per "${IR[1]}" "${IR[0]}")"
 echo "  claim  $(per "${IR[2]}" "${IR[1]}")"
 echo "  finish $(per "${IR[3]}" "${IR[2]}")"
@@ -201,8 +218,8 @@ echo "  finish $(per "${IR[3]}" "${IR[2]}")"
 echo "  total  $(per "${IR[$LAST]}" "${IR[0]}")"
 prune_json=""
 [ "$PRUNE" = 0 ] || prune_json=", \"prune\": $(((IR[4] - IR[3]) / N))"
-printf '{"what": "instructions", "n": %s, "batch": %s, "warm_up": %s, "schema": "%s", "outcome": "%s", "defer": %s, "claim": %s, "finish": %s%s}\n' \
-    "$N" "$B" "$W" "$VERSION" "$OUTCOME" \
+printf '{"what": "instructions", "n": %s, "batch": %s, "warm_up": %s, "schema": "%s", "outcome": "%s", "queues": "%s", "defer": %s, "claim": %s, "finish": %s%s}\n' \
+    "$N" "$B" "$W" "$VERSION" "$OUTCOME" "$QUEUES" \
     "$(((IR[1] - IR[0]) / N))" "$(((IR[2] - IR[1]) / N))" "$(((IR[3] - IR[2]) / N))" "$prune_json"
 if [ "$KEEP" = 1 ]; then
     keep=$(mktemp -d /tmp/postpone-instructions-kept.XXXXXX)

@@ -260,10 +260,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "delete_once",
         sql: include_str!("0049_delete_once.sql"),
     },
+    Migration {
+        version: 50,
+        name: "merge_locks",
+        sql: include_str!("0050_merge_locks.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 49;
+pub(crate) const LATEST: i32 = 50;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).

@@ -215,7 +215,7 @@ fn a_claim_from_named_queues_walks_the_index_of_its_queues() {
             .find(|l| l.trim_start().starts_with("Index Cond:"))
             .unwrap_or_else(|| panic!("{what}: no index condition in the walk:\n{walk}"));
         assert!(
-            cond.contains("priority =") && cond.contains("ROW(scheduled_at, id) >="),
+            cond.contains("priority =") && cond.contains("ROW(scheduled_at, id) >"),
             "{what}: the walk does not start at its first job: {cond}"
         );
         // The walked rows stay locked, so their addresses still hold them: the update
@@ -414,4 +414,116 @@ fn a_claim_of_a_queue_the_statistics_do_not_know_reads_only_its_index() {
         queue < 100,
         "ten claims read {queue} pages of the index of the queues"
     );
+}
+
+/// Rows this transaction holds locked but left waiting: the claim walked and locked them, then
+/// kept others (each such lock is a WAL record).
+fn locked_left_waiting(c: &mut postgres::Transaction<'_>) -> i64 {
+    c.query_one(
+        "SELECT count(*) FROM postpone_jobs
+          WHERE status = 'todo' AND xmax::text::bigint = txid_current() % 4294967296",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+#[test]
+fn a_claim_from_several_queues_locks_about_as_many_rows_as_it_claims() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut c = db.client();
+    // Three queues with due jobs interleaved in time, priorities mixed, every fourth job with
+    // a deadline (walked apart, through an index of its own); queue a also holds a run of
+    // older jobs, and some of every queue's jobs are for later.
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, priority, scheduled_at, expires_at)
+         SELECT (ARRAY['a', 'b', 'c'])[1 + g % 3], 'j', 'null', g % 5 / 3,
+                now() - (30000 - g) * interval '10 ms'
+                      + CASE WHEN g % 7 = 0 THEN interval '1 day' ELSE interval '0' END,
+                CASE WHEN g % 4 = 0 THEN now() + interval '2 days' END
+           FROM generate_series(1, 30000) AS g;
+         INSERT INTO postpone_jobs (queue, task, args, scheduled_at)
+         SELECT 'a', 'old', 'null', now() - interval '1 day' + g * interval '1 ms'
+           FROM generate_series(1, 2000) AS g;
+         ANALYZE postpone_jobs",
+    )
+    .unwrap();
+    // Three queues named, one, and every queue (the jobs with a deadline are a second walk
+    // in each).
+    for queues in [Some(vec!["a", "b", "c"]), Some(vec!["b"]), None] {
+        for n in [1, 10, 500, 1000, 3000] {
+            let mut t = c.transaction().unwrap();
+            let mut want: Vec<i64> = t
+                .query(
+                    "SELECT id FROM postpone_jobs
+                      WHERE status = 'todo' AND ($1::text[] IS NULL OR queue = ANY($1))
+                        AND scheduled_at <= now()
+                      ORDER BY priority DESC, scheduled_at, id LIMIT $2",
+                    &[&queues, &i64::from(n)],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let mut got: Vec<i64> = t
+                .query(
+                    "SELECT id FROM postpone_claim_batch($1, $2, $3, NULL)",
+                    &[&w, &n, &queues],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(
+                got, want,
+                "a claim of {n} from {queues:?}: the best {n} due jobs"
+            );
+            let left = locked_left_waiting(&mut t);
+            // Each walk's last turn (at most 32 jobs, or an eighth of its share) may lock
+            // rows past the bound, and the bound is computed again only each time the walks
+            // hold an eighth more than the claim. (Walks of the whole claim each, merged
+            // after, left 2n from three queues, n from one with jobs with a deadline beside
+            // the others.)
+            assert!(
+                left <= i64::from(n) / 4 + 64,
+                "a claim of {n} jobs from {queues:?} locked {left} more rows it left waiting"
+            );
+            t.rollback().unwrap();
+            // With a byte budget of half of them (the arguments `null`, 4 bytes each): the
+            // first half in claim order.
+            let half = (n / 2).max(1);
+            let mut t = c.transaction().unwrap();
+            let mut got: Vec<i64> = t
+                .query(
+                    "SELECT id FROM postpone_claim_batch($1, $2, $3, NULL, $2, $4, false)",
+                    &[&w, &n, &queues, &(4 * i64::from(half))],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            got.sort_unstable();
+            let mut first: Vec<i64> = t
+                .query(
+                    "SELECT id FROM postpone_jobs
+                      WHERE status IN ('todo', 'doing') AND ($1::text[] IS NULL OR queue = ANY($1))
+                        AND scheduled_at <= now()
+                      ORDER BY priority DESC, scheduled_at, id LIMIT $2",
+                    &[&queues, &i64::from(half)],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            first.sort_unstable();
+            assert_eq!(
+                got, first,
+                "a claim of {n} from {queues:?} with room for {half}"
+            );
+            t.rollback().unwrap();
+        }
+    }
 }
