@@ -2,7 +2,8 @@
 //! not due yet (schema version 11), and still takes jobs in claim order across priorities
 //! and queues, through the index of its queues when it names them (whatever the table's size
 //! and statistics, schema version 36), and updates the rows it walked where it found them
-//! (schema version 16).
+//! (schema version 16). Walks it merges (several queues, jobs with a deadline beside others)
+//! take turns, so that it locks about as many rows as it claims (schema version 50).
 
 use crate::support;
 use crate::worker_util;
