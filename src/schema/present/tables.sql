@@ -61,7 +61,7 @@ CREATE TABLE postpone_jobs (
     batch_id bigint,
     expires_at timestamp with time zone,
     expired boolean DEFAULT false NOT NULL,
-    args_bytes integer DEFAULT octet_length((args)::text),
+    args_bytes integer GENERATED ALWAYS AS (octet_length((args)::text)) STORED,
     CONSTRAINT postpone_jobs_pkey PRIMARY KEY (id),
     CONSTRAINT postpone_jobs_queue_check CHECK ((queue <> ''::text)),
     CONSTRAINT postpone_jobs_status_check CHECK ((status = ANY (ARRAY['todo'::text, 'doing'::text, 'succeeded'::text, 'failed'::text, 'cancelled'::text, 'aborted'::text]))),
