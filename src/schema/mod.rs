@@ -265,10 +265,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "merge_locks",
         sql: include_str!("0050_merge_locks.sql"),
     },
+    Migration {
+        version: 51,
+        name: "many_queues",
+        sql: include_str!("0051_many_queues.sql"),
+    },
 ];
 
 /// The schema version this library needs.
-pub(crate) const LATEST: i32 = 50;
+pub(crate) const LATEST: i32 = 51;
 
 /// The schema version this library installs and needs ([`App::migrate`](crate::App::migrate)
 /// brings a database to it; an older one is refused with `SchemaOutdated`).
