@@ -8,7 +8,7 @@
 -- reading the place of every walk: a claim of 100 jobs naming 1,000 queues, with jobs with
 -- a deadline among the others, took about 1 s (150 ms at schema 49).
 --
--- With more than 8 walks, the walks now take their turns in rounds, each round one
+-- With more than 64 walks, the walks now take their turns in rounds, each round one
 -- statement for all of them (a lateral join of the walks and the jobs, each walk locking
 -- at most its turn's jobs). One statement finds where every walk starts (its first job,
 -- for the jobs with a deadline its first after the earliest time a live one can be
@@ -16,9 +16,9 @@
 -- priority, one statement for all of them, as often as there are priorities; each round
 -- gives a turn to the walks whose place comes before the bound, in claim order, while
 -- their turns add up to fewer than an eighth of the claim (at least 32 jobs, or the
--- claim); a walk whose turn took all it asked for takes twice as many at its next, one
--- that took fewer moves to its next priority. The bound is computed again after every
--- round that holds more than the claim. Claims of 8 walks or fewer take their turns as in
+-- claim; at least 2 jobs a walk); a walk whose turn took all it asked for takes twice as
+-- many at its next, one that took fewer moves to its next priority. The bound is computed again after every
+-- round that holds more than the claim. Claims of 64 walks or fewer take their turns as in
 -- schema 50.
 
 CREATE OR REPLACE FUNCTION postpone_claim_batch(p_worker bigint, p_limit integer, p_queues text[], p_tasks text[])
@@ -415,7 +415,7 @@ BEGIN
                 -- jobs past the bound.
                 v_step := greatest(ceil(v_scan::numeric / (8 * v_nw)),
                                    least(32, ceil(v_scan::numeric / v_nw)))::integer;
-                IF v_queues IS NOT NULL AND v_nw > 8 THEN
+                IF v_queues IS NOT NULL AND v_nw > 64 THEN
                     -- Many walks: rounds, each one statement for every walk that takes a
                     -- turn in it (a statement per walk would cost a claim of many queues
                     -- as many statements). First, where each walk starts: its first
@@ -462,10 +462,11 @@ BEGIN
                     -- while the turns before add up to fewer than v_cap jobs (an eighth
                     -- of the claim, but at least 32 or the claim): a round locks at most
                     -- about that many jobs past the bound. A turn's size: v_cap shared
-                    -- among the walks at first, then twice as many for a walk whose last
-                    -- turn took all it asked for.
+                    -- among the walks at first, but at least 2 (a walk with one job at a
+                    -- priority then learns in one turn that it has no more there), then
+                    -- twice as many for a walk whose last turn took all it asked for.
                     v_cap := greatest(v_scan / 8, least(v_scan, 32));
-                    v_lim := greatest(1, ceil(v_cap::numeric
+                    v_lim := greatest(2, ceil(v_cap::numeric
                                               / greatest(1, least(v_cap,
                                                   (SELECT count(*) FROM unnest(v_st_p) AS u(p)
                                                     WHERE u.p IS NOT NULL)))))::integer;
@@ -702,7 +703,7 @@ BEGIN
                     END LOOP;
                 END IF;
                 LOOP
-                    EXIT WHEN v_queues IS NOT NULL AND v_nw > 8;
+                    EXIT WHEN v_queues IS NOT NULL AND v_nw > 64;
                     v_qi := NULL;
                     FOR v_j IN 1 .. v_nw LOOP
                         CONTINUE WHEN v_st_p[v_j] IS NULL;

@@ -523,7 +523,7 @@ BEGIN
                 -- jobs past the bound.
                 v_step := greatest(ceil(v_scan::numeric / (8 * v_nw)),
                                    least(32, ceil(v_scan::numeric / v_nw)))::integer;
-                IF v_queues IS NOT NULL AND v_nw > 8 THEN
+                IF v_queues IS NOT NULL AND v_nw > 64 THEN
                     -- Many walks: rounds, each one statement for every walk that takes a
                     -- turn in it (a statement per walk would cost a claim of many queues
                     -- as many statements). First, where each walk starts: its first
@@ -570,10 +570,11 @@ BEGIN
                     -- while the turns before add up to fewer than v_cap jobs (an eighth
                     -- of the claim, but at least 32 or the claim): a round locks at most
                     -- about that many jobs past the bound. A turn's size: v_cap shared
-                    -- among the walks at first, then twice as many for a walk whose last
-                    -- turn took all it asked for.
+                    -- among the walks at first, but at least 2 (a walk with one job at a
+                    -- priority then learns in one turn that it has no more there), then
+                    -- twice as many for a walk whose last turn took all it asked for.
                     v_cap := greatest(v_scan / 8, least(v_scan, 32));
-                    v_lim := greatest(1, ceil(v_cap::numeric
+                    v_lim := greatest(2, ceil(v_cap::numeric
                                               / greatest(1, least(v_cap,
                                                   (SELECT count(*) FROM unnest(v_st_p) AS u(p)
                                                     WHERE u.p IS NOT NULL)))))::integer;
@@ -810,7 +811,7 @@ BEGIN
                     END LOOP;
                 END IF;
                 LOOP
-                    EXIT WHEN v_queues IS NOT NULL AND v_nw > 8;
+                    EXIT WHEN v_queues IS NOT NULL AND v_nw > 64;
                     v_qi := NULL;
                     FOR v_j IN 1 .. v_nw LOOP
                         CONTINUE WHEN v_st_p[v_j] IS NULL;
