@@ -612,7 +612,7 @@ fn a_claim_naming_many_queues_runs_a_few_statements_for_all_their_walks() {
             got.sort_unstable();
             want.sort_unstable();
             assert_eq!(got, want, "a claim of {n} {whose}: the best {n} due jobs");
-            // 1,200 walks: a statement each would be 1,200 at least (24 to 113 here, 24 of
+            // 1,200 walks: a statement each would be 1,200 at least (24 to 109 here, 24 of
             // them the claim's own before any walk).
             assert!(
                 statements <= 200,
@@ -620,7 +620,7 @@ fn a_claim_naming_many_queues_runs_a_few_statements_for_all_their_walks() {
             );
             // A round gives turns to many walks at once, before they know how the claim's
             // jobs are shared among them, so some of what it locks is pushed past the bound
-            // by a later round (435 rows past a claim of 3,000 here, 120 past one of 500).
+            // by a later round (474 rows past a claim of 3,000 here, 120 past one of 500).
             // A walk of the whole claim each, merged after, locked up to a claim's rows per
             // walk.
             let left = locked_left_waiting(&mut t);
