@@ -20,6 +20,11 @@
 -- many at its next, one that took fewer moves to its next priority. The bound is computed again after every
 -- round that holds more than the claim. Claims of 64 walks or fewer take their turns as in
 -- schema 50.
+--
+-- A queue named twice in a claim is walked once. Two walks of one queue took the same
+-- jobs (a transaction's own row locks do not make its walks skip them), and the merge
+-- counted them twice: a claim of 12 jobs naming a queue ten times and two others claimed
+-- 5 of the 15 waiting.
 
 CREATE OR REPLACE FUNCTION postpone_claim_batch(p_worker bigint, p_limit integer, p_queues text[], p_tasks text[])
  RETURNS TABLE(id bigint, queue text, task text, args json, attempts integer, priority integer, lock text, abort_requested boolean, scheduled_at timestamp with time zone, queue_wait double precision, max_attempts integer, expires_in double precision, locked boolean)
@@ -142,6 +147,14 @@ DECLARE
     v_ti bigint[];
     v_mv integer[];
 BEGIN
+    -- A queue named twice is walked once: two walks of it would take the same jobs (this
+    -- transaction's own locks do not make its walks skip them), and the merge would count
+    -- them twice and claim fewer.
+    IF cardinality(v_queues) > 1 THEN
+        v_queues := ARRAY(SELECT DISTINCT ON (q.name) q.name
+                            FROM unnest(v_queues) WITH ORDINALITY AS q(name, ord)
+                           ORDER BY q.name, q.ord);
+    END IF;
     IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xids IS NOT NULL) THEN
         v_lost := postpone_lost_jobs();
     END IF;

@@ -3,7 +3,8 @@
 //! and queues, through the index of its queues when it names them (whatever the table's size
 //! and statistics, schema version 36), and updates the rows it walked where it found them
 //! (schema version 16). Walks it merges (several queues, jobs with a deadline beside others)
-//! take turns, so that it locks about as many rows as it claims (schema version 50).
+//! take turns, so that it locks about as many rows as it claims (schema version 50), in rounds
+//! of one statement for many walks, and a queue named twice is walked once (schema version 51).
 
 use crate::support;
 use crate::worker_util;
@@ -630,5 +631,54 @@ fn a_claim_naming_many_queues_runs_a_few_statements_for_all_their_walks() {
             );
             t.rollback().unwrap();
         }
+    }
+}
+
+/// A queue named twice (or more) in a claim is walked once: two walks of it would take the
+/// same jobs (a transaction's own row locks do not make its walks skip them) and the merge
+/// would count them twice, claiming fewer than it could (schema version 51; at schema 50 a
+/// claim of 12 naming a queue ten times and two others took 5 of the 15 waiting).
+#[test]
+fn a_queue_named_twice_in_a_claim_is_walked_once() {
+    let (db, _app) = setup();
+    let w = hand_worker(&db);
+    let mut c = db.client();
+    c.batch_execute(
+        "INSERT INTO postpone_jobs (queue, task, args, priority, expires_at)
+         SELECT 'q' || (g % 80), 'j', 'null', g % 3,
+                CASE WHEN g % 4 = 0 THEN now() + interval '1 hour' END
+           FROM generate_series(1, 400) AS g",
+    )
+    .unwrap();
+    // Few walks (turns), and many (rounds): q1 named ten times beside q2 and q3, then
+    // beside every other queue.
+    let few: Vec<String> = std::iter::repeat("q1".to_owned())
+        .take(10)
+        .chain(["q2".to_owned(), "q3".to_owned()])
+        .collect();
+    let many: Vec<String> = std::iter::repeat("q1".to_owned())
+        .take(10)
+        .chain((2..80).map(|q| format!("q{q}")))
+        .collect();
+    for (queues, n, waiting) in [(few, 12i32, 15i64), (many, 350, 400)] {
+        let mut t = c.transaction().unwrap();
+        let got: Vec<i64> = t
+            .query(
+                "SELECT id FROM postpone_claim_batch($1, $2, $3, NULL)",
+                &[&w, &n, &queues],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let distinct: std::collections::BTreeSet<i64> = got.iter().copied().collect();
+        assert_eq!(distinct.len(), got.len(), "a job claimed twice");
+        assert_eq!(
+            got.len() as i64,
+            i64::from(n).min(waiting),
+            "a claim of {n} naming q1 ten times ({} names)",
+            queues.len()
+        );
+        t.rollback().unwrap();
     }
 }

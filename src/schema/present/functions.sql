@@ -250,6 +250,14 @@ DECLARE
     v_ti bigint[];
     v_mv integer[];
 BEGIN
+    -- A queue named twice is walked once: two walks of it would take the same jobs (this
+    -- transaction's own locks do not make its walks skip them), and the merge would count
+    -- them twice and claim fewer.
+    IF cardinality(v_queues) > 1 THEN
+        v_queues := ARRAY(SELECT DISTINCT ON (q.name) q.name
+                            FROM unnest(v_queues) WITH ORDINALITY AS q(name, ord)
+                           ORDER BY q.name, q.ord);
+    END IF;
     IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xids IS NOT NULL) THEN
         v_lost := postpone_lost_jobs();
     END IF;
