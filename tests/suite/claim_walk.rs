@@ -652,12 +652,10 @@ fn a_queue_named_twice_in_a_claim_is_walked_once() {
     .unwrap();
     // Few walks (turns), and many (rounds): q1 named ten times beside q2 and q3, then
     // beside every other queue.
-    let few: Vec<String> = std::iter::repeat("q1".to_owned())
-        .take(10)
+    let few: Vec<String> = std::iter::repeat_n("q1".to_owned(), 10)
         .chain(["q2".to_owned(), "q3".to_owned()])
         .collect();
-    let many: Vec<String> = std::iter::repeat("q1".to_owned())
-        .take(10)
+    let many: Vec<String> = std::iter::repeat_n("q1".to_owned(), 10)
         .chain((2..80).map(|q| format!("q{q}")))
         .collect();
     for (queues, n, waiting) in [(few, 12i32, 15i64), (many, 350, 400)] {
