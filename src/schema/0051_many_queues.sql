@@ -499,55 +499,58 @@ BEGIN
                                  WHERE u.p IS NOT NULL AND u.s > now();
                             END IF;
                             EXIT WHEN v_mv IS NULL;
+                            -- The moved walks' next places, found once (a join that read them
+                            -- again for each walk would cost a round as many probes per walk).
+                            WITH f AS MATERIALIZED (
+                                SELECT m.n, x.p, x.s, x.i
+                                  FROM unnest(v_mv, (SELECT array_agg(v_st_p[m.n] ORDER BY m.o)
+                                                       FROM unnest(v_mv) WITH ORDINALITY AS m(n, o)),
+                                              (SELECT array_agg(v_wq[m.n] ORDER BY m.o)
+                                                 FROM unnest(v_mv) WITH ORDINALITY AS m(n, o)))
+                                       AS m(n, p0, q)
+                                  LEFT JOIN LATERAL (
+                                      SELECT c.priority::bigint AS p, c.scheduled_at AS s,
+                                             c.id - 1 AS i
+                                        FROM postpone_jobs c
+                                       WHERE m.n <= v_k
+                                         AND c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
+                                         AND c.blocked_by IS NULL AND c.expires_at IS NULL
+                                         AND c.priority < m.p0
+                                       ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
+                                       LIMIT 1) a ON m.n <= v_k
+                                  LEFT JOIN LATERAL (
+                                      SELECT c.priority::bigint AS p
+                                        FROM postpone_jobs c
+                                       WHERE m.n > v_k
+                                         AND c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
+                                         AND c.blocked_by IS NULL AND c.expires_at IS NOT NULL
+                                         AND c.priority < m.p0
+                                       ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
+                                       LIMIT 1) d ON m.n > v_k
+                                  LEFT JOIN LATERAL (
+                                      SELECT c.scheduled_at AS s, c.id - 1 AS i
+                                        FROM postpone_jobs c
+                                       WHERE c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
+                                         AND c.blocked_by IS NULL AND c.expires_at IS NOT NULL
+                                         AND c.priority = d.p AND c.scheduled_at > v_from
+                                       ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
+                                       LIMIT 1) e ON d.p IS NOT NULL
+                                  CROSS JOIN LATERAL (
+                                      SELECT CASE WHEN m.n <= v_k THEN a.p ELSE d.p END AS p,
+                                             CASE WHEN m.n <= v_k THEN a.s
+                                                  WHEN d.p IS NOT NULL
+                                                      THEN coalesce(e.s, 'infinity') END AS s,
+                                             CASE WHEN m.n <= v_k THEN a.i
+                                                  WHEN d.p IS NOT NULL
+                                                      THEN coalesce(e.i, 9223372036854775807)
+                                             END AS i) x
+                            )
                             SELECT array_agg(CASE WHEN f.n IS NULL THEN u.p ELSE f.p END ORDER BY u.n),
                                    array_agg(CASE WHEN f.n IS NULL THEN u.s ELSE f.s END ORDER BY u.n),
                                    array_agg(CASE WHEN f.n IS NULL THEN u.i ELSE f.i END ORDER BY u.n)
                               INTO v_st_p, v_st_s, v_st_i
                               FROM unnest(v_st_p, v_st_s, v_st_i) WITH ORDINALITY AS u(p, s, i, n)
-                              LEFT JOIN (
-                                  SELECT m.n, x.p, x.s, x.i
-                                    FROM unnest(v_mv, (SELECT array_agg(v_st_p[m.n] ORDER BY m.o)
-                                                         FROM unnest(v_mv) WITH ORDINALITY AS m(n, o)),
-                                                (SELECT array_agg(v_wq[m.n] ORDER BY m.o)
-                                                   FROM unnest(v_mv) WITH ORDINALITY AS m(n, o)))
-                                         AS m(n, p0, q)
-                                    LEFT JOIN LATERAL (
-                                        SELECT c.priority::bigint AS p, c.scheduled_at AS s,
-                                               c.id - 1 AS i
-                                          FROM postpone_jobs c
-                                         WHERE m.n <= v_k
-                                           AND c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
-                                           AND c.blocked_by IS NULL AND c.expires_at IS NULL
-                                           AND c.priority < m.p0
-                                         ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
-                                         LIMIT 1) a ON m.n <= v_k
-                                    LEFT JOIN LATERAL (
-                                        SELECT c.priority::bigint AS p
-                                          FROM postpone_jobs c
-                                         WHERE m.n > v_k
-                                           AND c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
-                                           AND c.blocked_by IS NULL AND c.expires_at IS NOT NULL
-                                           AND c.priority < m.p0
-                                         ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
-                                         LIMIT 1) d ON m.n > v_k
-                                    LEFT JOIN LATERAL (
-                                        SELECT c.scheduled_at AS s, c.id - 1 AS i
-                                          FROM postpone_jobs c
-                                         WHERE c.queue = ANY (ARRAY[m.q]) AND c.status = 'todo'
-                                           AND c.blocked_by IS NULL AND c.expires_at IS NOT NULL
-                                           AND c.priority = d.p AND c.scheduled_at > v_from
-                                         ORDER BY c.queue, c.priority DESC, c.scheduled_at, c.id
-                                         LIMIT 1) e ON d.p IS NOT NULL
-                                    CROSS JOIN LATERAL (
-                                        SELECT CASE WHEN m.n <= v_k THEN a.p ELSE d.p END AS p,
-                                               CASE WHEN m.n <= v_k THEN a.s
-                                                    WHEN d.p IS NOT NULL
-                                                        THEN coalesce(e.s, 'infinity') END AS s,
-                                               CASE WHEN m.n <= v_k THEN a.i
-                                                    WHEN d.p IS NOT NULL
-                                                        THEN coalesce(e.i, 9223372036854775807)
-                                               END AS i) x
-                              ) f ON f.n = u.n;
+                              LEFT JOIN f ON f.n = u.n;
                             v_mv := NULL;
                         END LOOP;
                         -- This round's walks: the first of those whose place comes before the
