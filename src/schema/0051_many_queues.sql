@@ -147,23 +147,22 @@ DECLARE
     v_ti bigint[];
     v_mv integer[];
 BEGIN
-    -- A queue named twice is walked once: two walks of it would take the same jobs (this
-    -- transaction's own locks do not make its walks skip them), and the merge would count
-    -- them twice and claim fewer.
-    IF cardinality(v_queues) > 1 THEN
-        v_queues := ARRAY(SELECT DISTINCT ON (q.name) q.name
-                            FROM unnest(v_queues) WITH ORDINALITY AS q(name, ord)
-                           ORDER BY q.name, q.ord);
-    END IF;
     IF EXISTS (SELECT 1 FROM postpone_workers w WHERE w.claim_xids IS NOT NULL) THEN
         v_lost := postpone_lost_jobs();
     END IF;
-    -- What is configured, in one statement.
+    -- What is configured, in one statement; and the named queues, each once: two walks of
+    -- a queue named twice would take the same jobs (this transaction's own locks do not
+    -- make its walks skip them), and the merge would count them twice and claim fewer.
     SELECT EXISTS (SELECT 1 FROM postpone_queue_limits)
            OR EXISTS (SELECT 1 FROM postpone_key_limits)
            OR EXISTS (SELECT 1 FROM postpone_rate_limits),
-           EXISTS (SELECT 1 FROM postpone_paused_queues)
-      INTO v_limited, v_any_paused;
+           EXISTS (SELECT 1 FROM postpone_paused_queues),
+           CASE WHEN cardinality(v_queues) > 1
+                THEN ARRAY(SELECT DISTINCT ON (q.name) q.name
+                             FROM unnest(v_queues) WITH ORDINALITY AS q(name, ord)
+                            ORDER BY q.name, q.ord)
+                ELSE v_queues END
+      INTO v_limited, v_any_paused, v_queues;
     IF v_any_paused THEN
         SELECT coalesce(array_agg(p.queue) FILTER (WHERE p.queue IS NOT NULL), '{}'),
                coalesce(bool_or(p.queue IS NULL), false)
