@@ -5,6 +5,7 @@
 #
 #   benches/instructions.sh [--cli PATH] [--n N] [--batch B] [--warm-up W] [--setup SQL]
 #                           [--keep] [--outcome succeeded|delete] [--prune] [--queues Q,...]
+#                           [--args-kb A] [--output-kb O]
 #
 # A cluster of its own (benches/cluster.sh) is migrated by the CLI (`--cli`, default
 # target/release/postpone: `cargo build --release --features cli --bin postpone`), then
@@ -24,6 +25,12 @@
 # `--queues a,b,c` defers each batch's jobs to those queues in turn and claims naming them
 # (a worker of named queues, whose claim merges a walk of each); by default every job is
 # deferred to `default` and claimed by a worker of every queue.
+#
+# `--args-kb A` defers jobs whose arguments are a JSON string of A KiB (hex digits, different
+# for every job, so that no compression shortens them), `--output-kb O` records each success
+# with an output of O KiB made the same way. Each run makes them before what is counted; the
+# counted statements read them (an index scan) and parse them (`json`, `jsonb`), as the
+# server parses the worker's parameters.
 #
 # `--outcome delete` records the outcome `DeleteJobs::Always` records (the row deleted
 # instead of kept; no `--prune` then). `--outcome succeeded --prune` against `--outcome
@@ -55,6 +62,8 @@ KEEP=0
 OUTCOME=succeeded
 PRUNE=0
 QUEUES=""
+ARGS_KB=0
+OUTPUT_KB=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --cli) CLI=$2; shift 2 ;;
@@ -66,6 +75,8 @@ while [ $# -gt 0 ]; do
     --outcome) OUTCOME=$2; shift 2 ;;
     --prune) PRUNE=1; shift ;;
     --queues) QUEUES=$2; shift 2 ;;
+    --args-kb) ARGS_KB=$2; shift 2 ;;
+    --output-kb) OUTPUT_KB=$2; shift 2 ;;
     *) echo "instructions.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -112,9 +123,14 @@ PRUNE_STMT=$(stmt admin.rs JOBS_PRUNE)
 
 phase_sql() {
     local p=$1 i
+    DEFERRED=0
     # Single-user mode reads statements ended by a semicolon and a blank line (-j).
     printf '%s\n\n' "INSERT INTO postpone_workers (id, name, host, pid, queues, concurrency) VALUES (1, 'instructions', 'bench', 1, NULL, 4);"
     printf '%s\n\n' "CREATE FUNCTION pg_temp.ids(a bigint, b bigint) RETURNS bigint[] LANGUAGE sql AS 'SELECT array_agg(g ORDER BY g) FROM generate_series(a, b) g';"
+    # Random hex digits (no compression shortens them), made in every run before what is
+    # counted: a pool of W + N/B batches of each kind.
+    [ "$ARGS_KB" = 0 ] || printf '%s\n\n' "CREATE TEMP TABLE pool_args (i int PRIMARY KEY, h text); INSERT INTO pool_args SELECT g, '\"' || left((SELECT string_agg(md5(g::text || '.' || k::text), '') FROM generate_series(1, 32 * $ARGS_KB) k), 1024 * $ARGS_KB - 2) || '\"' FROM generate_series(1, $(((W + N / B) * B))) g; CREATE FUNCTION pg_temp.args(a int, b int) RETURNS json[] LANGUAGE sql AS 'SELECT array_agg(h::json ORDER BY i) FROM pool_args WHERE i BETWEEN a AND b';"
+    [ "$OUTPUT_KB" = 0 ] || printf '%s\n\n' "CREATE TEMP TABLE pool_out (i int PRIMARY KEY, h text); INSERT INTO pool_out SELECT g, '\"' || left((SELECT string_agg(md5(g::text || ',' || k::text), '') FROM generate_series(1, 32 * $OUTPUT_KB) k), 1024 * $OUTPUT_KB - 2) || '\"' FROM generate_series(1, $(((W + N / B) * B))) g; CREATE FUNCTION pg_temp.outs(a int, b int) RETURNS jsonb[] LANGUAGE sql AS 'SELECT array_agg(h::jsonb ORDER BY i) FROM pool_out WHERE i BETWEEN a AND b';"
     printf '%s\n\n' "CREATE FUNCTION pg_temp.queues(n int) RETURNS text[] LANGUAGE sql AS 'SELECT array_agg(q.a[1 + g % cardinality(q.a)] ORDER BY g) FROM generate_series(0, n - 1) g, (SELECT ''$QUEUE_ARRAY''::text[] AS a) q';"
     printf '%s\n\n' "PREPARE d(text[], text[], json[], int[], text[], text[], timestamptz[], bigint[], int[], jsonb[], jsonb[], timestamptz[], bigint[]) AS WITH x AS ($INSERT_BATCH) SELECT count(*) FROM x;"
     printf '%s\n\n' "PREPARE c(bigint, int, text[], text[], int, bigint, boolean) AS SELECT count(*) FROM ($CLAIM) x;"
@@ -155,12 +171,16 @@ claim_stmt() {
 
 # The outcome of the I-th batch deferred (warm-up rounds included): ids (I-1)*B+1 to I*B.
 finish_stmt() {
-    local i=$1
-    printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, NULL, array_fill(5::bigint, ARRAY[$B]));"
+    local i=$1 outputs=NULL
+    [ "$OUTPUT_KB" = 0 ] || outputs="pg_temp.outs($(((i - 1) * B + 1)), $((i * B)))"
+    printf '%s\n\n' "EXECUTE f(pg_temp.ids($(((i - 1) * B + 1)), $((i * B))), array_fill(1::bigint, ARRAY[$B]), array_fill(1, ARRAY[$B]), array_fill('$OUTCOME'::text, ARRAY[$B]), NULL, $outputs, array_fill(5::bigint, ARRAY[$B]));"
 }
 
 defer_stmt() {
-    printf '%s\n\n' "EXECUTE d($DEFER_QUEUES, array_fill('noop'::text, ARRAY[$B]), array_fill('{}'::json, ARRAY[$B]), array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
+    local args="array_fill('{}'::json, ARRAY[$B])"
+    DEFERRED=$((DEFERRED + 1))
+    [ "$ARGS_KB" = 0 ] || args="pg_temp.args($(((DEFERRED - 1) * B + 1)), $((DEFERRED * B)))"
+    printf '%s\n\n' "EXECUTE d($DEFER_QUEUES, array_fill('noop'::text, ARRAY[$B]), $args, array_fill(0, ARRAY[$B]), NULL, NULL, NULL, array_fill(0::bigint, ARRAY[$B]), NULL, NULL, NULL, NULL, NULL);"
 }
 
 if [ -n "$QUEUES" ]; then
