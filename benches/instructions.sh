@@ -84,6 +84,7 @@ command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is missing (
 [ -x "$CLI" ] || { echo "instructions.sh: no CLI at $CLI (cargo build --release --features cli --bin postpone)" >&2; exit 3; }
 [ $((N % B)) = 0 ] || { echo "instructions.sh: --n must be a multiple of --batch" >&2; exit 2; }
 [ "$W" -ge 1 ] || { echo "instructions.sh: --warm-up must be 1 or more" >&2; exit 2; }
+case "$ARGS_KB$OUTPUT_KB" in *[!0-9]*) echo "instructions.sh: --args-kb and --output-kb take a whole number of KiB" >&2; exit 2 ;; esac
 case "$OUTCOME" in succeeded | delete) ;; *) echo "instructions.sh: --outcome succeeded or delete" >&2; exit 2 ;; esac
 [ "$OUTCOME" = succeeded ] || [ "$PRUNE" = 0 ] || { echo "instructions.sh: --prune needs --outcome succeeded" >&2; exit 2; }
 
